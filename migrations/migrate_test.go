@@ -1,0 +1,114 @@
+package migrations_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wlproj/wlproj/internal/testenv"
+	"github.com/wlproj/wlproj/migrations"
+)
+
+func TestUpTwiceIsNoOp(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewEmptyDatabase(t)
+	ctx := context.Background()
+
+	first, err := migrations.Up(ctx, db.URL, migrations.Expect{Database: db.Name})
+	require.NoError(t, err)
+	require.NotEmpty(t, first.Applied)
+
+	second, err := migrations.Up(ctx, db.URL, migrations.Expect{Database: db.Name})
+	require.NoError(t, err)
+	require.Empty(t, second.Applied, "second run must apply nothing")
+	require.Equal(t, first.Current, second.Current)
+}
+
+func TestUpRefusesWrongDatabase(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewEmptyDatabase(t)
+	ctx := context.Background()
+
+	for _, want := range []migrations.Expect{
+		{Database: "production"},
+		{Database: db.Name, Port: 1},
+		{Database: db.Name, Host: "db.example.internal"},
+	} {
+		_, err := migrations.Up(ctx, db.URL, want)
+		var wrong *migrations.ErrWrongDatabase
+		require.True(t, errors.As(err, &wrong), "expected ErrWrongDatabase for %+v, got %v", want, err)
+		require.Equal(t, db.Name, wrong.Found.Database)
+		require.Contains(t, err.Error(), "nothing was changed")
+	}
+
+	var tables int
+	require.NoError(t, db.Pool.QueryRow(ctx,
+		`SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'`).Scan(&tables))
+	require.Zero(t, tables, "a refused migration must create nothing")
+}
+
+func TestProducerInsert(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDatabase(t)
+	ctx := context.Background()
+
+	var (
+		id                 int64
+		status, projection string
+		attempts           int
+		history            string
+	)
+	err := db.Pool.QueryRow(ctx, `
+		INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload, scope_key)
+		VALUES ('book', '42', 'upsert', 3, '{"title":"Dune"}', 'library-7')
+		RETURNING id, status, projection, attempts, error_history::text`).Scan(&id, &status, &projection, &attempts, &history)
+	require.NoError(t, err)
+	require.Equal(t, "pending", status)
+	require.Equal(t, "search", projection)
+	require.Zero(t, attempts)
+	require.Equal(t, "[]", history)
+
+	// The minimal producer row: no version, payload or scope.
+	_, err = db.Pool.Exec(ctx, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('block', '9', 'delete')`)
+	require.NoError(t, err)
+}
+
+func TestInsertRejectsUnknownOp(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDatabase(t)
+	_, err := db.Pool.Exec(context.Background(),
+		`INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', '1', 'merge')`)
+	var pgErr *pgconn.PgError
+	require.True(t, errors.As(err, &pgErr), "expected a Postgres error, got %v", err)
+	require.Equal(t, "23514", pgErr.Code, "check_violation")
+	require.Equal(t, "outbox_events_op_check", pgErr.ConstraintName)
+}
+
+func TestInsertNotifies(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDatabase(t)
+	ctx := context.Background()
+	conn, err := db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, "LISTEN outbox_events")
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', '1', 'upsert')`)
+	require.NoError(t, err)
+	n, err := conn.Conn().WaitForNotification(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "outbox_events", n.Channel)
+}
+
+func TestAppendErrorKeepsNewest(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDatabase(t)
+	var got string
+	err := db.Pool.QueryRow(context.Background(), `
+		SELECT outbox_append_error(outbox_append_error(outbox_append_error('[]', '1', 2), '2', 2), '3', 2)::text`).Scan(&got)
+	require.NoError(t, err)
+	require.Equal(t, "[2, 3]", got)
+}
