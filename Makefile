@@ -17,6 +17,7 @@ stack-down:
 # Brings the stack up if it is not up, runs the tests against it, and takes it
 # down again only if it was this target that started it.
 test:
+	@scripts/tools.sh
 	@started=0; \
 	if ! $(STACK) status >/dev/null 2>&1; then $(STACK) up || exit 1; started=1; fi; \
 	rc=0; $(MAKE) --no-print-directory test-go || rc=$$?; \
