@@ -1,0 +1,54 @@
+package classify
+
+// Class says whether retrying can help.
+type Class string
+
+const (
+	// Transient errors are retried with backoff, up to the attempt cap.
+	Transient Class = "transient"
+	// Deterministic errors fail the same way every time: straight to failed.
+	Deterministic Class = "deterministic"
+)
+
+// Reasons, as they appear in error_reason, metrics labels and the runbook.
+const (
+	RateLimited       = "rate_limited"
+	ServerError       = "server_error"
+	Timeout           = "timeout"
+	Connection        = "connection"
+	MappingError      = "mapping_error"
+	ParseError        = "parse_error"
+	PayloadInvalid    = "payload_invalid"
+	UnknownProjection = "unknown_projection"
+	ClientError       = "client_error"
+	Unknown           = "unknown"
+	// Stuck is set by the reclaimer when a row kept getting stuck in
+	// processing until it ran out of attempts.
+	Stuck = "stuck"
+)
+
+var reasonClass = map[string]Class{
+	RateLimited:       Transient,
+	ServerError:       Transient,
+	Timeout:           Transient,
+	Connection:        Transient,
+	MappingError:      Deterministic,
+	ParseError:        Deterministic,
+	PayloadInvalid:    Deterministic,
+	UnknownProjection: Deterministic,
+	ClientError:       Deterministic,
+	Unknown:           Transient,
+	Stuck:             Transient,
+}
+
+// ClassOf returns the class of a reason; unknown reasons are transient.
+func ClassOf(reason string) Class {
+	if c, ok := reasonClass[reason]; ok {
+		return c
+	}
+	return Transient
+}
+
+// AutoReplayable lists the reasons the auto-replay policy may revive once the
+// engine is healthy again: failures of the dependency, never of the data.
+var AutoReplayable = []string{RateLimited, ServerError, Timeout, Connection}
