@@ -1,0 +1,293 @@
+// Package faultproxy is an HTTP reverse proxy that sits in front of the real
+// search engine and, on command, makes it misbehave: answer 429 or 503 with
+// the engine's own error body, delay, reset the connection, or stop listening.
+// Tests and drills use it so that every failure they exercise comes from a
+// real client talking to a real server, with only the fault injected.
+package faultproxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Fault describes how the proxy treats the requests that follow Set. The zero
+// Fault forwards everything.
+type Fault struct {
+	// Status answers with this HTTP status and an engine-style error body
+	// without forwarding the request. 0 forwards.
+	Status int
+	// RetryAfter is sent as the Retry-After header with Status. Empty sends none.
+	RetryAfter string
+	// Delay waits this long before forwarding or answering. A client that gives
+	// up meanwhile gets nothing, as from a stalled server.
+	Delay time.Duration
+	// Reset hijacks the connection and resets it (SO_LINGER 0) without a
+	// response.
+	Reset bool
+	// Refuse closes the listener and every open connection, so that new
+	// connections are refused until another Set or Clear. Times does not apply:
+	// a refused connection never becomes a request to count.
+	Refuse bool
+	// Times limits the fault to the next Times requests, after which the proxy
+	// forwards normally. 0 applies it until cleared.
+	Times int
+}
+
+// Proxy forwards to one engine, injecting the current Fault.
+type Proxy struct {
+	addr      string // fixed after the first listen so URL survives Refuse
+	rp        *httputil.ReverseProxy
+	transport *http.Transport
+	requests  atomic.Int64
+
+	mu        sync.Mutex
+	fault     Fault
+	remaining int          // requests left when fault.Times > 0
+	srv       *http.Server // nil while refusing or closed
+	closed    bool
+	done      chan struct{}
+}
+
+// Start starts a proxy to target (the engine's base URL) on a free loopback
+// port and closes it when the test ends.
+func Start(t testing.TB, target string) *Proxy {
+	t.Helper()
+	p, err := New(target)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+// New starts a proxy to target on a free loopback port. The caller must Close it.
+func New(target string) (*Proxy, error) {
+	u, err := url.Parse(target)
+	if err != nil {
+		return nil, fmt.Errorf("faultproxy: target %q: %w", target, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("faultproxy: target %q is not an http(s) base URL", target)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	p := &Proxy{transport: tr, done: make(chan struct{})}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite:   func(r *httputil.ProxyRequest) { r.SetURL(u) },
+		Transport: tr,
+		// The engine being down is a normal state in tests; answer like a
+		// load balancer would, without logging to stderr.
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() != nil {
+				return
+			}
+			http.Error(w, "faultproxy: upstream: "+err.Error(), http.StatusBadGateway)
+		},
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("faultproxy: listen: %w", err)
+	}
+	p.addr = ln.Addr().String()
+	p.serve(ln)
+	return p, nil
+}
+
+// URL is the proxy's base URL, to be used instead of the engine's.
+func (p *Proxy) URL() string { return "http://" + p.addr }
+
+// Set makes f apply to the requests that follow, replacing any earlier fault.
+func (p *Proxy) Set(f Fault) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	p.fault, p.remaining = f, f.Times
+	if f.Refuse {
+		if p.srv != nil {
+			// Close drops the open connections too, as a stopped engine does;
+			// otherwise pooled keep-alive connections would keep working.
+			_ = p.srv.Close()
+			p.srv = nil
+		}
+		return
+	}
+	if p.srv == nil {
+		p.relisten()
+	}
+}
+
+// Clear forwards every following request unchanged.
+func (p *Proxy) Clear() { p.Set(Fault{}) }
+
+// Requests is the number of requests the proxy has received, faulted or not.
+func (p *Proxy) Requests() int64 { return p.requests.Load() }
+
+// Close stops the proxy and drops its connections.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	close(p.done)
+	var err error
+	if p.srv != nil {
+		err = p.srv.Close()
+		p.srv = nil
+	}
+	p.transport.CloseIdleConnections()
+	return err
+}
+
+// serve runs a fresh http.Server on ln: a closed server cannot be restarted.
+// Called with p.mu held or before p is shared.
+func (p *Proxy) serve(ln net.Listener) {
+	srv := &http.Server{Handler: http.HandlerFunc(p.handle), ReadHeaderTimeout: 10 * time.Second}
+	p.srv = srv
+	go func() { _ = srv.Serve(ln) }()
+}
+
+// relisten takes the old address back after Refuse, so URL stays valid.
+// Called with p.mu held.
+func (p *Proxy) relisten() {
+	var err error
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		var ln net.Listener
+		if ln, err = net.Listen("tcp", p.addr); err == nil {
+			p.serve(ln)
+			return
+		}
+	}
+	// Set has no error to return, and a proxy that silently stays down would
+	// make a test pass for the wrong reason.
+	panic(fmt.Sprintf("faultproxy: listen again on %s: %v", p.addr, err))
+}
+
+// take returns the fault for one request and counts it against Times.
+func (p *Proxy) take() (Fault, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f := p.fault
+	if f == (Fault{}) || f.Refuse {
+		return Fault{}, false
+	}
+	if f.Times > 0 {
+		p.remaining--
+		if p.remaining <= 0 {
+			p.fault = Fault{}
+		}
+	}
+	return f, true
+}
+
+func (p *Proxy) handle(w http.ResponseWriter, r *http.Request) {
+	p.requests.Add(1)
+	f, ok := p.take()
+	if !ok {
+		p.rp.ServeHTTP(w, r)
+		return
+	}
+	if f.Delay > 0 && !sleep(r.Context(), p.done, f.Delay) {
+		return
+	}
+	switch {
+	case f.Reset:
+		reset(w)
+	case f.Status != 0:
+		writeEngineError(w, f.Status, f.RetryAfter)
+	default:
+		p.rp.ServeHTTP(w, r)
+	}
+}
+
+func sleep(ctx context.Context, done <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-done:
+		return false
+	}
+}
+
+// reset closes the client's connection with an RST and no response.
+func reset(w http.ResponseWriter) {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		panic(errors.New("faultproxy: response writer cannot hijack"))
+	}
+	conn, _, err := hj.Hijack()
+	if err != nil {
+		return
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = conn.Close()
+}
+
+// Error bodies as Elasticsearch 7.x sends them, so that clients parse and
+// classify an injected fault exactly as a real one.
+var engineErrors = map[int]struct{ typ, reason string }{
+	http.StatusTooManyRequests: {
+		"es_rejected_execution_exception",
+		"rejected execution of coordinating operation [coordinating_and_primary_bytes=52428800, replica_bytes=0, all_bytes=52428800, coordinating_operation_bytes=1048576, max_coordinating_and_primary_bytes=53687091]",
+	},
+	http.StatusServiceUnavailable: {
+		"cluster_block_exception",
+		"blocked by: [SERVICE_UNAVAILABLE/1/state not recovered / initialized];",
+	},
+	http.StatusInternalServerError: {"exception", "injected fault: internal server error"},
+	http.StatusGatewayTimeout:      {"timeout_exception", "injected fault: timed out"},
+}
+
+type errorCause struct {
+	Type   string `json:"type"`
+	Reason string `json:"reason"`
+}
+
+type errorBody struct {
+	Error struct {
+		RootCause []errorCause `json:"root_cause"`
+		errorCause
+	} `json:"error"`
+	Status int `json:"status"`
+}
+
+func writeEngineError(w http.ResponseWriter, status int, retryAfter string) {
+	e, ok := engineErrors[status]
+	if !ok {
+		e.typ, e.reason = "exception", "injected fault: HTTP "+strconv.Itoa(status)
+	}
+	var b errorBody
+	b.Error.errorCause = errorCause{Type: e.typ, Reason: e.reason}
+	b.Error.RootCause = []errorCause{b.Error.errorCause}
+	b.Status = status
+	body, _ := json.Marshal(b)
+
+	h := w.Header()
+	h.Set("Content-Type", "application/json; charset=UTF-8")
+	h.Set("X-Elastic-Product", "Elasticsearch")
+	if retryAfter != "" {
+		h.Set("Retry-After", retryAfter)
+	}
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}

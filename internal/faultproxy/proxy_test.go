@@ -1,0 +1,250 @@
+package faultproxy_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wlproj/wlproj/internal/faultproxy"
+	"github.com/wlproj/wlproj/internal/testenv"
+)
+
+type bundle struct {
+	proxy  *faultproxy.Proxy
+	client *http.Client
+	engine string
+}
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	engine := testenv.ElasticURL(t)
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	return bundle{
+		proxy:  faultproxy.Start(t, engine),
+		client: &http.Client{Transport: tr, Timeout: 30 * time.Second},
+		engine: engine,
+	}
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func do(t *testing.T, c *http.Client, method, url, body string) (response, error) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	require.NoError(t, err)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return response{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return response{resp.StatusCode, resp.Header, b}, nil
+}
+
+func get(t *testing.T, c *http.Client, url string) response {
+	t.Helper()
+	r, err := do(t, c, http.MethodGet, url, "")
+	require.NoError(t, err)
+	return r
+}
+
+// requireEngine asserts that the real engine answered, with its version.
+func requireEngine(t *testing.T, r response) {
+	t.Helper()
+	require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
+	var info struct {
+		Version struct {
+			Number string `json:"number"`
+		} `json:"version"`
+	}
+	require.NoError(t, json.Unmarshal(r.body, &info))
+	require.True(t, strings.HasPrefix(info.Version.Number, "7."), "engine version %q", info.Version.Number)
+}
+
+type engineError struct {
+	Error struct {
+		RootCause []struct {
+			Type string `json:"type"`
+		} `json:"root_cause"`
+		Type   string `json:"type"`
+		Reason string `json:"reason"`
+	} `json:"error"`
+	Status int `json:"status"`
+}
+
+func requireEngineError(t *testing.T, r response, status int, typ string) {
+	t.Helper()
+	require.Equal(t, status, r.status)
+	require.Equal(t, "application/json; charset=UTF-8", r.header.Get("Content-Type"))
+	require.Equal(t, "Elasticsearch", r.header.Get("X-Elastic-Product"))
+	var e engineError
+	require.NoError(t, json.Unmarshal(r.body, &e), "body: %s", r.body)
+	require.Equal(t, status, e.Status)
+	require.Equal(t, typ, e.Error.Type)
+	require.NotEmpty(t, e.Error.Reason)
+	require.Len(t, e.Error.RootCause, 1)
+	require.Equal(t, typ, e.Error.RootCause[0].Type)
+}
+
+func TestForwardsToEngine(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	requireEngine(t, get(t, b.client, b.proxy.URL()+"/"))
+	require.EqualValues(t, 1, b.proxy.Requests())
+}
+
+func TestStatus(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		status     int
+		retryAfter string
+		typ        string
+	}{
+		{"429 with Retry-After", 429, "2", "es_rejected_execution_exception"},
+		{"429 without Retry-After", 429, "", "es_rejected_execution_exception"},
+		{"503", 503, "", "cluster_block_exception"},
+		{"other status", 502, "", "exception"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			index := testenv.NewIndexName(t)
+			b.proxy.Set(faultproxy.Fault{Status: tc.status, RetryAfter: tc.retryAfter})
+
+			// A write, so that we can check it never reached the engine.
+			r, err := do(t, b.client, http.MethodPut, b.proxy.URL()+"/"+index+"/_doc/1?refresh=true", `{"a":1}`)
+			require.NoError(t, err)
+			requireEngineError(t, r, tc.status, tc.typ)
+			require.Equal(t, tc.retryAfter, r.header.Get("Retry-After"))
+			_, hasRetryAfter := r.header["Retry-After"]
+			require.Equal(t, tc.retryAfter != "", hasRetryAfter)
+
+			direct := get(t, b.client, b.engine+"/"+index+"/_doc/1")
+			require.Equal(t, http.StatusNotFound, direct.status, "the faulted write reached the engine: %s", direct.body)
+		})
+	}
+}
+
+func TestDelay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const delay = 300 * time.Millisecond
+
+	b.proxy.Set(faultproxy.Fault{Delay: delay})
+	start := time.Now()
+	r := get(t, b.client, b.proxy.URL()+"/")
+	require.GreaterOrEqual(t, time.Since(start), delay)
+	requireEngine(t, r)
+
+	// With a status the delay comes first, then the error.
+	b.proxy.Set(faultproxy.Fault{Delay: delay, Status: 503})
+	start = time.Now()
+	r = get(t, b.client, b.proxy.URL()+"/")
+	require.GreaterOrEqual(t, time.Since(start), delay)
+	requireEngineError(t, r, 503, "cluster_block_exception")
+}
+
+func TestDelayClientGivesUp(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.proxy.Set(faultproxy.Fault{Delay: time.Minute})
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.proxy.URL()+"/", nil)
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = b.client.Do(req)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Less(t, time.Since(start), 5*time.Second)
+}
+
+func TestReset(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// A fresh connection per request: Go's transport silently retries an
+	// idempotent request that failed on a reused keep-alive connection.
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+
+	b.proxy.Set(faultproxy.Fault{Reset: true})
+	_, err := do(t, c, http.MethodPost, b.proxy.URL()+"/_bulk", `{"index":{"_index":"x","_id":"1"}}`+"\n"+`{"a":1}`+"\n")
+	require.Error(t, err)
+	require.True(t,
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF),
+		"want a connection reset or EOF, got %v", err)
+	require.EqualValues(t, 1, b.proxy.Requests())
+}
+
+func TestRefuse(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	url := b.proxy.URL()
+	// Leaves a pooled keep-alive connection that Refuse must drop too.
+	requireEngine(t, get(t, b.client, url+"/"))
+
+	b.proxy.Set(faultproxy.Fault{Refuse: true})
+	for range 2 {
+		_, err := do(t, b.client, http.MethodGet, url+"/", "")
+		require.ErrorIs(t, err, syscall.ECONNREFUSED)
+	}
+	require.EqualValues(t, 1, b.proxy.Requests())
+
+	b.proxy.Clear()
+	require.Equal(t, url, b.proxy.URL())
+	requireEngine(t, get(t, b.client, url+"/"))
+}
+
+func TestTimes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.proxy.Set(faultproxy.Fault{Status: 429, RetryAfter: "1", Times: 2})
+	for range 2 {
+		requireEngineError(t, get(t, b.client, b.proxy.URL()+"/"), 429, "es_rejected_execution_exception")
+	}
+	requireEngine(t, get(t, b.client, b.proxy.URL()+"/"))
+	requireEngine(t, get(t, b.client, b.proxy.URL()+"/"))
+	require.EqualValues(t, 4, b.proxy.Requests())
+}
+
+func TestClearRestoresForwarding(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.proxy.Set(faultproxy.Fault{Status: 503})
+	requireEngineError(t, get(t, b.client, b.proxy.URL()+"/"), 503, "cluster_block_exception")
+	requireEngineError(t, get(t, b.client, b.proxy.URL()+"/"), 503, "cluster_block_exception")
+	b.proxy.Clear()
+	requireEngine(t, get(t, b.client, b.proxy.URL()+"/"))
+	require.EqualValues(t, 3, b.proxy.Requests())
+}
+
+func TestNewAndClose(t *testing.T) {
+	t.Parallel()
+	_, err := faultproxy.New("127.0.0.1:9200")
+	require.Error(t, err, "a target without a scheme must be rejected")
+
+	p, err := faultproxy.New(testenv.ElasticURL(t))
+	require.NoError(t, err)
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+	requireEngine(t, get(t, c, p.URL()+"/"))
+	require.NoError(t, p.Close())
+	require.NoError(t, p.Close())
+	_, err = do(t, c, http.MethodGet, p.URL()+"/", "")
+	require.ErrorIs(t, err, syscall.ECONNREFUSED)
+}

@@ -1,0 +1,288 @@
+// Package tcpproxy is a TCP proxy for tests and drills that can cut the path
+// between a client and its server the way a network partition does: bytes
+// stop flowing in both directions, and neither side is told (no FIN, no RST).
+//
+// Bytes and closes sent during a partition are held, not dropped, and
+// delivered on Restore, as TCP retransmission would deliver them once the
+// network heals. Two things a userspace proxy cannot fake: the proxy's kernel
+// still acknowledges TCP keepalive probes, so neither side's keepalive ever
+// notices the cut (DropUpstream stands in for the server's keepalive firing),
+// and a new connection completes its TCP handshake with the proxy; it is then
+// held without reaching the server, so the client times out in its protocol
+// handshake rather than in connect.
+package tcpproxy
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+const dialTimeout = 10 * time.Second
+
+// Proxy forwards TCP connections from a loopback port to one target.
+type Proxy struct {
+	target string
+	ln     net.Listener
+	done   chan struct{}
+	wg     sync.WaitGroup
+
+	mu         sync.Mutex
+	open       chan struct{} // closed while forwarding
+	blackholed bool
+	conns      map[*pair]struct{}
+	closed     bool
+}
+
+// pair is one client connection and its upstream connection.
+type pair struct {
+	client   net.Conn
+	mu       sync.Mutex
+	upstream net.Conn // nil until dialled
+	done     chan struct{}
+	once     sync.Once
+}
+
+// Start starts a proxy to target (host:port) on a free loopback port and
+// closes it when the test ends.
+func Start(t testing.TB, target string) *Proxy {
+	t.Helper()
+	p, err := New(target)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+// New starts a proxy to target (host:port) on a free loopback port. The caller
+// must Close it.
+func New(target string) (*Proxy, error) {
+	if _, _, err := net.SplitHostPort(target); err != nil {
+		return nil, fmt.Errorf("tcpproxy: target %q: %w", target, err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("tcpproxy: listen: %w", err)
+	}
+	open := make(chan struct{})
+	close(open)
+	p := &Proxy{target: target, ln: ln, done: make(chan struct{}), open: open, conns: map[*pair]struct{}{}}
+	p.wg.Add(1)
+	go p.accept()
+	return p, nil
+}
+
+// Addr is the proxy's host:port, to be used instead of the target's.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Blackhole stops forwarding in both directions without closing anything, on
+// existing and new connections alike, until Restore.
+func (p *Proxy) Blackhole() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.blackholed {
+		p.blackholed = true
+		p.open = make(chan struct{})
+	}
+}
+
+// Restore forwards again, delivering what was held during the blackhole.
+func (p *Proxy) Restore() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.blackholed {
+		p.blackholed = false
+		close(p.open)
+	}
+}
+
+// DropUpstream resets the server side of every open connection, as the
+// server's TCP keepalive would after a partition outlasting it: the server
+// ends the session (releasing, say, an advisory lock). The client side learns
+// of it (an RST) only once the path is open, immediately if not blackholed.
+func (p *Proxy) DropUpstream() {
+	for _, c := range p.snapshot() {
+		c.mu.Lock()
+		up := c.upstream
+		c.mu.Unlock()
+		if up != nil {
+			resetConn(up)
+		}
+	}
+}
+
+// CloseAll closes every open connection on both sides. The proxy keeps
+// accepting new ones.
+func (p *Proxy) CloseAll() {
+	for _, c := range p.snapshot() {
+		c.close(false)
+	}
+}
+
+// Close stops accepting, closes every connection and waits for the proxy's
+// goroutines to end.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	close(p.done)
+	p.mu.Unlock()
+	err := p.ln.Close()
+	p.CloseAll()
+	p.wg.Wait()
+	return err
+}
+
+func (p *Proxy) snapshot() []*pair {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cs := make([]*pair, 0, len(p.conns))
+	for c := range p.conns {
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+func (p *Proxy) accept() {
+	defer p.wg.Done()
+	for {
+		conn, err := p.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		c := &pair{client: conn, done: make(chan struct{})}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			_ = conn.Close()
+			return
+		}
+		p.conns[c] = struct{}{}
+		p.wg.Add(1)
+		p.mu.Unlock()
+		go p.handle(c)
+	}
+}
+
+// waitOpen blocks while blackholed; false means c or the proxy was closed.
+func (p *Proxy) waitOpen(c *pair) bool {
+	p.mu.Lock()
+	open := p.open
+	p.mu.Unlock()
+	select {
+	case <-open:
+		return true
+	case <-c.done:
+		return false
+	case <-p.done:
+		return false
+	}
+}
+
+func (p *Proxy) handle(c *pair) {
+	defer p.wg.Done()
+	defer func() {
+		p.mu.Lock()
+		delete(p.conns, c)
+		p.mu.Unlock()
+	}()
+	// A connection opened during a partition never reaches the server until
+	// the partition heals.
+	if !p.waitOpen(c) {
+		c.close(false)
+		return
+	}
+	up, err := net.DialTimeout("tcp", p.target, dialTimeout)
+	if err != nil {
+		// The closest a proxy can come to the refusal the client would have
+		// seen from the server itself.
+		c.close(true)
+		return
+	}
+	c.mu.Lock()
+	select {
+	case <-c.done: // closed by CloseAll or Close while dialling
+		c.mu.Unlock()
+		_ = up.Close()
+		return
+	default:
+	}
+	c.upstream = up
+	c.mu.Unlock()
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		p.pipe(c, c.client, up)
+	}()
+	p.pipe(c, up, c.client)
+	wg.Wait()
+}
+
+// pipe copies src to dst until either ends. Each chunk, and the end of the
+// stream, waits for the path to be open, so nothing crosses a blackhole.
+func (p *Proxy) pipe(c *pair, dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if !p.waitOpen(c) {
+				return
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				c.close(true)
+				return
+			}
+		}
+		if err != nil {
+			if !p.waitOpen(c) {
+				return
+			}
+			// A clean end is passed on as a close; anything else (a reset,
+			// or an upstream dropped by DropUpstream) as a reset.
+			c.close(!errors.Is(err, io.EOF))
+			return
+		}
+	}
+}
+
+// close closes both sides once, with an RST when reset is true.
+func (c *pair) close(reset bool) {
+	c.once.Do(func() {
+		// Under mu, so that handle either sees done or has set upstream.
+		c.mu.Lock()
+		close(c.done)
+		up := c.upstream
+		c.mu.Unlock()
+		for _, conn := range []net.Conn{c.client, up} {
+			if conn == nil {
+				continue
+			}
+			if reset {
+				resetConn(conn)
+			} else {
+				_ = conn.Close()
+			}
+		}
+	})
+}
+
+func resetConn(conn net.Conn) {
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = conn.Close()
+}

@@ -1,0 +1,182 @@
+package projection
+
+import (
+	"cmp"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/olivere/elastic/v7"
+)
+
+const (
+	elasticTimeoutDefault = 30 * time.Second
+	// idleConnsPerHost keeps connections open for every bulk the loop may
+	// have in flight; net/http's default of 2 would reconnect constantly.
+	idleConnsPerHost = 32
+	// retryAfterMax bounds a Retry-After header, so that a bogus value cannot
+	// overflow or park rows for years.
+	retryAfterMax = 24 * time.Hour
+)
+
+// ElasticOptions configure the client for the search engine.
+type ElasticOptions struct {
+	// URL is the engine's base URL (ELASTIC_URL). User info in it is used
+	// for basic auth and removed from the URL, so that it never shows up in
+	// error messages. Required.
+	URL string
+	// Username for basic auth. Defaults to the user in URL, if any.
+	Username string
+	// Password for basic auth. Defaults to the password in URL, if any.
+	Password string
+	// CAFile is a PEM file of the CAs to trust for https. Defaults to the
+	// system's trust store.
+	CAFile string
+	// Timeout bounds each HTTP request. Defaults to 30s.
+	Timeout time.Duration
+}
+
+// NewElasticClient builds a client for one engine endpoint: no sniffing and no
+// health checks (a single node or a load balancer, often in a container whose
+// published address differs from what the node reports), and no retries of
+// its own, because the consume loop retries with backoff and records each
+// attempt. It makes no request.
+func NewElasticClient(o ElasticOptions) (*elastic.Client, error) {
+	if o.URL == "" {
+		return nil, errors.New("elastic: URL is required (ELASTIC_URL)")
+	}
+	u, err := url.Parse(o.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		// Not wrapped: url.Parse's error repeats the URL, password included.
+		return nil, errors.New("elastic: ELASTIC_URL must be an http or https URL")
+	}
+	if u.User != nil {
+		if o.Username == "" {
+			o.Username = u.User.Username()
+		}
+		if p, ok := u.User.Password(); ok && o.Password == "" {
+			o.Password = p
+		}
+		u.User = nil
+	}
+	if o.Timeout < 0 {
+		return nil, fmt.Errorf("elastic: timeout must not be negative, got %s", o.Timeout)
+	}
+
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = idleConnsPerHost
+	if o.CAFile != "" {
+		pem, err := os.ReadFile(o.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("elastic: CA file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("elastic: CA file %s holds no PEM certificate", o.CAFile)
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	hc := &http.Client{
+		Transport: &retryAfterTransport{next: tr},
+		Timeout:   cmp.Or(o.Timeout, elasticTimeoutDefault),
+	}
+
+	opts := []elastic.ClientOptionFunc{
+		elastic.SetURL(u.String()),
+		elastic.SetHttpClient(hc),
+		elastic.SetSniff(false),
+		elastic.SetHealthcheck(false),
+		elastic.SetRetrier(reviveRetrier{}),
+		elastic.SetRetryStatusCodes(),
+	}
+	if o.Username != "" || o.Password != "" {
+		opts = append(opts, elastic.SetBasicAuth(o.Username, o.Password))
+	}
+	return elastic.NewClient(opts...)
+}
+
+// reviveRetrier makes olivere send every request exactly once. After a failed
+// request olivere marks the node dead; with sniffing and health checks off it
+// then fails the next request with ErrNoClient without sending it, reviving
+// the node in passing. Retrying that one case, at once, sends the request, so
+// that each attempt the loop counts is a real one.
+type reviveRetrier struct{}
+
+func (reviveRetrier) Retry(_ context.Context, retry int, req *http.Request, resp *http.Response, err error) (time.Duration, bool, error) {
+	if retry == 1 && req == nil && resp == nil && errors.Is(err, elastic.ErrNoClient) {
+		return 0, true, nil
+	}
+	return 0, false, nil
+}
+
+// olivere's *elastic.Error keeps the status and body of a failed response but
+// not its headers, so the transport records a 429's Retry-After in a holder
+// that the caller put into the request's context.
+type retryAfterKey struct{}
+
+type retryAfterHolder struct {
+	mu sync.Mutex
+	d  time.Duration
+}
+
+func (h *retryAfterHolder) set(d time.Duration) {
+	h.mu.Lock()
+	h.d = d
+	h.mu.Unlock()
+}
+
+func (h *retryAfterHolder) get() time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.d
+}
+
+func withRetryAfter(ctx context.Context) (context.Context, *retryAfterHolder) {
+	h := &retryAfterHolder{}
+	return context.WithValue(ctx, retryAfterKey{}, h), h
+}
+
+type retryAfterTransport struct {
+	next http.RoundTripper
+}
+
+func (t *retryAfterTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(req)
+	if err == nil && resp.StatusCode == http.StatusTooManyRequests {
+		if h, ok := req.Context().Value(retryAfterKey{}).(*retryAfterHolder); ok {
+			h.set(parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()))
+		}
+	}
+	return resp, err
+}
+
+// parseRetryAfter reads delay-seconds or an HTTP date (RFC 9110 10.2.3); it
+// returns 0 for a missing, malformed or past value.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs <= 0 {
+			return 0
+		}
+		if secs > int64(retryAfterMax/time.Second) {
+			return retryAfterMax
+		}
+		return time.Duration(secs) * time.Second
+	}
+	if at, err := http.ParseTime(v); err == nil {
+		return min(max(at.Sub(now), 0), retryAfterMax)
+	}
+	return 0
+}

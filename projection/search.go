@@ -1,0 +1,258 @@
+package projection
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/olivere/elastic/v7"
+
+	"github.com/wlproj/wlproj/classify"
+	"github.com/wlproj/wlproj/outbox"
+)
+
+const (
+	maxPayloadBytesDefault = 1 << 20
+	// bulkBytesMax splits a batch into several bulk requests, well below the
+	// engine's http.max_content_length (100mb), so that a batch of large
+	// documents is not refused as a whole with a 413.
+	bulkBytesMax = 8 << 20
+	// maxIDBytes is the engine's limit on _id. A longer id fails the whole
+	// bulk request validation, so it is caught before sending.
+	maxIDBytes = 512
+	// versionType makes the engine keep the highest version it has seen, so
+	// retries, pipelined bulks and late events never regress a document.
+	versionType = "external_gte"
+)
+
+// SearchConfig configures the search projection.
+type SearchConfig struct {
+	// Client talks to the engine; see NewElasticClient. Required.
+	Client *elastic.Client
+	// Index receives the documents (ELASTIC_INDEX). Required.
+	Index string
+	// MaxPayloadBytes is the largest upsert payload sent; a larger one fails
+	// as payload_invalid. Defaults to 1 MiB.
+	MaxPayloadBytes int
+}
+
+// Search projects outbox events into one Elasticsearch index with the bulk
+// API. Documents are versioned externally with the event's version, so the
+// order in which bulks reach the engine does not matter.
+type Search struct {
+	client          *elastic.Client
+	index           string
+	maxPayloadBytes int
+	bulkBytes       int
+}
+
+var _ Handler = (*Search)(nil)
+
+// NewSearch validates cfg and returns the handler.
+func NewSearch(cfg SearchConfig) (*Search, error) {
+	cfg.MaxPayloadBytes = cmp.Or(cfg.MaxPayloadBytes, maxPayloadBytesDefault)
+	switch {
+	case cfg.Client == nil:
+		return nil, errors.New("search projection: an Elasticsearch client is required")
+	case cfg.Index == "":
+		return nil, errors.New("search projection: ELASTIC_INDEX is required")
+	case cfg.Index != strings.ToLower(cfg.Index) || strings.ContainsAny(cfg.Index, ` "*\<|,>/?#`):
+		return nil, fmt.Errorf("search projection: ELASTIC_INDEX %q is not a valid index name (lowercase, no spaces or \\/*?\"<>|,#)", cfg.Index)
+	case cfg.MaxPayloadBytes < 0:
+		return nil, fmt.Errorf("search projection: max payload bytes must be positive, got %d", cfg.MaxPayloadBytes)
+	}
+	return &Search{client: cfg.Client, index: cfg.Index, maxPayloadBytes: cfg.MaxPayloadBytes, bulkBytes: bulkBytesMax}, nil
+}
+
+// DocumentID is the _id of an entity's document: deterministic, so that every
+// event of an entity addresses the same document.
+func DocumentID(entityType, entityID string) string {
+	return entityType + ":" + entityID
+}
+
+// Handle sends the newest valid event of each document in one or more bulk
+// requests and returns one Result per event, in the order of events.
+func (s *Search) Handle(ctx context.Context, events []outbox.Event) []Result {
+	results := make([]Result, len(events))
+	reqs := make([]elastic.BulkableRequest, len(events))
+	sizes := make([]int, len(events))
+	newest := make(map[string]int, len(events))
+	for i, ev := range events {
+		results[i].ID = ev.ID
+		req, size, err := s.request(ev)
+		if err != nil {
+			results[i].Err = err
+			continue
+		}
+		reqs[i], sizes[i] = req, size
+		// Invalid events are out of the running: they never become a
+		// document, so they supersede nothing.
+		id := DocumentID(ev.EntityType, ev.EntityID)
+		if j, ok := newest[id]; ok {
+			if newer(events[j], ev) {
+				results[i].Superseded = true
+				continue
+			}
+			results[j].Superseded = true
+		}
+		newest[id] = i
+	}
+
+	send := make([]int, 0, len(newest))
+	for _, i := range newest {
+		send = append(send, i)
+	}
+	slices.Sort(send)
+	for len(send) > 0 {
+		n, total := 0, 0
+		for n < len(send) && (n == 0 || total+sizes[send[n]] <= s.bulkBytes) {
+			total += sizes[send[n]]
+			n++
+		}
+		s.bulk(ctx, send[:n], events, reqs, results)
+		send = send[n:]
+	}
+	return results
+}
+
+// newer reports whether a is newer than b: a higher version, or on a tie the
+// later outbox row.
+func newer(a, b outbox.Event) bool {
+	if a.Version() != b.Version() {
+		return a.Version() > b.Version()
+	}
+	return a.ID > b.ID
+}
+
+// request builds the bulk request of one event, or the payload_invalid error
+// that keeps it from being sent. size estimates its bytes in the bulk body.
+func (s *Search) request(ev outbox.Event) (req elastic.BulkableRequest, size int, err error) {
+	if ev.EntityType == "" || ev.EntityID == "" {
+		return nil, 0, classify.New(classify.PayloadInvalid, "empty entity_type or entity_id")
+	}
+	id := DocumentID(ev.EntityType, ev.EntityID)
+	if len(id) > maxIDBytes {
+		return nil, 0, classify.New(classify.PayloadInvalid,
+			fmt.Sprintf("document id is %d bytes, the engine allows %d", len(id), maxIDBytes))
+	}
+	version := ev.Version()
+	if version < 0 {
+		// The engine rejects the whole bulk request for one negative version.
+		return nil, 0, classify.New(classify.PayloadInvalid, fmt.Sprintf("negative event_version %d", version))
+	}
+	const actionBytes = 96 // {"index":{"_id":"","version":N,"version_type":"external_gte"}}
+	switch ev.Op {
+	case outbox.OpUpsert:
+		if len(ev.Payload) > s.maxPayloadBytes {
+			return nil, 0, classify.New(classify.PayloadInvalid,
+				fmt.Sprintf("payload is %d bytes, the limit is %d", len(ev.Payload), s.maxPayloadBytes))
+		}
+		doc, err := jsonObject(ev.Payload)
+		if err != nil {
+			return nil, 0, classify.New(classify.PayloadInvalid, err.Error())
+		}
+		return elastic.NewBulkIndexRequest().Id(id).Version(version).VersionType(versionType).Doc(doc),
+			actionBytes + len(id) + len(doc), nil
+	case outbox.OpDelete:
+		return elastic.NewBulkDeleteRequest().Id(id).Version(version).VersionType(versionType),
+			actionBytes + len(id), nil
+	}
+	return nil, 0, classify.New(classify.PayloadInvalid, fmt.Sprintf("unknown op %q", ev.Op))
+}
+
+// jsonObject checks that payload is one JSON object and compacts it onto one
+// line, as the bulk body's newline-delimited format needs.
+func jsonObject(payload json.RawMessage) (json.RawMessage, error) {
+	trimmed := bytes.TrimSpace(payload)
+	if len(trimmed) == 0 {
+		return nil, errors.New("upsert payload is empty, not a JSON object")
+	}
+	if trimmed[0] != '{' {
+		return nil, fmt.Errorf("upsert payload is a JSON %s, not an object", jsonKind(trimmed[0]))
+	}
+	var buf bytes.Buffer
+	buf.Grow(len(trimmed))
+	if err := json.Compact(&buf, trimmed); err != nil {
+		return nil, fmt.Errorf("upsert payload is not valid JSON: %v", err)
+	}
+	return buf.Bytes(), nil
+}
+
+func jsonKind(first byte) string {
+	switch {
+	case first == '[':
+		return "array"
+	case first == '"':
+		return "string"
+	case first == 'n':
+		return "null"
+	case first == 't' || first == 'f':
+		return "boolean"
+	case first == '-' || (first >= '0' && first <= '9'):
+		return "number"
+	}
+	return "value"
+}
+
+// bulk sends the events at idx in one request and fills in their results.
+func (s *Search) bulk(ctx context.Context, idx []int, events []outbox.Event, reqs []elastic.BulkableRequest, results []Result) {
+	svc := s.client.Bulk().Index(s.index)
+	for _, i := range idx {
+		svc.Add(reqs[i])
+	}
+	ctx, retryAfter := withRetryAfter(ctx)
+	resp, err := svc.Do(ctx)
+	if err == nil && len(resp.Items) != len(idx) {
+		err = classify.New(classify.Unknown,
+			fmt.Sprintf("bulk response has %d items for %d requests", len(resp.Items), len(idx)))
+	}
+	if err != nil {
+		ce := classify.Classify(err)
+		if ce.Reason == classify.RateLimited {
+			ce.RetryAfter = retryAfter.get()
+		}
+		for _, i := range idx {
+			e := *ce
+			results[i].Err = &e
+		}
+		return
+	}
+	for k, i := range idx {
+		results[i] = itemResult(events[i], resp.Items[k])
+	}
+}
+
+// itemResult reads the engine's answer for one event. Responses come in the
+// order of the requests, one single-key map per item.
+func itemResult(ev outbox.Event, item map[string]*elastic.BulkResponseItem) Result {
+	r := Result{ID: ev.ID}
+	var it *elastic.BulkResponseItem
+	for _, v := range item {
+		it = v
+	}
+	if it == nil {
+		r.Err = classify.New(classify.Unknown, "empty bulk response item")
+		return r
+	}
+	var typ, reason string
+	if it.Error != nil {
+		typ, reason = it.Error.Type, it.Error.Reason
+	}
+	switch {
+	case it.Status >= 200 && it.Status < 300:
+	case ev.Op == outbox.OpDelete && it.Status == http.StatusNotFound && it.Error == nil:
+		// Already gone; the engine still recorded the delete's version.
+	case it.Status == http.StatusConflict && typ == "version_conflict_engine_exception":
+		// Under external_gte versioning the engine holds a newer version.
+		r.Superseded = true
+	default:
+		r.Err = classify.FromBulkItem(it.Status, typ, reason)
+	}
+	return r
+}
