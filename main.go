@@ -74,10 +74,6 @@ func (c *migrateCmd) Run(g *globals) error {
 	return nil
 }
 
-type runCmd struct{}
-
-func (c *runCmd) Run(g *globals) error { return errNotImplemented }
-
 func newLogger(format, level string, w io.Writer) zerolog.Logger {
 	if format == "console" {
 		w = zerolog.ConsoleWriter{Out: w}

@@ -1,0 +1,33 @@
+package consume
+
+import (
+	"math/rand/v2"
+	"time"
+)
+
+// retryAfterCap keeps a bogus Retry-After from parking an event for days.
+const retryAfterCap = 24 * time.Hour
+
+// Backoff is the delay before the next try of an event that has failed
+// attempts times before this failure: min(max, base·2^attempts) with equal
+// jitter, i.e. a uniformly random delay in [d/2, d]. Equal jitter spreads a
+// burst of retries over half the step yet never retries sooner than half of
+// the exponential schedule, which full jitter would (down to zero).
+// retryAfter, from a 429, is a floor.
+func Backoff(attempts int, base, max, retryAfter time.Duration) time.Duration {
+	d := max
+	if attempts < 32 {
+		if step := base << attempts; step > 0 && step < max {
+			d = step
+		}
+	}
+	half := d / 2
+	d = half + rand.N(d-half+1)
+	if retryAfter > retryAfterCap {
+		retryAfter = retryAfterCap
+	}
+	if retryAfter > d {
+		d = retryAfter
+	}
+	return d
+}

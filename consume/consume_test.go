@@ -1,0 +1,242 @@
+package consume
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wlproj/wlproj/classify"
+	"github.com/wlproj/wlproj/internal/testenv"
+	"github.com/wlproj/wlproj/outbox"
+	"github.com/wlproj/wlproj/projection"
+)
+
+// funcHandler is a projection whose outcome per event the test decides.
+type funcHandler func(ctx context.Context, e outbox.Event) projection.Result
+
+func (f funcHandler) Handle(ctx context.Context, events []outbox.Event) []projection.Result {
+	out := make([]projection.Result, len(events))
+	for i, e := range events {
+		out[i] = f(ctx, e)
+		out[i].ID = e.ID
+	}
+	return out
+}
+
+type bundle struct {
+	db    testenv.DB
+	store *outbox.Store
+}
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	db := testenv.NewDatabase(t)
+	b := bundle{db: db, store: &outbox.Store{Pool: db.Pool, Owner: "w1", LeaderName: "test"}}
+	_, err := db.Pool.Exec(context.Background(), `INSERT INTO outbox_leader (name, holder, epoch) VALUES ('test', 'w1', 1)`)
+	require.NoError(t, err)
+	return b
+}
+
+func (b bundle) exec(t *testing.T, sql string, args ...any) {
+	t.Helper()
+	_, err := b.db.Pool.Exec(context.Background(), sql, args...)
+	require.NoError(t, err)
+}
+
+func (b bundle) count(t *testing.T, where string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_events WHERE `+where).Scan(&n))
+	return n
+}
+
+// start runs the loop as leader of epoch 1 and returns a function that
+// drains it and waits for it to return.
+func start(t *testing.T, b bundle, cfg Config, handlers projection.Registry) (drainAndWait func()) {
+	t.Helper()
+	loop, err := NewLoop(cfg, b.store, handlers, zerolog.Nop())
+	require.NoError(t, err)
+	drain := make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); loop.Run(context.Background(), 1, drain) }()
+	var once sync.Once
+	stop := func() { once.Do(func() { close(drain); <-done }) }
+	t.Cleanup(stop)
+	return stop
+}
+
+func TestLoopRecordsEveryOutcome(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var tries sync.Map
+	h := funcHandler(func(_ context.Context, e outbox.Event) projection.Result {
+		n, _ := tries.LoadOrStore(e.EntityID, new(atomic.Int32))
+		try := n.(*atomic.Int32).Add(1)
+		switch e.EntityID {
+		case "flaky": // fails twice, then works
+			if try <= 2 {
+				return projection.Result{Err: classify.New(classify.ServerError, "503")}
+			}
+		case "always-down":
+			return projection.Result{Err: classify.New(classify.Connection, "refused")}
+		case "bad":
+			return projection.Result{Err: classify.New(classify.MappingError, "strict mapping")}
+		case "old":
+			return projection.Result{Superseded: true}
+		}
+		return projection.Result{}
+	})
+	b.exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES
+		('book','ok','upsert'), ('book','flaky','upsert'), ('book','always-down','upsert'),
+		('book','bad','upsert'), ('book','old','upsert')`)
+	b.exec(t, `INSERT INTO outbox_events (projection, entity_type, entity_id, op) VALUES ('chronicle','book','x','upsert')`)
+
+	start(t, b, Config{MaxAttempts: 3, BaseBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
+		PollInterval: 20 * time.Millisecond}, projection.Registry{"search": h})
+
+	testenv.Eventually(t, 10*time.Second, "all events settled", func() bool {
+		return b.count(t, `status IN ('pending','processing')`) == 0
+	})
+	type row struct {
+		status, reason, class string
+		attempts, history     int
+	}
+	get := func(entity string) row {
+		var r row
+		var reason, class *string
+		require.NoError(t, b.db.Pool.QueryRow(context.Background(), `
+			SELECT status, error_reason, error_class, attempts, jsonb_array_length(error_history)
+			FROM outbox_events WHERE entity_id = $1`, entity).Scan(&r.status, &reason, &class, &r.attempts, &r.history))
+		if reason != nil {
+			r.reason, r.class = *reason, *class
+		}
+		return r
+	}
+	require.Equal(t, row{status: "done"}, get("ok"))
+	require.Equal(t, row{status: "done"}, get("old"))
+	require.Equal(t, row{status: "done", reason: "server_error", class: "transient", attempts: 2, history: 2}, get("flaky"))
+	require.Equal(t, row{status: "failed", reason: "connection", class: "transient", attempts: 3, history: 3}, get("always-down"))
+	require.Equal(t, row{status: "failed", reason: "mapping_error", class: "deterministic", attempts: 1, history: 1}, get("bad"),
+		"a deterministic error fails at once")
+	require.Equal(t, row{status: "failed", reason: "unknown_projection", class: "deterministic", attempts: 1, history: 1}, get("x"))
+}
+
+func TestDrainReturnsUnfinishedWithoutAnAttempt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	entered := make(chan struct{}, 100)
+	h := funcHandler(func(ctx context.Context, e outbox.Event) projection.Result {
+		entered <- struct{}{}
+		<-ctx.Done() // a bulk that never answers
+		return projection.Result{Err: ctx.Err()}
+	})
+	b.exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) SELECT 'book', g::text, 'upsert' FROM generate_series(1, 10) g`)
+	stop := start(t, b, Config{ShutdownGrace: 100 * time.Millisecond, PollInterval: 20 * time.Millisecond}, projection.Registry{"search": h})
+	<-entered
+	require.Equal(t, 10, b.count(t, `status = 'processing'`))
+
+	stop()
+	require.Equal(t, 10, b.count(t, `status = 'pending' AND attempts = 0 AND locked_by = 'w1' AND lease_until IS NULL`),
+		"drain puts unfinished rows back without counting an attempt")
+}
+
+func TestLostLeadershipWritesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	entered := make(chan struct{}, 100)
+	h := funcHandler(func(ctx context.Context, e outbox.Event) projection.Result {
+		entered <- struct{}{}
+		<-ctx.Done()
+		return projection.Result{Err: ctx.Err()}
+	})
+	b.exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', '1', 'upsert')`)
+	loop, err := NewLoop(Config{PollInterval: 20 * time.Millisecond}, b.store, projection.Registry{"search": h}, zerolog.Nop())
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); loop.Run(ctx, 1, make(chan struct{})) }()
+	<-entered
+	cancel()
+	<-done
+	require.Equal(t, 1, b.count(t, `status = 'processing' AND attempts = 0`), "a deposed leader leaves rows for the next leader's reclaim")
+}
+
+func TestNotifyWakesTheLoop(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	got := make(chan time.Time, 1)
+	h := funcHandler(func(context.Context, outbox.Event) projection.Result {
+		got <- time.Now()
+		return projection.Result{}
+	})
+	start(t, b, Config{PollInterval: time.Minute}, projection.Registry{"search": h})
+	testenv.Eventually(t, 5*time.Second, "listener attached", func() bool {
+		var n int
+		require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND query = 'LISTEN outbox_events'`).Scan(&n))
+		return n == 1
+	})
+	inserted := time.Now()
+	b.exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', '1', 'upsert')`)
+	select {
+	case at := <-got:
+		require.Less(t, at.Sub(inserted), 5*time.Second)
+	case <-time.After(10 * time.Second):
+		t.Fatal("NOTIFY did not wake the loop; the one-minute poll would have")
+	}
+}
+
+func TestReclaimerRunOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, status, locked_by, claim_token, lease_until, processing_started_at)
+		VALUES ('book', '1', 'upsert', 'processing', 'w0', 1, now() - interval '1 second', now())`)
+	r := NewReclaimer(Config{MaxAttempts: 5}, b.store, zerolog.Nop())
+	res, err := r.runOnce(context.Background(), 1)
+	require.NoError(t, err)
+	require.Len(t, res.Pending, 1)
+	require.Equal(t, 1, b.count(t, `status = 'pending' AND attempts = 1 AND error_history->0->>'event' = 'stuck_reclaimed'`))
+}
+
+func TestBackoffGrowsWithJitterAndHonoursRetryAfter(t *testing.T) {
+	t.Parallel()
+	base, max := 100*time.Millisecond, 2*time.Second
+	for attempts, want := range []time.Duration{100, 200, 400, 800, 1600, 2000, 2000} {
+		want *= time.Millisecond
+		if attempts == 6 {
+			attempts = 40 // no overflow far past the cap
+		}
+		for range 50 {
+			d := Backoff(attempts, base, max, 0)
+			require.GreaterOrEqual(t, d, want/2)
+			require.LessOrEqual(t, d, want)
+		}
+	}
+	seen := map[time.Duration]bool{}
+	for range 50 {
+		seen[Backoff(3, base, max, 0)] = true
+	}
+	require.Greater(t, len(seen), 10, "jitter spreads retries")
+	require.Equal(t, 30*time.Second, Backoff(0, base, max, 30*time.Second), "Retry-After is a floor")
+}
+
+func TestConfigOutOfRangeNamesTheVariable(t *testing.T) {
+	t.Parallel()
+	for env, cfg := range map[string]Config{
+		"OUTBOX_BULK_SIZE":              {BulkSize: 100000},
+		"OUTBOX_CONCURRENCY":            {Concurrency: -1},
+		"OUTBOX_LEASE_SECONDS":          {Lease: 2 * time.Hour},
+		"OUTBOX_MAX_BACKOFF_SECONDS":    {BaseBackoff: time.Minute, MaxBackoff: time.Second},
+		"OUTBOX_SHUTDOWN_GRACE_SECONDS": {ShutdownGrace: time.Hour},
+	} {
+		err := cfg.WithDefaults().Validate()
+		require.Error(t, err, env)
+		require.Contains(t, err.Error(), env)
+	}
+	require.NoError(t, Config{}.WithDefaults().Validate())
+}

@@ -1,0 +1,351 @@
+package consume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+
+	"github.com/wlproj/wlproj/classify"
+	"github.com/wlproj/wlproj/outbox"
+	"github.com/wlproj/wlproj/projection"
+)
+
+// notifyChannel is the channel the insert trigger notifies.
+const notifyChannel = "outbox_events"
+
+// releaseTimeout bounds the drain's final write.
+const releaseTimeout = 5 * time.Second
+
+// Loop claims, projects and acks. One Loop serves one replica; Run is called
+// each time the replica becomes leader.
+type Loop struct {
+	cfg      Config
+	store    *outbox.Store
+	pool     *pgxpool.Pool
+	handlers projection.Registry
+	log      zerolog.Logger
+
+	mu       sync.Mutex
+	inflight map[int64]struct{}
+}
+
+// NewLoop validates cfg (after defaults) and builds a loop.
+func NewLoop(cfg Config, store *outbox.Store, handlers projection.Registry, log zerolog.Logger) (*Loop, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Loop{cfg: cfg, store: store, pool: store.Pool, handlers: handlers,
+		log: log.With().Str("component", "consume").Logger(), inflight: map[int64]struct{}{}}, nil
+}
+
+// Config returns the effective configuration.
+func (l *Loop) Config() Config { return l.cfg }
+
+// Run drains the outbox as leader of epoch until ctx is cancelled
+// (leadership lost: stop at once, write nothing more) or drain is closed
+// (shutdown: stop claiming, let in-flight bulks finish within the grace
+// period, put the rest back to pending without counting an attempt).
+func (l *Loop) Run(ctx context.Context, epoch int64, drain <-chan struct{}) {
+	wake := make(chan struct{}, 1)
+	listenCtx, stopListen := context.WithCancel(ctx)
+	defer stopListen()
+	go l.listen(listenCtx, wake)
+
+	workCtx, cancelWork := context.WithCancel(ctx)
+	defer cancelWork()
+	slots := make(chan struct{}, l.cfg.Concurrency)
+	var wg sync.WaitGroup
+	poll := time.NewTimer(0)
+	defer poll.Stop()
+
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		case <-drain:
+			l.drain(ctx, epoch, &wg, cancelWork)
+			return
+		}
+		events, err := l.store.Claim(ctx, epoch, l.cfg.BulkSize, l.cfg.Lease)
+		if err == nil && len(events) > 0 {
+			l.track(events)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-slots }()
+				l.process(workCtx, epoch, events)
+			}()
+			continue
+		}
+		<-slots
+		if err != nil && ctx.Err() == nil {
+			l.log.Error().Err(err).Msg("claim failed")
+		}
+		if !poll.Stop() {
+			select {
+			case <-poll.C:
+			default:
+			}
+		}
+		poll.Reset(l.cfg.PollInterval)
+		select {
+		case <-wake:
+		case <-poll.C:
+		case <-ctx.Done():
+		case <-drain:
+		}
+	}
+}
+
+func (l *Loop) drain(ctx context.Context, epoch int64, wg *sync.WaitGroup, cancelWork context.CancelFunc) {
+	l.log.Info().Dur("grace", l.cfg.ShutdownGrace).Msg("draining: stopped claiming")
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-ctx.Done():
+	case <-time.After(l.cfg.ShutdownGrace):
+		l.log.Warn().Msg("grace period over; cancelling in-flight bulks")
+	}
+	cancelWork()
+	<-finished
+	if ctx.Err() != nil {
+		return // not leader anymore: the next leader reclaims what is left
+	}
+	ids := l.untrackAll()
+	if len(ids) == 0 {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, releaseTimeout)
+	defer cancel()
+	released, err := l.store.Release(rctx, epoch, ids)
+	l.log.Info().Int("released", len(released)).Int("unfinished", len(ids)).Err(err).Msg("returned unfinished events to pending")
+}
+
+// listen turns NOTIFYs from the insert trigger into wake-ups; polling covers
+// the gaps while it reconnects.
+func (l *Loop) listen(ctx context.Context, wake chan<- struct{}) {
+	for ctx.Err() == nil {
+		err := func() error {
+			conn, err := l.pool.Acquire(ctx)
+			if err != nil {
+				return err
+			}
+			defer conn.Release()
+			if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
+				return err
+			}
+			// A connection that was LISTENing must not go back to the pool.
+			defer conn.Conn().Close(context.Background())
+			for {
+				if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
+					return err
+				}
+				select {
+				case wake <- struct{}{}:
+				default:
+				}
+			}
+		}()
+		if ctx.Err() != nil {
+			return
+		}
+		l.log.Warn().Err(err).Msg("listen failed; relying on polling until it reconnects")
+		select {
+		case <-ctx.Done():
+		case <-time.After(l.cfg.PollInterval):
+		}
+	}
+}
+
+func (l *Loop) track(events []outbox.Event) {
+	l.mu.Lock()
+	for _, e := range events {
+		l.inflight[e.ID] = struct{}{}
+	}
+	l.mu.Unlock()
+}
+
+func (l *Loop) untrack(ids []int64) {
+	l.mu.Lock()
+	for _, id := range ids {
+		delete(l.inflight, id)
+	}
+	l.mu.Unlock()
+}
+
+func (l *Loop) untrackAll() []int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ids := make([]int64, 0, len(l.inflight))
+	for id := range l.inflight {
+		ids = append(ids, id)
+	}
+	clear(l.inflight)
+	return ids
+}
+
+// BatchResult summarises one processed batch.
+type BatchResult struct {
+	Done, Superseded, Retried, Failed, Fenced int
+}
+
+// process projects one claimed batch and records every outcome.
+func (l *Loop) process(ctx context.Context, epoch int64, events []outbox.Event) BatchResult {
+	start := time.Now()
+	results := l.project(ctx, events)
+	if ctx.Err() != nil {
+		// Cancelled mid-flight: leadership lost or grace over. The rows stay
+		// tracked; the drain or the next leader puts them back.
+		return BatchResult{}
+	}
+
+	var res BatchResult
+	byID := make(map[int64]outbox.Event, len(events))
+	for _, e := range events {
+		byID[e.ID] = e
+	}
+	var doneIDs []int64
+	var failures []outbox.Failure
+	superseded := map[int64]bool{}
+	for _, r := range results {
+		ev := byID[r.ID]
+		if r.Err == nil {
+			doneIDs = append(doneIDs, r.ID)
+			superseded[r.ID] = r.Superseded
+			continue
+		}
+		ce := classify.Classify(r.Err)
+		f := outbox.Failure{ID: r.ID, Class: string(ce.Class), Reason: ce.Reason, Message: ce.Message}
+		f.Terminal = ce.Class == classify.Deterministic || ev.Attempts+1 >= l.cfg.MaxAttempts
+		if !f.Terminal {
+			f.RetryIn = Backoff(ev.Attempts, l.cfg.BaseBackoff, l.cfg.MaxBackoff, ce.RetryAfter)
+		}
+		failures = append(failures, f)
+	}
+
+	acked, err := l.store.AckDone(ctx, epoch, doneIDs)
+	if err != nil {
+		l.log.Error().Err(err).Int("events", len(doneIDs)).Msg("ack done failed; the lease will bring them back")
+	} else {
+		l.untrack(doneIDs)
+		for _, id := range doneIDs {
+			ev := byID[id]
+			secs, ok := acked[id]
+			if !ok {
+				res.Fenced++
+				continue
+			}
+			res.Done++
+			processedTotal(ev.Projection).Inc()
+			eventLatency.Observe(secs)
+			if superseded[id] {
+				res.Superseded++
+				supersededTotal.Inc()
+			}
+			if e := l.log.Debug(); e.Enabled() {
+				logEvent(e, ev, ev.Attempts).Float64("latency_ms", secs*1000).Bool("superseded", superseded[id]).Msg("event done")
+			}
+		}
+	}
+
+	changed, err := l.store.AckFailed(ctx, epoch, failures)
+	if err != nil {
+		l.log.Error().Err(err).Int("events", len(failures)).Msg("ack failed failed; the lease will bring them back")
+	} else {
+		ids := make([]int64, len(failures))
+		ok := make(map[int64]bool, len(changed))
+		for _, id := range changed {
+			ok[id] = true
+		}
+		for i, f := range failures {
+			ids[i] = f.ID
+			ev := byID[f.ID]
+			if !ok[f.ID] {
+				res.Fenced++
+				continue
+			}
+			failedTotal(ev.Projection, f.Reason).Inc()
+			if f.Terminal {
+				res.Failed++
+				terminalFailedTotal(ev.Projection, f.Reason).Inc()
+			} else {
+				res.Retried++
+				retryScheduledTotal(ev.Projection, f.Reason).Inc()
+			}
+			logEvent(l.log.Warn(), ev, ev.Attempts+1).
+				Str("error_class", f.Class).Str("error_reason", f.Reason).Str("error", f.Message).
+				Bool("terminal", f.Terminal).Dur("retry_in", f.RetryIn).
+				Float64("latency_ms", float64(time.Since(ev.CreatedAt).Microseconds())/1000).
+				Msg("event failed")
+		}
+		l.untrack(ids)
+	}
+
+	fencedAcksTotal.Add(res.Fenced)
+	elapsed := time.Since(start)
+	batchDuration.Observe(elapsed.Seconds())
+	l.log.Info().Int64("epoch", epoch).Int("events", len(events)).Int("done", res.Done).
+		Int("superseded", res.Superseded).Int("retried", res.Retried).Int("failed", res.Failed).
+		Int("fenced", res.Fenced).Float64("duration_ms", float64(elapsed.Microseconds())/1000).Msg("batch")
+	return res
+}
+
+// project groups the batch by projection and calls each handler once.
+// Every event gets exactly one result.
+func (l *Loop) project(ctx context.Context, events []outbox.Event) []projection.Result {
+	groups := map[string][]outbox.Event{}
+	var order []string
+	for _, e := range events {
+		if _, ok := groups[e.Projection]; !ok {
+			order = append(order, e.Projection)
+		}
+		groups[e.Projection] = append(groups[e.Projection], e)
+	}
+	results := make([]projection.Result, 0, len(events))
+	for _, name := range order {
+		group := groups[name]
+		h, ok := l.handlers[name]
+		if !ok {
+			err := classify.New(classify.UnknownProjection, fmt.Sprintf("no handler registered for projection %q", name))
+			for _, e := range group {
+				results = append(results, projection.Result{ID: e.ID, Err: err})
+			}
+			continue
+		}
+		results = append(results, complete(group, h.Handle(ctx, group))...)
+	}
+	return results
+}
+
+// complete guards against a handler that forgets an event: the missing ones
+// fail as unknown (transient) rather than sit in processing until the lease.
+func complete(group []outbox.Event, results []projection.Result) []projection.Result {
+	seen := make(map[int64]bool, len(results))
+	for _, r := range results {
+		seen[r.ID] = true
+	}
+	for _, e := range group {
+		if !seen[e.ID] {
+			results = append(results, projection.Result{ID: e.ID, Err: errors.New("handler returned no result for this event")})
+		}
+	}
+	return results
+}
+
+func logEvent(e *zerolog.Event, ev outbox.Event, attempts int) *zerolog.Event {
+	e = e.Int64("event_id", ev.ID).Str("projection", ev.Projection).Str("entity_type", ev.EntityType).
+		Str("entity_id", ev.EntityID).Str("op", ev.Op).Int("attempts", attempts)
+	if ev.EventVersion != nil {
+		e = e.Int64("event_version", *ev.EventVersion)
+	}
+	return e
+}

@@ -1,0 +1,62 @@
+package consume
+
+import (
+	"context"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/wlproj/wlproj/classify"
+	"github.com/wlproj/wlproj/outbox"
+)
+
+// Reclaimer returns stuck rows to pending: lease expired, processing longer
+// than MaxProcessing, or claimed under an earlier epoch. It runs once as
+// soon as a replica becomes leader, so rows the previous leader died with are
+// picked up at once rather than after their lease.
+type Reclaimer struct {
+	cfg   Config
+	store *outbox.Store
+	log   zerolog.Logger
+}
+
+// NewReclaimer builds a reclaimer; cfg should be the loop's effective config.
+func NewReclaimer(cfg Config, store *outbox.Store, log zerolog.Logger) *Reclaimer {
+	return &Reclaimer{cfg: cfg.WithDefaults(), store: store, log: log.With().Str("component", "reclaim").Logger()}
+}
+
+// Run reclaims every ReclaimInterval until ctx is cancelled or drain closes.
+func (r *Reclaimer) Run(ctx context.Context, epoch int64, drain <-chan struct{}) {
+	ticker := time.NewTicker(r.cfg.ReclaimInterval)
+	defer ticker.Stop()
+	for {
+		if _, err := r.runOnce(ctx, epoch); err != nil && ctx.Err() == nil {
+			r.log.Error().Err(err).Msg("reclaim failed")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-drain:
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+func (r *Reclaimer) runOnce(ctx context.Context, epoch int64) (outbox.ReclaimResult, error) {
+	res, err := r.store.Reclaim(ctx, epoch, r.cfg.MaxProcessing, r.cfg.MaxAttempts)
+	if err != nil {
+		return res, err
+	}
+	n := len(res.Pending) + len(res.Failed)
+	if n == 0 {
+		return res, nil
+	}
+	reclaimedTotal.Add(n)
+	for _, row := range res.Failed {
+		terminalFailedTotal(row.Projection, classify.Stuck).Inc()
+	}
+	r.log.Warn().Int64("epoch", epoch).Int("to_pending", len(res.Pending)).Int("to_failed", len(res.Failed)).
+		Msg("reclaimed stuck events")
+	return res, nil
+}

@@ -1,0 +1,7 @@
+// Package health serves what every replica, leader or standby, exposes:
+// /healthz (liveness: the main loop ticked recently), /readyz (readiness: not
+// draining, database reachable, and the engine reachable when required) and
+// /metrics (Prometheus text, lint-clean for promtool). It also refreshes the
+// outbox gauges from the database: every GaugeInterval on the leader, every
+// StandbyGaugeInterval on a standby.
+package health

@@ -1,0 +1,260 @@
+package health
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+
+	"github.com/wlproj/wlproj/leader"
+	"github.com/wlproj/wlproj/outbox"
+)
+
+const (
+	staleAfterDefault           = 10 * time.Second
+	checkTimeoutDefault         = 2 * time.Second
+	gaugeIntervalDefault        = 5 * time.Second
+	standbyGaugeIntervalDefault = 30 * time.Second
+)
+
+// Config configures the health server.
+type Config struct {
+	// Addr is the bind address (OUTBOX_HTTP_ADDR). Defaults to 127.0.0.1.
+	Addr string
+	// HTTPPort serves /healthz and /readyz (OUTBOX_HTTP_PORT). Required.
+	HTTPPort int
+	// MetricsPort serves /metrics (OUTBOX_METRICS_PORT); the same port as
+	// HTTPPort, or 0, serves everything on one listener. Defaults to HTTPPort.
+	MetricsPort int
+	// RequireES makes the engine part of readiness (OUTBOX_REQUIRE_ES_READY).
+	// Defaults to false.
+	RequireES bool
+	// StaleAfter is how old the last loop tick may be before /healthz fails.
+	// Defaults to 10s.
+	StaleAfter time.Duration
+	// CheckTimeout bounds each readiness probe. Defaults to 2s.
+	CheckTimeout time.Duration
+	// GaugeInterval is how often the leader refreshes the outbox gauges.
+	// Defaults to 5s.
+	GaugeInterval time.Duration
+	// StandbyGaugeInterval is the same on a standby. Defaults to 30s.
+	StandbyGaugeInterval time.Duration
+	// MaxProcessing is the stuck cap used for outbox_stuck_processing_events.
+	// Defaults to 300s.
+	MaxProcessing time.Duration
+}
+
+// Deps is what the server observes.
+type Deps struct {
+	Pool     *pgxpool.Pool
+	Elector  *leader.Elector
+	PingES   func(ctx context.Context) error
+	Draining *atomic.Bool
+	Log      zerolog.Logger
+}
+
+// Server is the replica's HTTP surface.
+type Server struct {
+	cfg       Config
+	deps      Deps
+	servers   []*http.Server
+	listeners []net.Listener
+	ready     *metrics.Gauge
+	gauges    struct{ lag, oldest, inflight, stuck *metrics.Gauge }
+}
+
+// New validates cfg and binds the listeners, so a port conflict fails fast.
+func New(cfg Config, deps Deps) (*Server, error) {
+	cfg.Addr = cmp.Or(cfg.Addr, "127.0.0.1")
+	cfg.MetricsPort = cmp.Or(cfg.MetricsPort, cfg.HTTPPort)
+	cfg.StaleAfter = cmp.Or(cfg.StaleAfter, staleAfterDefault)
+	cfg.CheckTimeout = cmp.Or(cfg.CheckTimeout, checkTimeoutDefault)
+	cfg.GaugeInterval = cmp.Or(cfg.GaugeInterval, gaugeIntervalDefault)
+	cfg.StandbyGaugeInterval = cmp.Or(cfg.StandbyGaugeInterval, standbyGaugeIntervalDefault)
+	cfg.MaxProcessing = cmp.Or(cfg.MaxProcessing, 300*time.Second)
+	for env, p := range map[string]int{"OUTBOX_HTTP_PORT": cfg.HTTPPort, "OUTBOX_METRICS_PORT": cfg.MetricsPort} {
+		if p < 1 || p > 65535 {
+			return nil, errors.New(env + "=" + strconv.Itoa(p) + " is out of range [1, 65535]")
+		}
+	}
+	s := &Server{cfg: cfg, deps: deps}
+	s.ready = metrics.NewGauge(`outbox_ready`, nil)
+	s.gauges.lag = metrics.NewGauge(`outbox_lag_events`, nil)
+	s.gauges.oldest = metrics.NewGauge(`outbox_oldest_age_seconds`, nil)
+	s.gauges.inflight = metrics.NewGauge(`outbox_inflight_events`, nil)
+	s.gauges.stuck = metrics.NewGauge(`outbox_stuck_processing_events`, nil)
+
+	api := http.NewServeMux()
+	api.HandleFunc("/healthz", s.healthz)
+	api.HandleFunc("/readyz", s.readyz)
+	if cfg.MetricsPort == cfg.HTTPPort {
+		api.HandleFunc("/metrics", serveMetrics)
+		return s, s.listen(api, cfg.HTTPPort)
+	}
+	m := http.NewServeMux()
+	m.HandleFunc("/metrics", serveMetrics)
+	if err := s.listen(api, cfg.HTTPPort); err != nil {
+		return nil, err
+	}
+	if err := s.listen(m, cfg.MetricsPort); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Server) listen(h http.Handler, port int) error {
+	ln, err := net.Listen("tcp", net.JoinHostPort(s.cfg.Addr, strconv.Itoa(port)))
+	if err != nil {
+		return err
+	}
+	s.listeners = append(s.listeners, ln)
+	s.servers = append(s.servers, &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second})
+	return nil
+}
+
+// Serve serves until Close; it also keeps the outbox gauges fresh until ctx ends.
+func (s *Server) Serve(ctx context.Context) {
+	for i, srv := range s.servers {
+		go func() { _ = srv.Serve(s.listeners[i]) }()
+	}
+	go s.refreshGauges(ctx)
+}
+
+// Close stops the listeners.
+func (s *Server) Close() {
+	for _, srv := range s.servers {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = srv.Shutdown(ctx)
+		cancel()
+	}
+}
+
+type body struct {
+	Status   string            `json:"status"`
+	Role     leader.Role       `json:"role"`
+	WorkerID string            `json:"worker_id"`
+	Epoch    int64             `json:"epoch"`
+	Checks   map[string]string `json:"checks,omitempty"`
+}
+
+func (s *Server) write(w http.ResponseWriter, ok bool, checks map[string]string) {
+	st := s.deps.Elector.State()
+	b := body{Status: "ok", Role: st.Role, WorkerID: st.WorkerID, Epoch: st.Epoch, Checks: checks}
+	code := http.StatusOK
+	if !ok {
+		b.Status, code = "fail", http.StatusServiceUnavailable
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(b)
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	age := time.Since(s.deps.Elector.LastTick())
+	ok := age <= s.cfg.StaleAfter
+	checks := map[string]string{"loop": "ok"}
+	if !ok {
+		checks["loop"] = "last tick " + age.Round(time.Millisecond).String() + " ago"
+	}
+	s.write(w, ok, checks)
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.CheckTimeout)
+	defer cancel()
+	checks, ok := s.readiness(ctx)
+	if ok {
+		s.ready.Set(1)
+	} else {
+		s.ready.Set(0)
+	}
+	s.write(w, ok, checks)
+}
+
+func (s *Server) readiness(ctx context.Context) (map[string]string, bool) {
+	checks := map[string]string{}
+	ok := true
+	fail := func(name, why string) { checks[name], ok = why, false }
+	if s.deps.Draining.Load() {
+		fail("draining", "shutting down")
+	} else {
+		checks["draining"] = "no"
+	}
+	if err := s.deps.Pool.Ping(ctx); err != nil {
+		fail("database", "unreachable: "+errText(err))
+	} else {
+		checks["database"] = "ok"
+	}
+	if s.cfg.RequireES {
+		if err := s.deps.PingES(ctx); err != nil {
+			fail("elasticsearch", "unreachable: "+errText(err))
+		} else {
+			checks["elasticsearch"] = "ok"
+		}
+	}
+	return checks, ok
+}
+
+// errText keeps probe errors short; pgx and net errors name host and port
+// but never the password.
+func errText(err error) string {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "timed out"
+	}
+	msg := err.Error()
+	if len(msg) > 200 {
+		msg = msg[:200]
+	}
+	return msg
+}
+
+func (s *Server) refreshGauges(ctx context.Context) {
+	for {
+		interval := s.cfg.StandbyGaugeInterval
+		if s.deps.Elector.State().Role == leader.RoleLeader {
+			interval = s.cfg.GaugeInterval
+		}
+		s.refreshOnce(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(interval):
+		}
+	}
+}
+
+func (s *Server) refreshOnce(ctx context.Context) {
+	qctx, cancel := context.WithTimeout(ctx, s.cfg.CheckTimeout)
+	defer cancel()
+	checks, ok := s.readiness(qctx)
+	_ = checks
+	if ok {
+		s.ready.Set(1)
+	} else {
+		s.ready.Set(0)
+	}
+	snap, err := outbox.TakeSnapshot(qctx, s.deps.Pool, s.cfg.MaxProcessing)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.deps.Log.Warn().Err(err).Msg("refresh outbox gauges")
+		}
+		return
+	}
+	s.gauges.lag.Set(float64(snap.Lag))
+	s.gauges.oldest.Set(snap.OldestPendingAge.Seconds())
+	s.gauges.inflight.Set(float64(snap.InFlight))
+	s.gauges.stuck.Set(float64(snap.Stuck))
+}
+
+// RefreshNow updates the gauges at once (tests and the drain use it).
+func (s *Server) RefreshNow(ctx context.Context) { s.refreshOnce(ctx) }

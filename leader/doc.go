@@ -1,0 +1,12 @@
+// Package leader elects the single active replica. Each replica holds a
+// dedicated connection (not from the pool) and waits on it in
+// pg_advisory_lock; Postgres grants the lock to the next waiter the moment the
+// holder's session ends, which is what makes failover after kill -9 take
+// milliseconds rather than a lease timeout.
+//
+// On winning, the replica increments the epoch in outbox_leader and uses it as
+// its fencing token: every claim and ack checks it, so a deposed leader's late
+// writes change nothing. The leader checks its lock connection every
+// CheckInterval; if the check fails it cancels its services at once and goes
+// back to standby.
+package leader

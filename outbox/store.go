@@ -1,0 +1,262 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// historyKeep bounds error_history: the newest entries are what triage needs.
+const historyKeep = 20
+
+// Store runs the leader's statements on the outbox. Owner and LeaderName are
+// fixed per replica; the epoch (fencing token) is passed per call because it
+// changes with every election.
+type Store struct {
+	Pool       *pgxpool.Pool
+	Owner      string
+	LeaderName string
+}
+
+// leaderGuard makes a statement a no-op unless $epoch is still the current
+// epoch of this leader name.
+const leaderGuard = `EXISTS (SELECT 1 FROM outbox_leader WHERE name = @leader AND epoch = @epoch)`
+
+const claimSQL = `
+UPDATE outbox_events e
+   SET status = 'processing', locked_by = @owner, claim_token = @epoch,
+       lease_until = now() + make_interval(secs => @lease_secs),
+       processing_started_at = now(), updated_at = now()
+ WHERE e.id IN (SELECT id FROM outbox_events
+                 WHERE status = 'pending' AND next_retry_at <= now()
+                 ORDER BY id LIMIT @limit
+                 FOR UPDATE SKIP LOCKED)
+   AND ` + leaderGuard + `
+RETURNING e.id, e.projection, e.entity_type, e.entity_id, e.op, e.event_version,
+          e.payload, e.scope_key, e.attempts, e.created_at`
+
+// Claim moves up to limit due pending rows, in id order, to processing under
+// this owner and epoch.
+func (s *Store) Claim(ctx context.Context, epoch int64, limit int, lease time.Duration) ([]Event, error) {
+	rows, err := s.Pool.Query(ctx, claimSQL, s.args(epoch, map[string]any{
+		"limit": limit, "lease_secs": lease.Seconds(),
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	defer rows.Close()
+	var events []Event
+	for rows.Next() {
+		var e Event
+		var payload []byte
+		if err := rows.Scan(&e.ID, &e.Projection, &e.EntityType, &e.EntityID, &e.Op, &e.EventVersion,
+			&payload, &e.ScopeKey, &e.Attempts, &e.CreatedAt); err != nil {
+			return nil, fmt.Errorf("claim: %w", err)
+		}
+		e.Payload = payload
+		events = append(events, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	slices.SortFunc(events, func(a, b Event) int { return int(a.ID - b.ID) })
+	return events, nil
+}
+
+const ackDoneSQL = `
+UPDATE outbox_events
+   SET status = 'done', processed_at = now(), updated_at = now(), lease_until = NULL
+ WHERE id = ANY(@ids) AND status = 'processing' AND locked_by = @owner AND claim_token = @epoch
+   AND ` + leaderGuard + `
+RETURNING id, extract(epoch FROM processed_at - created_at)`
+
+// AckDone marks rows done. It returns, per row actually changed, the seconds
+// from insert to ack; rows missing from the result failed the fencing guard.
+func (s *Store) AckDone(ctx context.Context, epoch int64, ids []int64) (map[int64]float64, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := s.Pool.Query(ctx, ackDoneSQL, s.args(epoch, map[string]any{"ids": ids}))
+	if err != nil {
+		return nil, fmt.Errorf("ack done: %w", err)
+	}
+	defer rows.Close()
+	acked := make(map[int64]float64, len(ids))
+	for rows.Next() {
+		var id int64
+		var secs float64
+		if err := rows.Scan(&id, &secs); err != nil {
+			return nil, fmt.Errorf("ack done: %w", err)
+		}
+		acked[id] = secs
+	}
+	return acked, rows.Err()
+}
+
+// Failure is how one event failed and what happens to it next.
+type Failure struct {
+	ID      int64
+	Class   string
+	Reason  string
+	Message string
+	// Terminal sends the row to failed; otherwise it goes back to pending
+	// and becomes due after RetryIn.
+	Terminal bool
+	RetryIn  time.Duration
+}
+
+const ackFailedSQL = `
+UPDATE outbox_events e
+   SET status = CASE WHEN u.terminal THEN 'failed' ELSE 'pending' END,
+       attempts = e.attempts + 1,
+       next_retry_at = now() + make_interval(secs => u.retry_secs),
+       error_class = u.class, error_reason = u.reason, last_error = u.message,
+       error_history = outbox_append_error(e.error_history, jsonb_build_object(
+           'at', now(), 'attempt', e.attempts + 1, 'class', u.class, 'reason', u.reason,
+           'error', u.message, 'worker', @owner::text, 'epoch', @epoch::bigint), @keep),
+       lease_until = NULL, processing_started_at = NULL, updated_at = now()
+  FROM unnest(@ids::bigint[], @terminal::bool[], @retry_secs::float8[], @class::text[],
+              @reason::text[], @message::text[]) AS u(id, terminal, retry_secs, class, reason, message)
+ WHERE e.id = u.id AND e.status = 'processing' AND e.locked_by = @owner AND e.claim_token = @epoch
+   AND ` + leaderGuard + `
+RETURNING e.id`
+
+// AckFailed records failures: retry (back to pending with backoff) or
+// terminal. Errors are appended to error_history, never overwritten there.
+// It returns the ids actually changed.
+func (s *Store) AckFailed(ctx context.Context, epoch int64, failures []Failure) ([]int64, error) {
+	if len(failures) == 0 {
+		return nil, nil
+	}
+	n := len(failures)
+	ids, terminal, retry := make([]int64, n), make([]bool, n), make([]float64, n)
+	class, reason, message := make([]string, n), make([]string, n), make([]string, n)
+	for i, f := range failures {
+		ids[i], terminal[i], retry[i] = f.ID, f.Terminal, f.RetryIn.Seconds()
+		class[i], reason[i], message[i] = f.Class, f.Reason, truncate(f.Message, 2000)
+	}
+	return s.ids(ctx, "ack failed", ackFailedSQL, s.args(epoch, map[string]any{
+		"ids": ids, "terminal": terminal, "retry_secs": retry, "class": class,
+		"reason": reason, "message": message, "keep": historyKeep,
+	}))
+}
+
+const releaseSQL = `
+UPDATE outbox_events
+   SET status = 'pending', next_retry_at = now(), lease_until = NULL,
+       processing_started_at = NULL, updated_at = now()
+ WHERE id = ANY(@ids) AND status = 'processing' AND locked_by = @owner AND claim_token = @epoch
+   AND ` + leaderGuard + `
+RETURNING id`
+
+// Release puts claimed rows back to pending without counting an attempt:
+// the graceful drain uses it for work it did not finish.
+func (s *Store) Release(ctx context.Context, epoch int64, ids []int64) ([]int64, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	return s.ids(ctx, "release", releaseSQL, s.args(epoch, map[string]any{"ids": ids}))
+}
+
+const reclaimSQL = `
+UPDATE outbox_events e
+   SET status = CASE WHEN e.attempts + 1 >= @max_attempts THEN 'failed' ELSE 'pending' END,
+       attempts = e.attempts + 1,
+       next_retry_at = now(),
+       error_class = CASE WHEN e.attempts + 1 >= @max_attempts THEN 'transient' ELSE e.error_class END,
+       error_reason = CASE WHEN e.attempts + 1 >= @max_attempts THEN 'stuck' ELSE e.error_reason END,
+       last_error = CASE WHEN e.attempts + 1 >= @max_attempts
+                         THEN 'stuck in processing until attempts ran out' ELSE e.last_error END,
+       error_history = outbox_append_error(e.error_history, jsonb_build_object(
+           'at', now(), 'attempt', e.attempts + 1, 'event', 'stuck_reclaimed',
+           'why', CASE WHEN e.claim_token < @epoch THEN 'claimed by an earlier leader'
+                       WHEN e.lease_until < now() THEN 'lease expired'
+                       ELSE 'processing longer than max_processing_seconds' END,
+           'worker', e.locked_by, 'epoch', e.claim_token, 'reclaimed_by', @owner::text), @keep),
+       lease_until = NULL, processing_started_at = NULL, updated_at = now()
+ WHERE e.status = 'processing'
+   AND (e.lease_until < now()
+        OR e.processing_started_at < now() - make_interval(secs => @max_processing_secs)
+        OR e.claim_token < @epoch)
+   AND ` + leaderGuard + `
+RETURNING e.id, e.projection, e.status`
+
+// Row names one changed row.
+type Row struct {
+	ID         int64
+	Projection string
+}
+
+// ReclaimResult lists what Reclaim did.
+type ReclaimResult struct {
+	Pending []Row
+	Failed  []Row
+}
+
+// Reclaim returns stuck rows to pending with one more attempt, or to failed
+// with reason stuck once attempts run out. Stuck means: lease expired,
+// processing longer than maxProcessing, or claimed under an older epoch (the
+// previous leader died with them in flight).
+func (s *Store) Reclaim(ctx context.Context, epoch int64, maxProcessing time.Duration, maxAttempts int) (ReclaimResult, error) {
+	rows, err := s.Pool.Query(ctx, reclaimSQL, s.args(epoch, map[string]any{
+		"max_attempts": maxAttempts, "max_processing_secs": maxProcessing.Seconds(), "keep": historyKeep,
+	}))
+	if err != nil {
+		return ReclaimResult{}, fmt.Errorf("reclaim: %w", err)
+	}
+	defer rows.Close()
+	var res ReclaimResult
+	for rows.Next() {
+		var r Row
+		var status string
+		if err := rows.Scan(&r.ID, &r.Projection, &status); err != nil {
+			return res, fmt.Errorf("reclaim: %w", err)
+		}
+		if status == "failed" {
+			res.Failed = append(res.Failed, r)
+		} else {
+			res.Pending = append(res.Pending, r)
+		}
+	}
+	return res, rows.Err()
+}
+
+func (s *Store) args(epoch int64, extra map[string]any) pgx.NamedArgs {
+	a := pgx.NamedArgs{"owner": s.Owner, "epoch": epoch, "leader": s.LeaderName}
+	for k, v := range extra {
+		a[k] = v
+	}
+	return a
+}
+
+func (s *Store) ids(ctx context.Context, what, sql string, args pgx.NamedArgs) ([]int64, error) {
+	rows, err := s.Pool.Query(ctx, sql, args)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	defer rows.Close()
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
