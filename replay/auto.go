@@ -1,0 +1,188 @@
+package replay
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
+
+	"github.com/wlproj/wlproj/classify"
+)
+
+const (
+	perMinuteDefault  = 60
+	intervalDefault   = 10 * time.Second
+	maxReplaysDefault = 3
+)
+
+// autoWhy is the audit reason of every auto-replay.
+const autoWhy = "auto-replay of transient failures while the engine is healthy"
+
+var autoReplayed = metrics.GetOrCreateCounter(`outbox_replayed_total{by="auto"}`)
+
+// AutoReplayerConfig configures an AutoReplayer.
+type AutoReplayerConfig struct {
+	// PerMinute is the most rows revived in any 60 seconds, counted from the
+	// audit table so a new leader inherits its predecessor's spend.
+	// Defaults to 60.
+	PerMinute int
+	// Interval is how often the service looks for rows to revive. Defaults to 10s.
+	Interval time.Duration
+	// MaxReplays leaves a row alone once its replay_count reaches it, so a
+	// row that keeps failing after recovery ends up with a person instead of
+	// churning forever. Defaults to 3.
+	MaxReplays int
+}
+
+func (c AutoReplayerConfig) withDefaults() AutoReplayerConfig {
+	c.PerMinute = cmp.Or(c.PerMinute, perMinuteDefault)
+	c.Interval = cmp.Or(c.Interval, intervalDefault)
+	c.MaxReplays = cmp.Or(c.MaxReplays, maxReplaysDefault)
+	return c
+}
+
+func (c AutoReplayerConfig) validate() error {
+	switch {
+	case c.PerMinute < 0:
+		return fmt.Errorf("OUTBOX_AUTO_REPLAY_PER_MINUTE must be positive, got %d", c.PerMinute)
+	case c.Interval < 0:
+		return fmt.Errorf("OUTBOX_AUTO_REPLAY_INTERVAL_SECONDS must be positive, got %s", c.Interval)
+	case c.MaxReplays < 0:
+		return fmt.Errorf("OUTBOX_AUTO_REPLAY_MAX_REPLAYS must be positive, got %d", c.MaxReplays)
+	}
+	return nil
+}
+
+// AutoReplayer is the leader's service that revives transient failures
+// (classify.AutoReplayable) while the engine is healthy, oldest failure
+// first, at most PerMinute rows a minute, each batch audited as by "auto".
+type AutoReplayer struct {
+	db      Beginner
+	cfg     AutoReplayerConfig
+	healthy func(context.Context) bool
+	log     zerolog.Logger
+	// replayed is the process-wide counter; tests swap in their own.
+	replayed *metrics.Counter
+}
+
+// NewAutoReplayer returns the service, or an error naming the env var of an
+// invalid config field. healthy reports whether the engine the revived rows
+// will hit is up.
+func NewAutoReplayer(db Beginner, cfg AutoReplayerConfig, healthy func(context.Context) bool, logger zerolog.Logger) (*AutoReplayer, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if healthy == nil {
+		return nil, errors.New("auto-replay needs an engine health check")
+	}
+	return &AutoReplayer{
+		db: db, cfg: cfg, healthy: healthy, replayed: autoReplayed,
+		log: logger.With().Str("service", "auto_replay").Logger(),
+	}, nil
+}
+
+// Run revives rows every Interval until ctx is done.
+func (a *AutoReplayer) Run(ctx context.Context) {
+	ticker := time.NewTicker(a.cfg.Interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			res, err := a.runOnce(ctx)
+			switch {
+			case err != nil && ctx.Err() == nil:
+				a.log.Warn().Err(err).Msg("auto-replay failed")
+			case len(res.Revived) > 0:
+				a.log.Info().Int("count", len(res.Revived)).Str("ids", FormatIDs(res.Revived)).
+					Int64("audit_id", res.AuditID).Int("budget", res.Budget).Msg("auto-replayed transient failures")
+			}
+		}
+	}
+}
+
+// autoResult is what one runOnce did.
+type autoResult struct {
+	// Healthy is false when the engine check failed and nothing was tried.
+	Healthy bool
+	// Budget is what was left of the per-minute allowance before this run.
+	Budget  int
+	Revived []int64
+	AuditID int64
+}
+
+// Serialises runOnce across replicas, so a deposed and a new leader briefly
+// running together cannot both spend the same budget. The two-key form
+// cannot collide with the leader's one-bigint lock key.
+const autoLockSQL = `SELECT pg_advisory_xact_lock(hashtext('wlproj.outbox'), hashtext('auto_replay'))`
+
+const autoSpentSQL = `
+SELECT coalesce(sum(event_count), 0) FROM outbox_replay_audit
+ WHERE replayed_by = $1 AND replayed_at > now() - interval '1 minute'`
+
+// Oldest failure first. SKIP LOCKED: a row an operator is replaying right
+// now is theirs.
+const autoSelectSQL = `
+SELECT id FROM outbox_events
+ WHERE status = 'failed' AND error_reason = ANY($1) AND replay_count < $2
+ ORDER BY updated_at, id
+ LIMIT $3
+ FOR UPDATE SKIP LOCKED`
+
+func (a *AutoReplayer) runOnce(ctx context.Context) (autoResult, error) {
+	var res autoResult
+	if !a.healthy(ctx) {
+		return res, nil
+	}
+	res.Healthy = true
+
+	tx, err := a.db.Begin(ctx)
+	if err != nil {
+		return res, fmt.Errorf("auto-replay: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	if _, err := tx.Exec(ctx, autoLockSQL); err != nil {
+		return res, fmt.Errorf("auto-replay: lock: %w", err)
+	}
+	var spent int
+	if err := tx.QueryRow(ctx, autoSpentSQL, AutoBy).Scan(&spent); err != nil {
+		return res, fmt.Errorf("auto-replay: budget: %w", err)
+	}
+	res.Budget = max(a.cfg.PerMinute-spent, 0)
+	if res.Budget == 0 {
+		return res, nil
+	}
+	rows, err := tx.Query(ctx, autoSelectSQL, classify.AutoReplayable, a.cfg.MaxReplays, res.Budget)
+	if err != nil {
+		return res, fmt.Errorf("auto-replay: select: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return res, fmt.Errorf("auto-replay: select: %w", err)
+	}
+	if len(ids) == 0 {
+		return res, nil
+	}
+	slices.Sort(ids)
+	selector := map[string]any{
+		"auto": true, "reasons": classify.AutoReplayable, "limit": res.Budget, "max_replays": a.cfg.MaxReplays,
+	}
+	auditID, _, err := revive(ctx, tx, ids, AutoBy, autoWhy, false, selector)
+	if err != nil {
+		return res, fmt.Errorf("auto-%w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return res, fmt.Errorf("auto-replay: commit: %w", err)
+	}
+	res.Revived, res.AuditID = ids, auditID
+	a.replayed.Add(len(ids))
+	return res, nil
+}

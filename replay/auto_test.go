@@ -1,0 +1,183 @@
+package replay
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+)
+
+func newAuto(t *testing.T, b bundle, cfg AutoReplayerConfig, healthy *bool) *AutoReplayer {
+	t.Helper()
+	a, err := NewAutoReplayer(b.db.Pool, cfg, func(context.Context) bool { return *healthy }, zerolog.Nop())
+	require.NoError(t, err)
+	return a
+}
+
+// passMinute ages the auto audit rows, as if a minute went by.
+func (b bundle) passMinute(t *testing.T) {
+	t.Helper()
+	b.exec(t, `UPDATE outbox_replay_audit SET replayed_at = replayed_at - interval '61 seconds'`)
+}
+
+func TestAutoReplayRate(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.insert(t, 8)
+	// Oldest failure first: id[4] failed longest ago.
+	b.fail(t, "timeout", 10*time.Minute, id[0])
+	b.fail(t, "server_error", 20*time.Minute, id[1])
+	b.fail(t, "rate_limited", 30*time.Minute, id[2])
+	b.fail(t, "connection", 40*time.Minute, id[3])
+	b.fail(t, "timeout", 50*time.Minute, id[4])
+	healthy := true
+	a := newAuto(t, b, AutoReplayerConfig{PerMinute: 2}, &healthy)
+	a.replayed = metrics.NewSet().NewCounter(`outbox_replayed_total{by="auto"}`)
+
+	res, err := a.runOnce(b.ctx)
+	require.NoError(t, err)
+	require.True(t, res.Healthy)
+	require.Equal(t, 2, res.Budget)
+	require.Equal(t, []int64{id[3], id[4]}, res.Revived)
+
+	// Same minute: the budget is spent.
+	res, err = a.runOnce(b.ctx)
+	require.NoError(t, err)
+	require.Zero(t, res.Budget)
+	require.Empty(t, res.Revived)
+
+	// A second replica (a new leader) shares the budget: it is in the audit table.
+	other := newAuto(t, b, AutoReplayerConfig{PerMinute: 2}, &healthy)
+	res, err = other.runOnce(b.ctx)
+	require.NoError(t, err)
+	require.Empty(t, res.Revived)
+
+	b.passMinute(t)
+	res, err = a.runOnce(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, []int64{id[1], id[2]}, res.Revived)
+
+	require.Equal(t, []string{"failed", "pending", "pending", "pending", "pending"}, b.statuses(t, id[:5]...))
+	require.EqualValues(t, 4, a.replayed.Get())
+
+	// One audit row per run that revived something, by auto.
+	rows, err := b.db.Pool.Query(b.ctx, `SELECT replayed_by, event_count, event_ids FROM outbox_replay_audit ORDER BY id`)
+	require.NoError(t, err)
+	var got [][]int64
+	for rows.Next() {
+		var by string
+		var n int
+		var ids []int64
+		require.NoError(t, rows.Scan(&by, &n, &ids))
+		require.Equal(t, "auto", by)
+		require.Equal(t, len(ids), n)
+		got = append(got, ids)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, [][]int64{{id[3], id[4]}, {id[1], id[2]}}, got)
+	require.Equal(t, "auto", b.row(t, id[1]).History[1]["by"])
+}
+
+func TestAutoReplayNeverTouchesDeterministic(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.insert(t, 7)
+	b.fail(t, "mapping_error", time.Hour, id[0])
+	b.fail(t, "parse_error", time.Hour, id[1])
+	b.fail(t, "payload_invalid", time.Hour, id[2])
+	b.fail(t, "client_error", time.Hour, id[3])
+	b.fail(t, "unknown_projection", time.Hour, id[4])
+	b.fail(t, "stuck", time.Hour, id[5]) // transient, but a person should look at it
+	b.fail(t, "timeout", time.Minute, id[6])
+	healthy := true
+	a := newAuto(t, b, AutoReplayerConfig{PerMinute: 100}, &healthy)
+
+	res, err := a.runOnce(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, []int64{id[6]}, res.Revived)
+	for _, i := range id[:6] {
+		require.Equal(t, "failed", b.row(t, i).Status)
+	}
+}
+
+func TestAutoReplayWaitsForHealthyEngine(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.insert(t, 2)
+	b.fail(t, "server_error", time.Hour, id...)
+	healthy := false
+	a := newAuto(t, b, AutoReplayerConfig{}, &healthy)
+
+	res, err := a.runOnce(b.ctx)
+	require.NoError(t, err)
+	require.False(t, res.Healthy)
+	require.Empty(t, res.Revived)
+	require.Equal(t, []string{"failed", "failed"}, b.statuses(t, id...))
+	require.Zero(t, b.audits(t))
+
+	healthy = true
+	res, err = a.runOnce(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, id, res.Revived)
+}
+
+func TestAutoReplayStopsAfterMaxReplays(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.insert(t, 2)
+	b.fail(t, "timeout", time.Hour, id...)
+	b.exec(t, `UPDATE outbox_events SET replay_count = 2 WHERE id = $1`, id[0])
+	healthy := true
+	a := newAuto(t, b, AutoReplayerConfig{MaxReplays: 2}, &healthy)
+
+	res, err := a.runOnce(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, []int64{id[1]}, res.Revived)
+	require.Equal(t, "failed", b.row(t, id[0]).Status)
+}
+
+func TestAutoReplayerConfig(t *testing.T) {
+	t.Parallel()
+	ok := func(context.Context) bool { return true }
+	a, err := NewAutoReplayer(nil, AutoReplayerConfig{}, ok, zerolog.Nop())
+	require.NoError(t, err)
+	require.Equal(t, AutoReplayerConfig{PerMinute: 60, Interval: 10 * time.Second, MaxReplays: 3}, a.cfg)
+
+	_, err = NewAutoReplayer(nil, AutoReplayerConfig{PerMinute: -1}, ok, zerolog.Nop())
+	require.ErrorContains(t, err, "OUTBOX_AUTO_REPLAY_PER_MINUTE")
+	_, err = NewAutoReplayer(nil, AutoReplayerConfig{Interval: -time.Second}, ok, zerolog.Nop())
+	require.ErrorContains(t, err, "OUTBOX_AUTO_REPLAY_INTERVAL_SECONDS")
+	_, err = NewAutoReplayer(nil, AutoReplayerConfig{MaxReplays: -1}, ok, zerolog.Nop())
+	require.ErrorContains(t, err, "OUTBOX_AUTO_REPLAY_MAX_REPLAYS")
+	_, err = NewAutoReplayer(nil, AutoReplayerConfig{}, nil, zerolog.Nop())
+	require.Error(t, err)
+}
+
+func TestAutoReplayRunStopsWithContext(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.insert(t, 1)
+	b.fail(t, "timeout", time.Hour, id...)
+	healthy := true
+	a := newAuto(t, b, AutoReplayerConfig{Interval: 10 * time.Millisecond}, &healthy)
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		a.Run(ctx)
+	}()
+	require.Eventually(t, func() bool {
+		var status string
+		_ = b.db.Pool.QueryRow(b.ctx, `SELECT status FROM outbox_events WHERE id = $1`, id[0]).Scan(&status)
+		return status == "pending"
+	}, 5*time.Second, 10*time.Millisecond)
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+}

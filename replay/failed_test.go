@@ -1,0 +1,155 @@
+package replay
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wlproj/wlproj/internal/testenv"
+)
+
+type bundle struct {
+	db  testenv.DB
+	ctx context.Context
+}
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	return bundle{db: testenv.NewDatabase(t), ctx: context.Background()}
+}
+
+// insert adds n pending rows and returns their ids.
+func (b bundle) insert(t *testing.T, n int) []int64 {
+	t.Helper()
+	rows, err := b.db.Pool.Query(b.ctx, `
+		INSERT INTO outbox_events (entity_type, entity_id, op, scope_key)
+		SELECT 'book', 'b' || g, 'upsert', 'lib-' || (g % 2) FROM generate_series(1, $1) g
+		RETURNING id`, n)
+	require.NoError(t, err)
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		require.NoError(t, rows.Scan(&id))
+		ids = append(ids, id)
+	}
+	require.NoError(t, rows.Err())
+	return ids
+}
+
+// fail marks ids failed with reason, failed ago in the past, the way the
+// daemon's terminal ack leaves them.
+func (b bundle) fail(t *testing.T, reason string, ago time.Duration, ids ...int64) {
+	t.Helper()
+	_, err := b.db.Pool.Exec(b.ctx, `
+		UPDATE outbox_events
+		   SET status = 'failed', attempts = 5, error_reason = $2,
+		       error_class = CASE WHEN $2 IN ('mapping_error', 'parse_error', 'payload_invalid') THEN 'deterministic' ELSE 'transient' END,
+		       last_error = 'boom: ' || $2 || repeat('x', 400),
+		       error_history = jsonb_build_array(jsonb_build_object('reason', $2)),
+		       locked_by = 'w1', claim_token = 3,
+		       updated_at = now() - make_interval(secs => $3)
+		 WHERE id = ANY($1)`, ids, reason, ago.Seconds())
+	require.NoError(t, err)
+}
+
+func (b bundle) exec(t *testing.T, sql string, args ...any) {
+	t.Helper()
+	_, err := b.db.Pool.Exec(b.ctx, sql, args...)
+	require.NoError(t, err)
+}
+
+func (b bundle) count(t *testing.T, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.db.Pool.QueryRow(b.ctx, sql, args...).Scan(&n))
+	return n
+}
+
+func ids(events []FailedEvent) []int64 {
+	out := make([]int64, len(events))
+	for i, e := range events {
+		out[i] = e.ID
+	}
+	return out
+}
+
+func TestListFilters(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.insert(t, 8)
+	b.fail(t, "timeout", time.Hour, id[0], id[1])
+	b.fail(t, "mapping_error", 2*time.Hour, id[2], id[3])
+	b.fail(t, "server_error", 48*time.Hour, id[4])
+	b.exec(t, `UPDATE outbox_events SET projection = 'chronicle', entity_type = 'block' WHERE id = $1`, id[3])
+	b.exec(t, `UPDATE outbox_events SET status = 'done' WHERE id = $1`, id[5])
+
+	all, err := List(b.ctx, b.db.Pool, Filter{})
+	require.NoError(t, err)
+	require.Equal(t, []int64{id[1], id[0], id[3], id[2], id[4]}, ids(all), "newest failure first")
+	e := all[0]
+	require.Equal(t, "search", e.Projection)
+	require.Equal(t, "book", e.EntityType)
+	require.Equal(t, "b2", e.EntityID)
+	require.Equal(t, "upsert", e.Op)
+	require.Equal(t, 5, e.Attempts)
+	require.Equal(t, "timeout", e.ErrorReason)
+	require.Equal(t, "transient", e.ErrorClass)
+	require.True(t, strings.HasPrefix(e.LastError, "boom: timeout"))
+	require.Len(t, e.LastError, 300, "a snippet, not the whole error")
+	require.Equal(t, "lib-0", e.ScopeKey)
+	require.WithinDuration(t, time.Now().Add(-time.Hour), e.UpdatedAt, time.Minute)
+
+	for name, tc := range map[string]struct {
+		f    Filter
+		want []int64
+	}{
+		"reason":      {Filter{Reason: "mapping_error"}, []int64{id[3], id[2]}},
+		"projection":  {Filter{Projection: "chronicle"}, []int64{id[3]}},
+		"entity type": {Filter{EntityType: "block"}, []int64{id[3]}},
+		"scope key":   {Filter{ScopeKey: "lib-1"}, []int64{id[0], id[2], id[4]}},
+		"since":       {Filter{Since: time.Now().Add(-3 * time.Hour)}, []int64{id[1], id[0], id[3], id[2]}},
+		"until":       {Filter{Until: time.Now().Add(-3 * time.Hour)}, []int64{id[4]}},
+		"window":      {Filter{Since: time.Now().Add(-150 * time.Minute), Until: time.Now().Add(-90 * time.Minute)}, []int64{id[3], id[2]}},
+		"and":         {Filter{Reason: "mapping_error", Projection: "search"}, []int64{id[2]}},
+		"limit":       {Filter{Limit: 2}, []int64{id[1], id[0]}},
+		"none":        {Filter{Reason: "parse_error"}, []int64{}},
+	} {
+		got, err := List(b.ctx, b.db.Pool, tc.f)
+		require.NoError(t, err, name)
+		require.Equal(t, tc.want, ids(got), name)
+	}
+
+	_, err = List(b.ctx, b.db.Pool, Filter{Limit: -1})
+	require.ErrorContains(t, err, "--limit")
+}
+
+func TestStats(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.insert(t, 6)
+	b.fail(t, "timeout", time.Hour, id[0])
+	b.fail(t, "timeout", 3*time.Hour, id[1])
+	b.fail(t, "timeout", 2*time.Hour, id[2])
+	b.fail(t, "mapping_error", time.Minute, id[3])
+	b.exec(t, `UPDATE outbox_events SET projection = 'chronicle' WHERE id = $1`, id[3])
+
+	stats, err := Stats(b.ctx, b.db.Pool, Filter{})
+	require.NoError(t, err)
+	require.Len(t, stats, 2)
+	require.Equal(t, "search", stats[0].Projection)
+	require.Equal(t, "timeout", stats[0].Reason)
+	require.Equal(t, "transient", stats[0].Class)
+	require.EqualValues(t, 3, stats[0].Count)
+	require.WithinDuration(t, time.Now().Add(-3*time.Hour), stats[0].Oldest, time.Minute)
+	require.WithinDuration(t, time.Now().Add(-time.Hour), stats[0].Newest, time.Minute)
+	require.Equal(t, Stat{Projection: "chronicle", Reason: "mapping_error", Class: "deterministic", Count: 1,
+		Oldest: stats[1].Oldest, Newest: stats[1].Oldest}, stats[1])
+
+	stats, err = Stats(b.ctx, b.db.Pool, Filter{Since: time.Now().Add(-90 * time.Minute)})
+	require.NoError(t, err)
+	require.Len(t, stats, 2)
+	require.EqualValues(t, 1, stats[0].Count)
+}
