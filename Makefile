@@ -27,6 +27,9 @@ test:
 test-go:
 	@set -a; . .stack/env; set +a; $(GO) test $(GOTEST_FLAGS) ./...
 
+demo:
+	@scripts/demo.sh
+
 lint:
 	@fmt=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$fmt" ]; then echo "gofmt needed:"; echo "$$fmt"; exit 1; fi
 	$(GO) vet ./...

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# make demo: the main job on an embedded local setup. Brings the stack up,
+# migrates, creates a strict index, loads a writing app's workload, starts two
+# replicas, shows the leader draining the backlog, kills it with kill -9,
+# shows the takeover, and ends with counts by status and the failed rows.
+# Ctrl-C stops everything it started.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+
+say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+started_stack=0
+pids=()
+cleanup() {
+  trap - EXIT INT TERM
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  if [ "$started_stack" = 1 ] && [ -z "${DEMO_KEEP_STACK:-}" ]; then scripts/stack.sh down; fi
+}
+trap cleanup EXIT
+trap 'echo; echo "demo: interrupted"; exit 130' INT TERM
+
+say "1. stack: Postgres + Elasticsearch on loopback"
+if ! scripts/stack.sh status >/dev/null 2>&1; then scripts/stack.sh up; started_stack=1; fi
+# shellcheck disable=SC1091
+. .stack/env
+PSQL="${STACK_PG_BINDIR:-/usr/lib/postgresql/15/bin}/psql"
+command -v "$PSQL" >/dev/null || PSQL=psql
+DB=wlproj_demo
+INDEX=wlproj-demo
+"$PSQL" -q "$DATABASE_URL" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB"
+export DATABASE_URL="${DATABASE_URL%/*}/$DB?sslmode=disable"
+sql() { "$PSQL" -X -q "$DATABASE_URL" "$@"; }
+
+say "2. build and migrate (guarded: --expect-db $DB)"
+make -s build
+bin/wlproj migrate --expect-db "$DB"
+
+say "3. index $INDEX with the strict mapping in testdata/mapping.json"
+curl -s -XDELETE "$ELASTIC_URL/$INDEX?ignore_unavailable=true" >/dev/null
+curl -sf -XPUT "$ELASTIC_URL/$INDEX" -H 'Content-Type: application/json' --data-binary @testdata/mapping.json; echo
+
+say "4. load the workload (testdata/demo_workload.sql): books and blocks, several versions each, a few bad payloads"
+sql -v round=1 -f testdata/demo_workload.sql
+sql -c "SELECT entity_type, op, count(*) FROM outbox_events GROUP BY 1, 2 ORDER BY 1, 2"
+
+say "5. two replicas, a and b (logs in .stack/demo-a.log, .stack/demo-b.log)"
+export ELASTIC_INDEX=$INDEX OUTBOX_LEADER_NAME=demo OUTBOX_BULK_SIZE=200 OUTBOX_CONCURRENCY=1 \
+  OUTBOX_BASE_BACKOFF_SECONDS=0.5 OUTBOX_MAX_BACKOFF_SECONDS=2 OUTBOX_MAX_ATTEMPTS=3 LOG_LEVEL=info
+port_a=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port_b=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+declare -A port=([a]=$port_a [b]=$port_b) pid=()
+start() {
+  OUTBOX_WORKER_ID=$1 OUTBOX_HTTP_PORT=${port[$1]} bin/wlproj run >>".stack/demo-$1.log" 2>&1 &
+  pid[$1]=$!; pids+=($!)
+}
+: >.stack/demo-a.log; : >.stack/demo-b.log
+start a; start b
+role() { curl -s "http://127.0.0.1:${port[$1]}/healthz" | python3 -c 'import json,sys; print(json.load(sys.stdin)["role"])' 2>/dev/null || echo down; }
+leader=""
+for _ in $(seq 1 100); do
+  for r in a b; do [ "$(role $r)" = leader ] && leader=$r; done
+  [ -n "$leader" ] && break; sleep 0.1
+done
+[ -n "$leader" ] || { echo "no leader came up"; tail -20 .stack/demo-*.log; exit 1; }
+standby=$([ "$leader" = a ] && echo b || echo a)
+
+say "6. $leader leads, $standby stands by; the backlog drains"
+echo "a: $(curl -s "http://127.0.0.1:$port_a/healthz")"
+echo "b: $(curl -s "http://127.0.0.1:$port_b/healthz")"
+backlog() { sql -At -c "SELECT count(*) FILTER (WHERE status IN ('pending','processing')) || ' left, ' || count(*) FILTER (WHERE status = 'done') || ' done, ' || count(*) FILTER (WHERE status = 'failed') || ' failed' FROM outbox_events"; }
+sql -v round=2 -f testdata/demo_workload.sql
+for _ in 1 2 3; do echo "  backlog: $(backlog)"; sleep 0.3; done
+
+say "7. kill -9 $leader (pid ${pid[$leader]}) mid-stream"
+kill -9 "${pid[$leader]}"
+t0=$(date +%s.%N)
+for _ in $(seq 1 200); do [ "$(role $standby)" = leader ] && break; sleep 0.02; done
+t1=$(date +%s.%N)
+printf '  %s took over in %.2f s: %s\n' "$standby" "$(python3 -c "print($t1 - $t0)")" "$(curl -s "http://127.0.0.1:${port[$standby]}/healthz")"
+grep -h '"became leader"' ".stack/demo-$standby.log" | tail -1
+start "$leader"
+echo "  $leader restarted as standby: $(sleep 0.5; role "$leader")"
+for _ in $(seq 1 300); do
+  left=$(sql -At -c "SELECT count(*) FROM outbox_events WHERE status IN ('pending','processing')")
+  echo "  backlog: $(backlog)"
+  [ "$left" = 0 ] && break; sleep 0.5
+done
+
+say "8. result"
+sql -c "SELECT status, count(*) FROM outbox_events GROUP BY 1 ORDER BY 1"
+sql -c "SELECT id, projection, entity_type, entity_id, attempts, error_reason, left(last_error, 70) AS last_error FROM outbox_events WHERE status = 'failed' ORDER BY id"
+sql -c "SELECT holder, epoch, acquired_at FROM outbox_leader"
+echo "documents in $INDEX: $(curl -s "$ELASTIC_URL/$INDEX/_count" | python3 -c 'import json,sys; print(json.load(sys.stdin)["count"])')"
+echo
+bin/wlproj failed stats
+echo
+bin/wlproj status
+echo
+echo "Next: runbook.md (DATABASE_URL=$DATABASE_URL, ELASTIC_URL=$ELASTIC_URL)."
+[ "$started_stack" = 1 ] && [ -z "${DEMO_KEEP_STACK:-}" ] && echo "(the stack goes down now; DEMO_KEEP_STACK=1 keeps it up)"
+exit 0

@@ -1,0 +1,50 @@
+-- A writing app's outbox traffic: libraries → bookshelves → books → blocks.
+-- Every book and block is written several times (event_version grows), rows
+-- arrive out of order, a few blocks are deleted, and a handful of events are
+-- bad on purpose. psql variable: round (1, 2, ...) shifts versions so a second
+-- load supersedes the first.
+\set ON_ERROR_STOP on
+\if :{?round}
+\else
+\set round 1
+\endif
+
+INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload, scope_key)
+SELECT 'book', b.id, 'upsert', (:round - 1) * 3 + v,
+       jsonb_build_object('kind', 'book', 'title', 'Book ' || b.id || ' draft ' || ((:round - 1) * 3 + v),
+                          'author', 'author-' || (b.n % 17), 'library_id', b.lib, 'bookshelf_id', b.shelf,
+                          'tags', jsonb_build_array('fiction', 'draft'), 'word_count', 1000 * v,
+                          'updated_at', now()),
+       b.lib
+  FROM (SELECT 'lib' || l || '-shelf' || s || '-book' || k AS id, 'lib' || l AS lib,
+               'lib' || l || '-shelf' || s AS shelf, k AS n
+          FROM generate_series(1, 3) l, generate_series(1, 4) s, generate_series(1, 10) k) b,
+       generate_series(1, 3) v
+ ORDER BY random();
+
+INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload, scope_key)
+SELECT 'block', bl.id, 'upsert', (:round - 1) * 3 + v,
+       jsonb_build_object('kind', 'block', 'book_id', bl.book, 'library_id', bl.lib, 'position', bl.pos,
+                          'body', 'Paragraph ' || bl.pos || ' revision ' || ((:round - 1) * 3 + v) || '. '
+                                  || repeat('The quick brown fox jumps over the lazy dog. ', 18),
+                          'updated_at', now()),
+       bl.lib
+  FROM (SELECT 'lib' || l || '-shelf' || s || '-book' || k || '-block' || p AS id,
+               'lib' || l || '-shelf' || s || '-book' || k AS book, 'lib' || l AS lib, p AS pos
+          FROM generate_series(1, 3) l, generate_series(1, 4) s, generate_series(1, 10) k,
+               generate_series(1, 30) p) bl,
+       generate_series(1, 3) v
+ ORDER BY random();
+
+-- Some blocks are deleted after their last edit.
+INSERT INTO outbox_events (entity_type, entity_id, op, event_version, scope_key)
+SELECT 'block', 'lib1-shelf1-book' || k || '-block' || p, 'delete', :round * 3 + 1, 'lib1'
+  FROM generate_series(1, 10) k, generate_series(1, 3) p;
+
+-- Bad on purpose: each ends failed with its reason, and holds up nothing.
+INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload, scope_key) VALUES
+  ('book', 'bad-strict-' || :round, 'upsert', 1, '{"kind": "book", "title": "x", "colour": "red"}', 'lib2'),
+  ('block', 'bad-type-' || :round, 'upsert', 1, '{"kind": "block", "position": "third"}', 'lib2'),
+  ('block', 'bad-array-' || :round, 'upsert', 1, '["not", "an", "object"]', 'lib3');
+INSERT INTO outbox_events (projection, entity_type, entity_id, op, event_version, payload, scope_key) VALUES
+  ('chronicle', 'book', 'lib1-shelf1-book1', 'upsert', 1, '{"event": "opened"}', 'lib1');
