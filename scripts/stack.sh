@@ -70,6 +70,7 @@ ensure_postgres() {
 ensure_java() {
   command -v java >/dev/null || apt_install openjdk-17-jre-headless
   command -v mvn >/dev/null || apt_install maven
+  command -v unzip >/dev/null || apt_install unzip
 }
 
 # The distribution is fetched through Maven (so ~/.m2 caches the zip) and
@@ -144,6 +145,8 @@ start_es() {
 }
 
 up() {
+  command -v curl >/dev/null || apt_install curl
+  command -v python3 >/dev/null || apt_install python3
   if is_up; then log "already up ($ENV_FILE)"; return; fi
   [ -f "$ENV_FILE" ] && down
   ensure_user
