@@ -30,6 +30,25 @@ test-go:
 demo:
 	@scripts/demo.sh
 
+# Benchmarks (not tests): BENCH_SMOKE=1 runs every step on tiny sizes; the
+# smoke mode also runs inside `make test` (bench/bench_test.go).
+BENCH_OUT ?= bench/results.json
+bench:
+	@started=0; \
+	if ! $(STACK) status >/dev/null 2>&1; then $(STACK) up || exit 1; started=1; fi; \
+	rc=0; (set -a; . .stack/env; set +a; BENCH_OUT=$(BENCH_OUT) BENCH_SMOKE=$(BENCH_SMOKE) $(GO) run ./bench $(BENCH_FLAGS)) || rc=$$?; \
+	if [ $$started = 1 ]; then $(STACK) down; fi; \
+	exit $$rc
+
+# Unattended failover drill on the real stack; writes drill/report.json.
+drill:
+	@scripts/tools.sh
+	@started=0; \
+	if ! $(STACK) status >/dev/null 2>&1; then $(STACK) up || exit 1; started=1; fi; \
+	rc=0; (set -a; . .stack/env; set +a; $(GO) run ./drill $(DRILL_FLAGS)) || rc=$$?; \
+	if [ $$started = 1 ]; then $(STACK) down; fi; \
+	exit $$rc
+
 lint:
 	@fmt=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$fmt" ]; then echo "gofmt needed:"; echo "$$fmt"; exit 1; fi
 	$(GO) vet ./...

@@ -51,7 +51,7 @@ type runCmd struct {
 	MaxAttempts            int     `help:"Attempts before a transient failure becomes terminal [1, 1000]." env:"OUTBOX_MAX_ATTEMPTS" default:"10"`
 	BaseBackoffSeconds     float64 `help:"First retry delay [0.01, 3600]." env:"OUTBOX_BASE_BACKOFF_SECONDS" default:"1"`
 	MaxBackoffSeconds      float64 `help:"Retry delay cap [0.01, 86400]." env:"OUTBOX_MAX_BACKOFF_SECONDS" default:"300"`
-	ShutdownGraceSeconds   float64 `help:"How long SIGTERM lets in-flight bulks finish [0, 600]." env:"OUTBOX_SHUTDOWN_GRACE_SECONDS" default:"20"`
+	ShutdownGraceSeconds   float64 `help:"How long SIGTERM lets in-flight bulks finish [1, 600]." env:"OUTBOX_SHUTDOWN_GRACE_SECONDS" default:"20"`
 	MaxPayloadBytes        int     `help:"Largest upsert payload accepted; larger ones fail as payload_invalid." env:"OUTBOX_MAX_PAYLOAD_BYTES" default:"1048576"`
 
 	LeaderCheckIntervalSeconds float64 `help:"How often the leader verifies its lock connection [0.05, 10]." env:"OUTBOX_LEADER_CHECK_INTERVAL_SECONDS" default:"0.25"`
@@ -100,13 +100,15 @@ func (c *runCmd) Validate() error {
 		{"OUTBOX_HTTP_PORT", float64(c.HTTPPort), 1, 65535},
 		{"OUTBOX_METRICS_PORT", float64(c.MetricsPort), 0, 65535},
 		{"ELASTIC_TIMEOUT_SECONDS", c.ElasticTimeout, 0.1, 600},
-		{"OUTBOX_SHUTDOWN_GRACE_SECONDS", c.ShutdownGraceSeconds, 0, 600},
+		{"OUTBOX_SHUTDOWN_GRACE_SECONDS", c.ShutdownGraceSeconds, 1, 600},
 	} {
 		if r.v < r.min || r.v > r.max {
 			return fmt.Errorf("%s=%g is out of range [%g, %g]", r.env, r.v, r.min, r.max)
 		}
 	}
-	return c.consumeConfig().WithDefaults().Validate()
+	// No defaults here: kong already applied the flag defaults, so a zero is
+	// the operator's value and must be refused, not replaced.
+	return c.consumeConfig().Validate()
 }
 
 func (c *runCmd) Run(g *globals) error {

@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -32,4 +34,25 @@ func TestMigrateGuardExitsNonZero(t *testing.T) {
 	code = run([]string{"migrate", "--database-url", db.URL, "--expect-db", db.Name}, &stdout, &stderr)
 	require.Zero(t, code, stderr.String())
 	require.True(t, strings.Contains(stdout.String(), "applied"), stdout.String())
+}
+
+func TestRunRejectsOutOfRangeSettings(t *testing.T) {
+	t.Parallel()
+	for env, value := range map[string]string{
+		"OUTBOX_BULK_SIZE":              "0",
+		"OUTBOX_CONCURRENCY":            "65",
+		"OUTBOX_LEASE_SECONDS":          "0.5",
+		"OUTBOX_MAX_ATTEMPTS":           "0",
+		"OUTBOX_SHUTDOWN_GRACE_SECONDS": "0",
+		"OUTBOX_HTTP_PORT":              "70000",
+		"OUTBOX_TCP_KEEPALIVES_COUNT":   "0",
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, testenv.Binary(t), "run")
+		cmd.Env = append(cmd.Environ(), "DATABASE_URL=postgres://127.0.0.1:1/none", env+"="+value)
+		out, err := cmd.CombinedOutput()
+		require.Error(t, err, "%s=%s must be refused", env, value)
+		require.Contains(t, string(out), env, "the error names the variable")
+	}
 }

@@ -97,7 +97,7 @@ func (c Config) Validate() error {
 		{"OUTBOX_MAX_PROCESSING_SECONDS", c.MaxProcessing, time.Second, 24 * time.Hour},
 		{"OUTBOX_BASE_BACKOFF_SECONDS", c.BaseBackoff, 10 * time.Millisecond, time.Hour},
 		{"OUTBOX_MAX_BACKOFF_SECONDS", c.MaxBackoff, 10 * time.Millisecond, 24 * time.Hour},
-		{"OUTBOX_SHUTDOWN_GRACE_SECONDS", c.ShutdownGrace, 0, 10 * time.Minute},
+		{"OUTBOX_SHUTDOWN_GRACE_SECONDS", c.ShutdownGrace, time.Second, 10 * time.Minute},
 	} {
 		if r.v < r.min || r.v > r.max {
 			return fmt.Errorf("%s=%g is out of range [%g, %g]", r.env, r.v.Seconds(), r.min.Seconds(), r.max.Seconds())

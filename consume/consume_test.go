@@ -136,7 +136,7 @@ func TestDrainReturnsUnfinishedWithoutAnAttempt(t *testing.T) {
 		return projection.Result{Err: ctx.Err()}
 	})
 	b.exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) SELECT 'book', g::text, 'upsert' FROM generate_series(1, 10) g`)
-	stop := start(t, b, Config{ShutdownGrace: 100 * time.Millisecond, PollInterval: 20 * time.Millisecond}, projection.Registry{"search": h})
+	stop := start(t, b, Config{ShutdownGrace: time.Second, PollInterval: 20 * time.Millisecond}, projection.Registry{"search": h})
 	<-entered
 	require.Equal(t, 10, b.count(t, `status = 'processing'`))
 
