@@ -41,6 +41,10 @@ var reasonClass = map[string]Class{
 	Stuck:             Transient,
 }
 
+// Reasons lists every reason in a stable order.
+var Reasons = []string{RateLimited, ServerError, Timeout, Connection, MappingError, ParseError,
+	PayloadInvalid, UnknownProjection, ClientError, Unknown, Stuck}
+
 // ClassOf returns the class of a reason; unknown reasons are transient.
 func ClassOf(reason string) Class {
 	if c, ok := reasonClass[reason]; ok {

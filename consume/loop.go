@@ -40,6 +40,11 @@ func NewLoop(cfg Config, store *outbox.Store, handlers projection.Registry, log 
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	names := make([]string, 0, len(handlers))
+	for name := range handlers {
+		names = append(names, name)
+	}
+	initCounters(names)
 	return &Loop{cfg: cfg, store: store, pool: store.Pool, handlers: handlers,
 		log: log.With().Str("component", "consume").Logger(), inflight: map[int64]struct{}{}}, nil
 }

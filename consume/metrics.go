@@ -5,6 +5,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/wlproj/wlproj/classify"
 	"github.com/wlproj/wlproj/internal/promhist"
 )
 
@@ -16,6 +17,21 @@ var (
 	eventLatency    = promhist.New(`outbox_event_latency_seconds`, []float64{
 		0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600})
 )
+
+// initCounters creates every labelled series at zero, so that increase()
+// and rate() see the first failure of a kind instead of a new series.
+func initCounters(projections []string) {
+	for _, p := range projections {
+		processedTotal(p)
+		for _, r := range classify.Reasons {
+			failedTotal(p, r)
+			terminalFailedTotal(p, r)
+			if classify.ClassOf(r) == classify.Transient {
+				retryScheduledTotal(p, r)
+			}
+		}
+	}
+}
 
 func processedTotal(projection string) *metrics.Counter {
 	return metrics.GetOrCreateCounter(fmt.Sprintf(`outbox_processed_total{projection=%q}`, projection))
