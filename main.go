@@ -27,8 +27,6 @@ type exitError struct {
 func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
-var errNotImplemented = errors.New("not implemented yet")
-
 type globals struct {
 	LogFormat string `help:"Log format." enum:"json,console" default:"json" env:"LOG_FORMAT"`
 	LogLevel  string `help:"Log level." enum:"debug,info,warn,error" default:"info" env:"LOG_LEVEL"`
