@@ -1,0 +1,129 @@
+-- Least-privilege roles for wlproj, applied by a superuser (or the database
+-- owner) with psql:
+--
+--   psql -X -v ON_ERROR_STOP=1 -v dbname=app \
+--        -v owner_password="$OWNER_PW" -v runtime_password="$RUNTIME_PW" \
+--        -f deploy/sql/roles.sql "postgres://postgres@db-host/app"
+--
+-- Variables:
+--   dbname            required; must be the database psql is connected to
+--   owner_role        defaults to wlproj_owner: owns the outbox objects and
+--                     applies migrations (wlproj migrate)
+--   runtime_role      defaults to wlproj_runtime: what `wlproj run` logs in as
+--   owner_password    optional; unset leaves the role's password as it is
+--   runtime_password  optional; likewise
+--
+-- The script is idempotent and declarative: every run resets the runtime
+-- role's table privileges to the list below. Run it once before the first
+-- migration (so the owner can create the schema) and again after every
+-- migration (so new objects get their grants), or only after migrating as
+-- an admin: it then hands the outbox objects over to the owner role.
+--
+-- The runtime role gets no DDL: it owns nothing, cannot create in the schema
+-- or the database, and may update only the lifecycle columns of
+-- outbox_events (producers write the event columns). Its TEMPORARY privilege
+-- comes from PUBLIC's default on the database; that is left alone because
+-- the outbox lives in the application's database.
+
+\set ON_ERROR_STOP on
+\set QUIET on
+
+\if :{?dbname}
+\else
+  \warn 'roles.sql: set -v dbname=<database> (the database this connection is on)'
+  DO $$ BEGIN RAISE EXCEPTION 'roles.sql: dbname is not set'; END $$;
+\endif
+\if :{?owner_role}
+\else
+  \set owner_role wlproj_owner
+\endif
+\if :{?runtime_role}
+\else
+  \set runtime_role wlproj_runtime
+\endif
+
+-- The same guard as wlproj migrate --expect-db: a wrong connection string
+-- must not hand somebody else's database to these roles.
+SELECT format('DO $x$ BEGIN RAISE EXCEPTION %L; END $x$',
+              format('roles.sql: connected to database %s, but dbname is %s; nothing was changed',
+                     current_database(), :'dbname'))
+ WHERE current_database() <> :'dbname' \gexec
+SELECT format('DO $x$ BEGIN RAISE EXCEPTION %L; END $x$',
+              'roles.sql: owner_role and runtime_role must differ')
+ WHERE :'owner_role' = :'runtime_role' \gexec
+
+BEGIN;
+
+-- Roles are cluster-wide; create them once, then pin their attributes.
+SELECT format('CREATE ROLE %I', r)
+  FROM unnest(ARRAY[:'owner_role', :'runtime_role']) AS r
+ WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = r) \gexec
+ALTER ROLE :"owner_role" WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS;
+ALTER ROLE :"runtime_role" WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS NOINHERIT;
+\if :{?owner_password}
+  ALTER ROLE :"owner_role" PASSWORD :'owner_password';
+\endif
+\if :{?runtime_password}
+  ALTER ROLE :"runtime_role" PASSWORD :'runtime_password';
+\endif
+-- Membership in the owner role would give the runtime role DDL through SET ROLE.
+SELECT format('REVOKE %I FROM %I', :'owner_role', :'runtime_role')
+ WHERE pg_has_role(:'runtime_role', :'owner_role', 'MEMBER') \gexec
+
+GRANT CONNECT, TEMPORARY ON DATABASE :"dbname" TO :"owner_role";
+GRANT CONNECT ON DATABASE :"dbname" TO :"runtime_role";
+
+-- Postgres 15 already revokes CREATE on public from PUBLIC; older versions
+-- let every role create tables there.
+REVOKE CREATE ON SCHEMA public FROM PUBLIC;
+GRANT USAGE, CREATE ON SCHEMA public TO :"owner_role";
+GRANT USAGE ON SCHEMA public TO :"runtime_role";
+
+-- Objects an admin migrated go to the owner role, which migrates from now on.
+-- ALTER TABLE carries the table's indexes, trigger and serial sequences along.
+SELECT format('ALTER TABLE %s OWNER TO %I', c.oid::regclass, :'owner_role')
+  FROM pg_class c
+ WHERE c.oid IN (to_regclass('public.outbox_events'), to_regclass('public.outbox_leader'),
+                 to_regclass('public.outbox_replay_audit'), to_regclass('public.goose_db_version'))
+   AND c.relowner <> (SELECT oid FROM pg_roles WHERE rolname = :'owner_role') \gexec
+SELECT format('ALTER FUNCTION %s OWNER TO %I', p.oid::regprocedure, :'owner_role')
+  FROM pg_proc p
+ WHERE p.oid IN (to_regprocedure('public.outbox_append_error(jsonb, jsonb, integer)'),
+                 to_regprocedure('public.outbox_events_notify()'))
+   AND p.proowner <> (SELECT oid FROM pg_roles WHERE rolname = :'owner_role') \gexec
+
+SELECT to_regclass('public.outbox_events') IS NOT NULL
+   AND to_regclass('public.outbox_leader') IS NOT NULL
+   AND to_regclass('public.outbox_replay_audit') IS NOT NULL
+   AND to_regprocedure('public.outbox_append_error(jsonb, jsonb, integer)') IS NOT NULL AS have_outbox \gset
+\if :have_outbox
+  -- Start from nothing so that a privilege dropped from this list is also
+  -- dropped from the database on the next run.
+  REVOKE ALL ON public.outbox_events, public.outbox_leader, public.outbox_replay_audit FROM :"runtime_role";
+  SELECT format('REVOKE ALL ON SEQUENCE %s FROM %I', s, :'runtime_role')
+    FROM unnest(ARRAY[pg_get_serial_sequence('public.outbox_events', 'id'),
+                      pg_get_serial_sequence('public.outbox_replay_audit', 'id')]) AS s \gexec
+
+  -- Claim, ack, retry, reclaim, release and replay read the rows and change
+  -- only the lifecycle columns.
+  GRANT SELECT ON public.outbox_events TO :"runtime_role";
+  GRANT UPDATE (status, attempts, next_retry_at, locked_by, lease_until, processing_started_at,
+                claim_token, processed_at, error_class, error_reason, last_error, error_history,
+                replay_count, updated_at)
+     ON public.outbox_events TO :"runtime_role";
+  -- The elector upserts its row to bump the epoch (the fencing token).
+  GRANT SELECT, INSERT, UPDATE ON public.outbox_leader TO :"runtime_role";
+  -- Auto-replay writes an audit row per replay, and reads them for its budget.
+  GRANT SELECT, INSERT ON public.outbox_replay_audit TO :"runtime_role";
+  SELECT format('GRANT USAGE ON SEQUENCE %s TO %I',
+                pg_get_serial_sequence('public.outbox_replay_audit', 'id'), :'runtime_role') \gexec
+  -- Functions are executable by PUBLIC by default; keep the history helper
+  -- to the roles that write history. The trigger function needs no grant:
+  -- triggers fire whatever the inserting role may execute.
+  REVOKE EXECUTE ON FUNCTION public.outbox_append_error(jsonb, jsonb, integer) FROM PUBLIC;
+  GRANT EXECUTE ON FUNCTION public.outbox_append_error(jsonb, jsonb, integer) TO :"runtime_role";
+\else
+  \echo 'roles.sql: no outbox tables yet; migrate as role' :owner_role 'and run this script again'
+\endif
+
+COMMIT;

@@ -1,0 +1,281 @@
+// Package sql holds the least-privilege SQL for wlproj's roles; its test
+// applies roles.sql with psql, as an operator would, and checks what each
+// role can and cannot do.
+package sql
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wlproj/wlproj/internal/replica"
+	"github.com/wlproj/wlproj/internal/testenv"
+	"github.com/wlproj/wlproj/internal/verify"
+	"github.com/wlproj/wlproj/migrations"
+	"github.com/wlproj/wlproj/replay"
+)
+
+const insufficientPrivilege = "42501"
+
+type bundle struct {
+	db         testenv.DB
+	owner      string
+	runtime    string
+	ownerURL   string
+	runtimeURL string
+}
+
+// setup creates two roles with unique names (roles are cluster-wide and
+// tests run in parallel) and a fresh database, and drops all three at the end.
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	suffix := testenv.UniqueName("")
+	b := &bundle{owner: "wlproj_owner_t_" + suffix, runtime: "wlproj_runtime_t_" + suffix}
+	admin := testenv.AdminDatabaseURL(t)
+	// Registered before the database, so it runs after the database is
+	// dropped: a role that still owns objects cannot be dropped.
+	t.Cleanup(func() {
+		ctx := context.Background()
+		conn, err := pgx.Connect(ctx, admin)
+		if err != nil {
+			t.Logf("drop roles: %v", err)
+			return
+		}
+		defer conn.Close(ctx)
+		for _, r := range []string{b.runtime, b.owner} {
+			if _, err := conn.Exec(ctx, "DROP ROLE IF EXISTS "+pgx.Identifier{r}.Sanitize()); err != nil {
+				t.Logf("drop role %s: %v", r, err)
+			}
+		}
+	})
+	b.db = testenv.NewEmptyDatabase(t)
+	b.ownerURL = roleURL(t, b.db.URL, b.owner, "owner-pw")
+	b.runtimeURL = roleURL(t, b.db.URL, b.runtime, "runtime-pw")
+	return b
+}
+
+func roleURL(t *testing.T, dbURL, role, password string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	u.User = url.UserPassword(role, password)
+	return u.String()
+}
+
+func psqlPath(t *testing.T) string {
+	if dir := testenv.StackEnv(t)["STACK_PG_BINDIR"]; dir != "" {
+		if p := filepath.Join(dir, "psql"); fileExists(p) {
+			return p
+		}
+	}
+	p, err := exec.LookPath("psql")
+	require.NoError(t, err, "psql is needed to apply roles.sql")
+	return p
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// applyRoles runs roles.sql exactly as the header of the file says, as the
+// admin connected to the test database.
+func (b *bundle) applyRoles(t *testing.T, dbname string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(psqlPath(t), "-X", "-v", "ON_ERROR_STOP=1",
+		"-v", "dbname="+dbname, "-v", "owner_role="+b.owner, "-v", "runtime_role="+b.runtime,
+		"-v", "owner_password=owner-pw", "-v", "runtime_password=runtime-pw",
+		"-f", "roles.sql", b.db.URL)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func (b *bundle) mustApplyRoles(t *testing.T) {
+	t.Helper()
+	out, err := b.applyRoles(t, b.db.Name)
+	require.NoError(t, err, out)
+}
+
+func TestRolesBeforeFirstMigration(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.mustApplyRoles(t)
+	// The owner can apply the schema itself, with no superuser involved.
+	_, err := migrations.Up(context.Background(), b.ownerURL, migrations.Expect{Database: b.db.Name})
+	require.NoError(t, err)
+	b.mustApplyRoles(t)
+	b.mustApplyRoles(t) // idempotent
+	b.check(t)
+}
+
+func TestRolesAfterAdminMigration(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := migrations.Up(context.Background(), b.db.URL, migrations.Expect{Database: b.db.Name})
+	require.NoError(t, err)
+	b.mustApplyRoles(t)
+	// From now on the owner migrates: a re-run finds goose's table its own.
+	_, err = migrations.Up(context.Background(), b.ownerURL, migrations.Expect{Database: b.db.Name})
+	require.NoError(t, err)
+	b.check(t)
+}
+
+func TestRolesRefuseAnotherDatabase(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	out, err := b.applyRoles(t, "not_"+b.db.Name)
+	require.Error(t, err)
+	require.Contains(t, out, "nothing was changed")
+	var n int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM pg_roles WHERE rolname IN ($1, $2)`, b.owner, b.runtime).Scan(&n))
+	require.Zero(t, n)
+}
+
+// check proves the split: the owner owns the outbox, the runtime role drains
+// it as a real replica would and can change nothing else.
+func (b *bundle) check(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	var tableOwner, funcOwner string
+	var hasPassword, superuser bool
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `
+		SELECT pg_get_userbyid(c.relowner), pg_get_userbyid(p.proowner),
+		       a.rolpassword IS NOT NULL, a.rolsuper
+		  FROM pg_class c, pg_proc p, pg_authid a
+		 WHERE c.oid = 'outbox_events'::regclass
+		   AND p.oid = 'outbox_append_error(jsonb, jsonb, integer)'::regprocedure
+		   AND a.rolname = $1`, b.runtime).Scan(&tableOwner, &funcOwner, &hasPassword, &superuser))
+	require.Equal(t, b.owner, tableOwner)
+	require.Equal(t, b.owner, funcOwner)
+	require.True(t, hasPassword, "runtime_password was applied")
+	require.False(t, superuser)
+
+	b.drainAsRuntime(t)
+
+	conn, err := pgx.Connect(ctx, b.runtimeURL)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var user string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT current_user`).Scan(&user))
+	require.Equal(t, b.runtime, user)
+	for _, stmt := range []string{
+		`DROP TABLE outbox_events`,
+		`ALTER TABLE outbox_events ADD COLUMN pwned int`,
+		`ALTER TABLE outbox_events DROP CONSTRAINT outbox_events_status_check`,
+		`ALTER TABLE outbox_events DISABLE TRIGGER outbox_events_notify`,
+		`TRUNCATE outbox_events`,
+		`DELETE FROM outbox_events`,
+		`INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', 'x', 'upsert')`,
+		`UPDATE outbox_events SET payload = '{}'`,
+		`UPDATE outbox_events SET entity_id = 'x'`,
+		`CREATE TABLE pwned (id int)`,
+		`CREATE TABLE public.pwned (id int)`,
+		`CREATE SCHEMA pwned`,
+		`CREATE INDEX pwned ON outbox_events (id)`,
+		`DROP TABLE outbox_leader`,
+		`TRUNCATE outbox_leader`,
+		`DELETE FROM outbox_leader`,
+		`TRUNCATE outbox_replay_audit`,
+		`UPDATE outbox_replay_audit SET reason = 'rewritten'`,
+		`DELETE FROM outbox_replay_audit`,
+		`DROP FUNCTION outbox_append_error(jsonb, jsonb, integer)`,
+		`CREATE OR REPLACE FUNCTION outbox_append_error(history jsonb, entry jsonb, keep integer) RETURNS jsonb LANGUAGE sql AS 'SELECT history'`,
+		`DROP TRIGGER outbox_events_notify ON outbox_events`,
+		`SELECT * FROM goose_db_version`,
+		`SET ROLE ` + pgx.Identifier{b.owner}.Sanitize(),
+	} {
+		_, err := conn.Exec(ctx, stmt)
+		var pgErr *pgconn.PgError
+		require.True(t, errors.As(err, &pgErr), "%s: want insufficient_privilege, got %v", stmt, err)
+		require.Equal(t, insufficientPrivilege, pgErr.Code, "%s: %s", stmt, pgErr.Message)
+	}
+}
+
+// drainAsRuntime runs the real binary as the runtime role: it takes the lock,
+// bumps the epoch, claims, acks done and failed (outbox_append_error); then
+// a replay as the runtime role writes an audit row, as auto-replay does.
+func (b *bundle) drainAsRuntime(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	index := testenv.NewIndexName(t)
+	mapping, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), "testdata", "mapping.json"))
+	require.NoError(t, err)
+	req, _ := http.NewRequest(http.MethodPut, testenv.ElasticURL(t)+"/"+index, strings.NewReader(string(mapping)))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	// Producers are not the runtime role: the admin writes the events.
+	_, err = b.db.Pool.Exec(ctx, `
+		INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload)
+		SELECT 'book', e::text, 'upsert', v, jsonb_build_object('kind', 'book', 'title', 'Book ' || e || ' v' || v)
+		  FROM generate_series(1, 5) e, generate_series(1, 4) v`)
+	require.NoError(t, err)
+	var bad int64
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `
+		INSERT INTO outbox_events (entity_type, entity_id, op, payload) VALUES ('book', 'bad', 'upsert', '[1]')
+		RETURNING id`).Scan(&bad))
+
+	r, err := replica.Start(testenv.Binary(t), "rt", []string{
+		"DATABASE_URL=" + b.runtimeURL, "ELASTIC_URL=" + testenv.ElasticURL(t), "ELASTIC_INDEX=" + index,
+		"OUTBOX_LEADER_NAME=" + index, "OUTBOX_POLL_INTERVAL_SECONDS=0.2", "LOG_LEVEL=info",
+	}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		r.Stop(10 * time.Second)
+		if t.Failed() {
+			t.Logf("replica logs:\n%s", r.Logs())
+		}
+	})
+	hctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	require.NoError(t, r.WaitHealthy(hctx))
+
+	settled := func() bool {
+		var n int
+		require.NoError(t, b.db.Pool.QueryRow(ctx,
+			`SELECT count(*) FROM outbox_events WHERE status IN ('pending', 'processing')`).Scan(&n))
+		return n == 0
+	}
+	testenv.Eventually(t, 30*time.Second, "the runtime role drains the outbox", settled)
+	var done, failed int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `
+		SELECT count(*) FILTER (WHERE status = 'done' AND locked_by = 'rt'),
+		       count(*) FILTER (WHERE status = 'failed' AND error_reason = 'payload_invalid'
+		                        AND jsonb_array_length(error_history) = 1)
+		  FROM outbox_events`).Scan(&done, &failed))
+	require.Equal(t, 20, done)
+	require.Equal(t, 1, failed)
+	require.NotContains(t, r.Logs(), "permission denied")
+
+	pool, err := pgxpool.New(ctx, b.runtimeURL)
+	require.NoError(t, err)
+	defer pool.Close()
+	rep, err := replay.Replay(ctx, pool, replay.Request{IDs: []int64{bad}, By: "roles-test", Why: "prove the grants"})
+	require.NoError(t, err)
+	require.NotZero(t, rep.AuditID)
+	testenv.Eventually(t, 30*time.Second, "the replayed event fails again", settled)
+
+	// Stop before verifying, so the replica's graceful exit (release of the
+	// lock as the runtime role) is part of what passes.
+	require.NoError(t, r.Signal(syscall.SIGTERM))
+	code, err := r.ExitCode(15 * time.Second)
+	require.NoError(t, err)
+	require.Zero(t, code, r.Logs())
+	vr, err := verify.Check(ctx, b.db.Pool, testenv.ElasticURL(t), index)
+	require.NoError(t, err)
+	require.True(t, vr.OK(), vr.String())
+}

@@ -1,0 +1,107 @@
+// Command drill is wlproj's unattended failover drill: two real replicas
+// drain an outbox fed at a steady rate while the drill kills, cuts and
+// restarts what they depend on, then checks that nothing was lost.
+//
+// Usage:
+//
+//	make drill                                   # the defaults, at most 5 minutes
+//	make drill DRILL_FLAGS='-kills 2 -outage 20s' # smaller
+//	go run ./drill -h                            # every flag
+//
+// The drill runs against the local stack (`make drill` sources .stack/env):
+// DATABASE_URL must name a superuser; ELASTIC_URL the engine; STACK_PG_DATA,
+// STACK_PG_BINDIR, STACK_RUN_USER and STACK_RUN_DIR say how to restart
+// Postgres (pg_ctl restart -m fast, as the stack's user). With
+// -pg-restart=false those four are not needed and Postgres is left alone.
+//
+// Setup: a database of its own, migrated by the admin; deploy/sql/roles.sql
+// applied with role names of its own; an index from testdata/mapping.json;
+// replicas a and b logged in as the runtime role, each through its own TCP
+// proxy to Postgres, both through one HTTP fault proxy to the engine. A
+// producer inserts -rate events per second as the admin: upserts (and a few
+// deletes) of -entities books, each with increasing versions.
+//
+// Scenarios, in order:
+//
+//  1. kill-9: -kills times, kill -9 the leader, restart it as a standby.
+//  2. engine-down: the fault proxy refuses connections for -outage.
+//  3. postgres-restart: pg_ctl restart -m fast; the replicas reconnect alone.
+//  4. network-cut: the leader's proxy blackholes (no FIN, no RST); after the
+//     keepalive window it resets the server side, as Postgres' keepalive
+//     would; then the path is restored.
+//  5. rolling-sigterm: SIGTERM the standby then the leader, each restarted
+//     and back as standby before the next; each must exit 0.
+//
+// Then the producer stops, the outbox drains, and internal/verify checks that
+// every event is done with its document at the newest version, or failed
+// with a reason. The drill writes -report (JSON) and prints a summary.
+//
+// Measures:
+//   - takeover: from the fault to the first ack after it by the new leader,
+//     i.e. the earliest processed_at (Postgres' clock, as is the fault's
+//     time) of a row it acked. After a Postgres restart, any ack after the
+//     new postmaster started counts; after a network cut, any leader's.
+//   - duplicate sends: events whose error_history holds a stuck_reclaimed
+//     entry, i.e. claimed by a leader that never recorded the outcome (it was
+//     killed, cut off or restarted mid-batch) and then sent again. An upper
+//     bound: the first leader may have died before sending.
+//   - acks refused by fencing: outbox_fenced_acks_total scraped from each
+//     replica process before it is stopped or killed, and, since a killed
+//     process takes its last increments along, the sum of "fenced" over the
+//     "batch" log lines of every process.
+//
+// Exit status: 0 when every scenario passed and nothing was lost, regressed,
+// missing or resurrected; 1 otherwise; 2 when the drill could not start.
+// Ctrl-C stops the drill and cleans up: replicas, proxies, database, roles,
+// index, and Postgres is started again if the drill had restarted it.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+func main() {
+	cfg := Config{Out: os.Stdout}
+	fs := flag.NewFlagSet("drill", flag.ExitOnError)
+	fs.IntVar(&cfg.Rate, "rate", rateDefault, "events per second written by the producer")
+	fs.IntVar(&cfg.Entities, "entities", entitiesDefault, "books the producer writes versions of")
+	fs.IntVar(&cfg.Kills, "kills", killsDefault, "kill -9 rounds in the first scenario")
+	fs.DurationVar(&cfg.Outage, "outage", outageDefault, "how long the engine is down")
+	fs.BoolVar(&cfg.PGRestart, "pg-restart", true, "run the Postgres restart scenario (restarts the stack's Postgres)")
+	fs.DurationVar(&cfg.Settle, "settle", settleDefault, "pause before each fault, so the leader is mid-stream")
+	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", drainTimeoutDefault, "how long the final drain may take")
+	fs.IntVar(&cfg.MaxAttempts, "max-attempts", maxAttemptsDefault, "OUTBOX_MAX_ATTEMPTS of the replicas; must outlast the outage")
+	fs.StringVar(&cfg.ReportPath, "report", reportDefault, "where the JSON report goes")
+	fs.StringVar(&cfg.Bin, "bin", "", "a built wlproj binary (default: go build the checkout)")
+	fs.BoolVar(&cfg.Verbose, "v", false, "copy the replicas' logs to stderr")
+	_ = fs.Parse(os.Args[1:])
+
+	cfg.AdminURL = os.Getenv("DATABASE_URL")
+	cfg.ElasticURL = os.Getenv("ELASTIC_URL")
+	cfg.PG = PGControl{
+		Data: os.Getenv("STACK_PG_DATA"), BinDir: os.Getenv("STACK_PG_BINDIR"),
+		RunUser: os.Getenv("STACK_RUN_USER"), RunDir: os.Getenv("STACK_RUN_DIR"),
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	start := time.Now()
+	rep, err := Run(ctx, cfg)
+	if err != nil && rep == nil {
+		fmt.Fprintln(os.Stderr, "drill:", err)
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "drill:", err)
+	}
+	if !rep.OK {
+		fmt.Fprintf(os.Stderr, "drill: FAILED after %s\n", time.Since(start).Round(time.Second))
+		os.Exit(1)
+	}
+}
