@@ -1,0 +1,57 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wlproj/wlproj/internal/testenv"
+)
+
+// TestDrillSmoke runs every scenario but the Postgres restart on tiny sizes,
+// so the drill cannot rot between `make drill` runs. The restart is left out
+// because the cluster is shared with the tests running beside this one.
+func TestDrillSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("drill smoke runs replicas for ~20 s")
+	}
+	var out bytes.Buffer
+	cfg := Config{
+		Rate: 100, Entities: 50, Kills: 1, Outage: 2 * time.Second,
+		Settle: 500 * time.Millisecond, DrainTimeout: time.Minute,
+		MaxAttempts: maxAttemptsDefault,
+		ReportPath:  filepath.Join(t.TempDir(), "report.json"),
+		Bin:         testenv.Binary(t),
+		AdminURL:    testenv.AdminDatabaseURL(t),
+		ElasticURL:  testenv.ElasticURL(t),
+		Out:         &out,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	rep, err := Run(ctx, cfg)
+	require.NoError(t, err, out.String())
+	require.True(t, rep.OK, "drill failed:\n%s", out.String())
+
+	raw, err := os.ReadFile(cfg.ReportPath)
+	require.NoError(t, err)
+	var got Report
+	require.NoError(t, json.Unmarshal(raw, &got))
+	require.True(t, got.OK)
+	require.Positive(t, got.Events.Produced)
+	require.Zero(t, got.Events.Lost)
+	require.Zero(t, got.Regressed)
+	require.Equal(t, got.Events.Produced, got.Events.Done+got.Events.Failed)
+	names := map[string]bool{}
+	for _, sc := range got.Scenarios {
+		require.True(t, sc.OK, "scenario %s: %s", sc.Name, sc.Error)
+		names[sc.Name] = true
+	}
+	require.Equal(t, map[string]bool{"kill-9": true, "engine-down": true, "network-cut": true, "rolling-sigterm": true}, names)
+}
