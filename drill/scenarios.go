@@ -160,13 +160,21 @@ func (d *drill) engineDown(ctx context.Context, sc *Scenario) error {
 	back := time.Now()
 	d.say("engine-down: engine back; backlog peaked at %d", peak)
 
-	// Caught up: the backlog is back to what it was before the outage, or
-	// to a tenth of a second of production, whichever is larger.
-	threshold := max(before, int64(d.cfg.Rate)/10, 10)
+	// Caught up: every event written before the engine came back is out of
+	// the backlog. Comparing the backlog with its level before the outage
+	// would instead measure the steady-state lag, which a loaded machine
+	// raises.
+	var lastID int64
+	if err := d.admin.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM outbox_events`).Scan(&lastID); err != nil {
+		return err
+	}
 	var firstAck *time.Time
 	for {
-		n, err := sample()
-		if err != nil {
+		if _, err := sample(); err != nil {
+			return err
+		}
+		var n int64
+		if err := d.admin.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE id <= $1 AND status IN ('pending', 'processing')`, lastID).Scan(&n); err != nil {
 			return err
 		}
 		if firstAck == nil {
@@ -176,12 +184,12 @@ func (d *drill) engineDown(ctx context.Context, sc *Scenario) error {
 				sc.FirstAckSeconds = ptr(round3(at.Sub(t0).Seconds()))
 			}
 		}
-		if firstAck != nil && n <= threshold {
+		if firstAck != nil && n == 0 {
 			sc.CatchUpSeconds = ptr(round3(time.Since(back).Seconds()))
 			break
 		}
 		if time.Since(back) > catchUpTimeout {
-			return fmt.Errorf("backlog still %d after %s", n, catchUpTimeout)
+			return fmt.Errorf("%d events from before the engine came back still not done after %s", n, catchUpTimeout)
 		}
 		if err := pause(ctx, 100*time.Millisecond); err != nil {
 			return err
