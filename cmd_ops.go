@@ -257,9 +257,9 @@ func writeReplay(w io.Writer, rep replay.Report) {
 
 type statusCmd struct {
 	dbFlags
-	MaxProcessingSeconds int  `name:"max-processing-seconds" help:"A processing event older than this counts as stuck, even with a live lease." env:"OUTBOX_MAX_PROCESSING_SECONDS" default:"300"`
-	Exact                bool `help:"Count done events exactly; this reads the whole table. Without it the done count is an estimate."`
-	JSON                 bool `name:"json" help:"Print one JSON object."`
+	MaxProcessingSeconds float64 `name:"max-processing-seconds" help:"A processing event older than this counts as stuck, even with a live lease." env:"OUTBOX_MAX_PROCESSING_SECONDS" default:"300"`
+	Exact                bool    `help:"Count done events exactly; this reads the whole table. Without it the done count is an estimate."`
+	JSON                 bool    `name:"json" help:"Print one JSON object."`
 }
 
 // statusJSON is the --json shape of status: durations in seconds, so any
@@ -272,7 +272,7 @@ type statusJSON struct {
 	OldestPendingAgeSeconds float64           `json:"oldest_pending_age_seconds"`
 	InFlight                int64             `json:"in_flight"`
 	Stuck                   int64             `json:"stuck"`
-	MaxProcessingSeconds    int               `json:"max_processing_seconds"`
+	MaxProcessingSeconds    float64           `json:"max_processing_seconds"`
 	TopFailedReasons        []reasonCountJSON `json:"top_failed_reasons"`
 	Leader                  *leaderJSON       `json:"leader"`
 }
@@ -294,9 +294,9 @@ type leaderJSON struct {
 func (c *statusCmd) Run(g *globals) error {
 	return opsRun(c.DatabaseURL, func(ctx context.Context, conn *pgx.Conn) error {
 		if c.MaxProcessingSeconds <= 0 {
-			return usagef("--max-processing-seconds (OUTBOX_MAX_PROCESSING_SECONDS) must be positive, got %d", c.MaxProcessingSeconds)
+			return usagef("--max-processing-seconds (OUTBOX_MAX_PROCESSING_SECONDS) must be positive, got %g", c.MaxProcessingSeconds)
 		}
-		maxProcessing := time.Duration(c.MaxProcessingSeconds) * time.Second
+		maxProcessing := seconds(c.MaxProcessingSeconds)
 		s, err := outbox.TakeSnapshotWith(ctx, conn, outbox.SnapshotOptions{MaxProcessing: maxProcessing, ExactDone: c.Exact})
 		if err != nil {
 			return err

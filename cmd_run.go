@@ -45,7 +45,7 @@ type runCmd struct {
 	BulkSize               int     `help:"Events per claim and per bulk request [1, 10000]." env:"OUTBOX_BULK_SIZE" default:"500"`
 	Concurrency            int     `help:"Bulk requests in flight at once [1, 64]." env:"OUTBOX_CONCURRENCY" default:"2"`
 	PollIntervalSeconds    float64 `help:"Fallback poll when no NOTIFY arrives [0.01, 300]." env:"OUTBOX_POLL_INTERVAL_SECONDS" default:"1"`
-	LeaseSeconds           float64 `help:"Claim lease [1, 3600]." env:"OUTBOX_LEASE_SECONDS" default:"30"`
+	LeaseSeconds           float64 `help:"Claim lease [1, 3600]." env:"OUTBOX_LEASE_SECONDS" default:"60"`
 	ReclaimIntervalSeconds float64 `help:"How often stuck rows are reclaimed [0.1, 3600]." env:"OUTBOX_RECLAIM_INTERVAL_SECONDS" default:"5"`
 	MaxProcessingSeconds   float64 `help:"Time in processing after which a row is stuck whatever its lease [1, 86400]." env:"OUTBOX_MAX_PROCESSING_SECONDS" default:"300"`
 	MaxAttempts            int     `help:"Attempts before a transient failure becomes terminal [1, 1000]." env:"OUTBOX_MAX_ATTEMPTS" default:"10"`
@@ -200,6 +200,12 @@ func (c *runCmd) Run(g *globals) error {
 		loop.Run(ctx, epoch, drain)
 		wg.Wait()
 	}
+	// systemd restarts a unit that misses WATCHDOG_USEC; ping twice per window.
+	watchdog, _ := daemon.SdWatchdogEnabled(false)
+	tick := time.Second
+	if watchdog > 0 {
+		tick = min(tick, watchdog/2)
+	}
 	elector, err := leader.New(leader.Config{
 		DatabaseURL:        c.DatabaseURL,
 		Name:               c.LeaderName,
@@ -210,11 +216,11 @@ func (c *runCmd) Run(g *globals) error {
 		KeepalivesInterval: time.Duration(c.TCPKeepalivesInterval) * time.Second,
 		KeepalivesCount:    c.TCPKeepalivesCount,
 		DrainTimeout:       seconds(c.ShutdownGraceSeconds) + 10*time.Second,
+		TickInterval:       tick,
 	}, log, services)
 	if err != nil {
 		return err
 	}
-	watchdog, _ := daemon.SdWatchdogEnabled(false)
 	if watchdog > 0 {
 		elector.OnTick = func() { _, _ = daemon.SdNotify(false, daemon.SdNotifyWatchdog) }
 	}

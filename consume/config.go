@@ -10,7 +10,7 @@ const (
 	bulkSizeDefault        = 500
 	concurrencyDefault     = 2
 	pollIntervalDefault    = time.Second
-	leaseDefault           = 30 * time.Second
+	leaseDefault           = 60 * time.Second
 	reclaimIntervalDefault = 5 * time.Second
 	maxProcessingDefault   = 300 * time.Second
 	maxAttemptsDefault     = 10
@@ -32,7 +32,8 @@ type Config struct {
 	// (OUTBOX_POLL_INTERVAL_SECONDS). Defaults to 1s.
 	PollInterval time.Duration
 	// Lease is how long a claim stays valid before the reclaimer may take
-	// the row back (OUTBOX_LEASE_SECONDS). Defaults to 30s.
+	// the row back (OUTBOX_LEASE_SECONDS). Defaults to 60s: above the
+	// engine's 30s request timeout, so a slow bulk is not resent in flight.
 	Lease time.Duration
 	// ReclaimInterval is how often the reclaimer runs
 	// (OUTBOX_RECLAIM_INTERVAL_SECONDS). Defaults to 5s.

@@ -219,16 +219,18 @@ func errText(err error) string {
 }
 
 func (s *Server) refreshGauges(ctx context.Context) {
+	// Wake at the leader's pace whatever the role, so a standby that is
+	// promoted reports fresh gauges within one leader interval.
+	var last time.Time
 	for {
-		interval := s.cfg.StandbyGaugeInterval
-		if s.deps.Elector.State().Role == leader.RoleLeader {
-			interval = s.cfg.GaugeInterval
+		if s.deps.Elector.State().Role == leader.RoleLeader || time.Since(last) >= s.cfg.StandbyGaugeInterval {
+			s.refreshOnce(ctx)
+			last = time.Now()
 		}
-		s.refreshOnce(ctx)
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(interval):
+		case <-time.After(s.cfg.GaugeInterval):
 		}
 	}
 }

@@ -131,6 +131,8 @@ func New(cfg Config, log zerolog.Logger, services Services) (*Elector, error) {
 	}
 	e := &Elector{cfg: cfg, log: log.With().Str("component", "leader").Logger(), services: services}
 	e.state = State{Role: RoleStandby, WorkerID: cfg.WorkerID, Since: time.Now()}
+	// Live from the start: /healthz is served before the loop's first tick.
+	e.tick.Store(time.Now().UnixNano())
 	return e, nil
 }
 
@@ -245,7 +247,7 @@ func (e *Elector) campaign(ctx context.Context) error {
 
 func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, epoch int64) error {
 	e.setState(RoleLeader, epoch)
-	e.log.Info().Int64("epoch", epoch).Str("worker_id", e.cfg.WorkerID).Msg("became leader")
+	e.log.Info().Int64("epoch", epoch).Msg("became leader")
 	defer e.setState(RoleStandby, 0)
 
 	svcCtx, cancel := context.WithCancel(context.Background())
@@ -265,12 +267,20 @@ func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, epoch int64) error {
 		select {
 		case <-ctx.Done():
 			close(drain)
-			select {
-			case <-done:
-			case <-time.After(e.cfg.DrainTimeout):
-				e.log.Warn().Msg("drain timed out; cancelling services")
-				cancel()
-				<-done
+			// Keep ticking: a drain is progress, not a hang, for /healthz.
+			timeout := time.After(e.cfg.DrainTimeout)
+			for drained := false; !drained; {
+				select {
+				case <-done:
+					drained = true
+				case <-tick.C:
+					e.ticked()
+				case <-timeout:
+					e.log.Warn().Msg("drain timed out; cancelling services")
+					cancel()
+					<-done
+					drained = true
+				}
 			}
 			unlockCtx, cancelUnlock := context.WithTimeout(context.Background(), e.cfg.CheckTimeout)
 			_, err := conn.Exec(unlockCtx, `SELECT pg_advisory_unlock(hashtextextended($1, 0))`, e.cfg.Name)
