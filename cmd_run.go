@@ -41,6 +41,7 @@ type runCmd struct {
 	HTTPPort       int    `name:"http-port" help:"Port of /healthz and /readyz." env:"OUTBOX_HTTP_PORT" default:"8080"`
 	MetricsPort    int    `help:"Port of /metrics; 0 or the HTTP port serves it on the same listener." env:"OUTBOX_METRICS_PORT" default:"0"`
 	RequireESReady bool   `name:"require-es-ready" help:"Make /readyz fail while the engine is unreachable." env:"OUTBOX_REQUIRE_ES_READY"`
+	Pprof          bool   `help:"Serve Go's /debug/pprof/ on the metrics port, for profiling." env:"OUTBOX_PPROF"`
 
 	BulkSize               int     `help:"Events per claim and per bulk request [1, 10000]." env:"OUTBOX_BULK_SIZE" default:"500"`
 	Concurrency            int     `help:"Bulk requests in flight at once [1, 64]." env:"OUTBOX_CONCURRENCY" default:"2"`
@@ -227,7 +228,7 @@ func (c *runCmd) Run(g *globals) error {
 
 	srv, err := health.New(health.Config{
 		Addr: c.HTTPAddr, HTTPPort: c.HTTPPort, MetricsPort: c.MetricsPort, RequireES: c.RequireESReady,
-		MaxProcessing: seconds(c.MaxProcessingSeconds),
+		MaxProcessing: seconds(c.MaxProcessingSeconds), Pprof: c.Pprof,
 	}, health.Deps{Pool: pool, Elector: elector, PingES: pingES, Draining: &draining, Log: log})
 	if err != nil {
 		return err

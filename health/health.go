@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -51,6 +52,9 @@ type Config struct {
 	// MaxProcessing is the stuck cap used for outbox_stuck_processing_events.
 	// Defaults to 300s.
 	MaxProcessing time.Duration
+	// Pprof serves Go's /debug/pprof/ next to /metrics (OUTBOX_PPROF), for
+	// profiling a live leader. Defaults to false.
+	Pprof bool
 }
 
 // Deps is what the server observes.
@@ -98,10 +102,12 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	api.HandleFunc("/readyz", s.readyz)
 	if cfg.MetricsPort == cfg.HTTPPort {
 		api.HandleFunc("/metrics", serveMetrics)
+		s.servePprof(api)
 		return s, s.listen(api, cfg.HTTPPort)
 	}
 	m := http.NewServeMux()
 	m.HandleFunc("/metrics", serveMetrics)
+	s.servePprof(m)
 	if err := s.listen(api, cfg.HTTPPort); err != nil {
 		return nil, err
 	}
@@ -110,6 +116,17 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+func (s *Server) servePprof(m *http.ServeMux) {
+	if !s.cfg.Pprof {
+		return
+	}
+	m.HandleFunc("/debug/pprof/", pprof.Index)
+	m.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	m.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	m.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	m.HandleFunc("/debug/pprof/trace", pprof.Trace)
 }
 
 func (s *Server) listen(h http.Handler, port int) error {

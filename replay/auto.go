@@ -52,9 +52,9 @@ func (c AutoReplayerConfig) validate() error {
 	case c.PerMinute < 0:
 		return fmt.Errorf("OUTBOX_AUTO_REPLAY_PER_MINUTE must be positive, got %d", c.PerMinute)
 	case c.Interval < 0:
-		return fmt.Errorf("OUTBOX_AUTO_REPLAY_INTERVAL_SECONDS must be positive, got %s", c.Interval)
+		return fmt.Errorf("auto-replay interval must be positive, got %s", c.Interval)
 	case c.MaxReplays < 0:
-		return fmt.Errorf("OUTBOX_AUTO_REPLAY_MAX_REPLAYS must be positive, got %d", c.MaxReplays)
+		return fmt.Errorf("auto-replay max replays per row must be positive, got %d", c.MaxReplays)
 	}
 	return nil
 }
@@ -71,8 +71,8 @@ type AutoReplayer struct {
 	replayed *metrics.Counter
 }
 
-// NewAutoReplayer returns the service, or an error naming the env var of an
-// invalid config field. healthy reports whether the engine the revived rows
+// NewAutoReplayer returns the service, or an error naming an invalid config
+// field (by its env var where it has one). healthy reports whether the engine the revived rows
 // will hit is up.
 func NewAutoReplayer(db Beginner, cfg AutoReplayerConfig, healthy func(context.Context) bool, logger zerolog.Logger) (*AutoReplayer, error) {
 	cfg = cfg.withDefaults()

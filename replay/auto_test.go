@@ -149,9 +149,9 @@ func TestAutoReplayerConfig(t *testing.T) {
 	_, err = NewAutoReplayer(nil, AutoReplayerConfig{PerMinute: -1}, ok, zerolog.Nop())
 	require.ErrorContains(t, err, "OUTBOX_AUTO_REPLAY_PER_MINUTE")
 	_, err = NewAutoReplayer(nil, AutoReplayerConfig{Interval: -time.Second}, ok, zerolog.Nop())
-	require.ErrorContains(t, err, "OUTBOX_AUTO_REPLAY_INTERVAL_SECONDS")
+	require.ErrorContains(t, err, "auto-replay interval must be positive")
 	_, err = NewAutoReplayer(nil, AutoReplayerConfig{MaxReplays: -1}, ok, zerolog.Nop())
-	require.ErrorContains(t, err, "OUTBOX_AUTO_REPLAY_MAX_REPLAYS")
+	require.ErrorContains(t, err, "auto-replay max replays per row must be positive")
 	_, err = NewAutoReplayer(nil, AutoReplayerConfig{}, nil, zerolog.Nop())
 	require.Error(t, err)
 }

@@ -1,0 +1,93 @@
+// Command bench measures wlproj side by side with what it is built on, in
+// one run on one machine, and writes the figures as JSON with their ratios.
+//
+// Usage:
+//
+//	make bench                       # the defaults below, a few minutes
+//	make bench BENCH_SMOKE=1         # every step on tiny sizes, under a minute
+//	make bench BENCH_FLAGS='-done-rows 10000000'
+//	go run ./bench -h                # every flag
+//
+// It runs on the local stack (`make bench` sources .stack/env): DATABASE_URL
+// names a superuser, ELASTIC_URL the engine. It creates a database and
+// indices of its own and drops them at the end.
+//
+// Steps:
+//
+//  1. raw bulk: -n documents of about -doc-bytes go straight to the engine
+//     with _bulk, -batch per request, -concurrency requests in flight,
+//     external_gte versions: the daemon's request shape without the daemon.
+//  2. end to end: the same documents as outbox rows, drained by one real
+//     `wlproj run` with the same batch and concurrency; from the moment it
+//     took the lock to the last ack (both on Postgres' clock).
+//  3. Postgres path alone: the daemon's consume loop, in process, with a
+//     projection that acknowledges without sending; next to a bare SQL loop
+//     (claim -bare-batch rows FOR UPDATE SKIP LOCKED, mark them done, one
+//     transaction each).
+//  4. latency: a producer inserts -rate events/s for -duration while a
+//     leader runs; percentiles of processed_at - created_at.
+//  5. failover: -failovers times, kill -9 the leader of two replicas under
+//     -failover-rate events/s; from the kill to the first ack of the other.
+//  6. claim cost: median time of one claim with only pending rows in the
+//     table, then with -done-rows done and -failed-rows failed rows too.
+//  7. memory: peak RSS (VmHWM) of the leader of step 2.
+//
+// CPU seconds used by the engine, Postgres, the daemon and the bench itself
+// are recorded for steps 1 to 3 (from /proc), so the report can say who the
+// machine's cores were busy with.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	cfg := defaultConfig()
+	fs := flag.NewFlagSet("bench", flag.ExitOnError)
+	fs.IntVar(&cfg.Docs, "n", cfg.Docs, "documents in steps 1 to 3")
+	fs.IntVar(&cfg.DocBytes, "doc-bytes", cfg.DocBytes, "approximate size of one document")
+	fs.IntVar(&cfg.Batch, "batch", cfg.Batch, "events per claim and per bulk request (OUTBOX_BULK_SIZE)")
+	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "bulk requests in flight (OUTBOX_CONCURRENCY)")
+	fs.IntVar(&cfg.BareBatch, "bare-batch", cfg.BareBatch, "rows per transaction of the bare SQL loop")
+	fs.IntVar(&cfg.Rate, "rate", cfg.Rate, "events per second of the latency producer")
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long the latency producer runs")
+	fs.IntVar(&cfg.Failovers, "failovers", cfg.Failovers, "kill -9 rounds")
+	fs.IntVar(&cfg.FailoverRate, "failover-rate", cfg.FailoverRate, "events per second during the failovers")
+	fs.IntVar(&cfg.DoneRows, "done-rows", cfg.DoneRows, "done rows in the claim-cost table")
+	fs.IntVar(&cfg.FailedRows, "failed-rows", cfg.FailedRows, "failed rows in the claim-cost table")
+	fs.IntVar(&cfg.ClaimSamples, "claim-samples", cfg.ClaimSamples, "claims timed per table state")
+	fs.StringVar(&cfg.Out, "out", envOr("BENCH_OUT", cfg.Out), "where the JSON goes (BENCH_OUT)")
+	fs.StringVar(&cfg.CPUProfile, "cpuprofile", cfg.CPUProfile, "write a CPU profile of the leader during step 2 here")
+	fs.StringVar(&cfg.Bin, "bin", "", "a built wlproj binary (default: go build the checkout)")
+	fs.BoolVar(&cfg.Smoke, "smoke", os.Getenv("BENCH_SMOKE") == "1", "tiny sizes, under a minute (BENCH_SMOKE=1)")
+	fs.BoolVar(&cfg.Verbose, "v", false, "copy the replicas' logs to stderr")
+	_ = fs.Parse(os.Args[1:])
+	if cfg.Smoke {
+		cfg = cfg.smoke()
+	}
+	cfg.AdminURL = os.Getenv("DATABASE_URL")
+	cfg.ElasticURL = os.Getenv("ELASTIC_URL")
+	cfg.Log = os.Stderr
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := Run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	rep.Table(os.Stdout)
+	fmt.Printf("\nwritten to %s\n", cfg.Out)
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
