@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -22,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/wlproj/wlproj/internal/replica"
+	"github.com/wlproj/wlproj/internal/rig"
 	"github.com/wlproj/wlproj/migrations"
 )
 
@@ -160,7 +158,7 @@ func (b *bench) say(format string, args ...any) {
 
 func (b *bench) setup(ctx context.Context) error {
 	var err error
-	if b.root, err = repoRoot(); err != nil {
+	if b.root, err = rig.RepoRoot(); err != nil {
 		return err
 	}
 	if b.mapping, err = os.ReadFile(filepath.Join(b.root, "testdata", "mapping.json")); err != nil {
@@ -171,19 +169,16 @@ func (b *bench) setup(ctx context.Context) error {
 	}
 	b.bin = b.cfg.Bin
 	if b.bin == "" {
-		b.bin = filepath.Join(b.tmp, "wlproj")
 		b.say("building wlproj")
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", b.bin, ".")
-		cmd.Dir = b.root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build: %w\n%s", err, out)
+		if b.bin, err = rig.Build(ctx, b.root, b.tmp); err != nil {
+			return err
 		}
 	}
 	if err := b.versions(ctx); err != nil {
 		return err
 	}
 
-	id := randomHex(4)
+	id := rig.RandomHex(4)
 	b.dbName, b.index = "wlproj_bench_"+id, "wlproj-bench-"+id
 	b.rep.Database, b.rep.Index = b.dbName, b.index
 	if b.admin, err = pgx.Connect(ctx, b.cfg.AdminURL); err != nil {
@@ -405,27 +400,4 @@ func (b *bench) es(ctx context.Context, method, path string, body []byte, out an
 		return json.Unmarshal(data, out)
 	}
 	return nil
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.Contains(b, []byte("module github.com/wlproj/wlproj\n")) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("run the bench from the wlproj checkout (go.mod of github.com/wlproj/wlproj not found)")
-		}
-		dir = parent
-	}
 }

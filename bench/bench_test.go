@@ -53,8 +53,8 @@ func TestBenchSmoke(t *testing.T) {
 	require.True(t, 0 < lat.P50ms && lat.P50ms <= lat.P95ms && lat.P95ms <= lat.P99ms && lat.P99ms <= lat.MaxMs, "%+v", lat)
 
 	require.Equal(t, cfg.Failovers, rep.Failover.Rounds)
-	require.Len(t, rep.Failover.Seconds, cfg.Failovers)
-	require.Positive(t, rep.Failover.Stats.Min)
+	require.Len(t, rep.Failover.Seconds.Samples, cfg.Failovers)
+	require.Positive(t, rep.Failover.Seconds.Min)
 
 	require.Positive(t, rep.ClaimCost.EmptyMedianMs)
 	require.Positive(t, rep.ClaimCost.ScaleMedianMs)

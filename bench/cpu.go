@@ -5,6 +5,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/wlproj/wlproj/internal/rig"
 )
 
 // clockTicks is USER_HZ, 100 on every Linux this runs on.
@@ -73,7 +75,7 @@ func (s cpuSample) since(before cpuSample) map[string]float64 {
 	out := map[string]float64{}
 	for role, v := range s {
 		if d := v - before[role]; d > 0 {
-			out[role] = round3(d)
+			out[role] = rig.Round3(d)
 		}
 	}
 	return out

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"sync/atomic"
 	"time"
+
+	"github.com/wlproj/wlproj/internal/rig"
 )
 
 // produceTick spreads the rate over small inserts, as an application
@@ -25,22 +27,10 @@ func (b *bench) startProducer(ctx context.Context, rate, first int) *producer {
 	p := &producer{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
-		tick := time.NewTicker(produceTick)
-		defer tick.Stop()
-		perTick := float64(rate) * produceTick.Seconds()
-		var owed float64
 		next := first
-		for {
-			select {
-			case <-ctx.Done():
+		rig.Pace(ctx, rate, produceTick, func(n int) {
+			if p.err != nil {
 				return
-			case <-tick.C:
-			}
-			owed += perTick
-			n := int(owed)
-			owed -= float64(n)
-			if n == 0 {
-				continue
 			}
 			ids, payloads := make([]string, n), make([]json.RawMessage, n)
 			for i := range n {
@@ -49,17 +39,16 @@ func (b *bench) startProducer(ctx context.Context, rate, first int) *producer {
 			}
 			// Not cancelled by stop: the count of committed events must be exact.
 			ictx, cancelInsert := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			_, err := b.pool.Exec(ictx, `
+			defer cancelInsert()
+			if _, err := b.pool.Exec(ictx, `
 				INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload, scope_key)
 				SELECT 'book', u.id, 'upsert', 1, u.payload, 'lib-' || (u.id::int % 97)
-				  FROM unnest($1::text[], $2::jsonb[]) AS u(id, payload)`, ids, payloads)
-			cancelInsert()
-			if err != nil {
+				  FROM unnest($1::text[], $2::jsonb[]) AS u(id, payload)`, ids, payloads); err != nil {
 				p.err = err
 				return
 			}
 			p.committed.Add(int64(n))
-		}
+		})
 	}()
 	return p
 }

@@ -8,10 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/wlproj/wlproj/internal/rig"
 )
 
 // Report is what bench writes as JSON.
@@ -93,10 +94,10 @@ type Latency struct {
 }
 
 type Failover struct {
-	Rounds  int       `json:"rounds"`
-	Rate    int       `json:"rate"`
-	Seconds []float64 `json:"seconds"`
-	Stats   *Stats    `json:"stats"`
+	Rounds int `json:"rounds"`
+	Rate   int `json:"rate"`
+	// Seconds from each kill to the first ack of the new leader.
+	Seconds *rig.Stats `json:"seconds"`
 }
 
 type ClaimCost struct {
@@ -129,25 +130,6 @@ type Target struct {
 	Met     bool    `json:"met"`
 }
 
-type Stats struct {
-	Min    float64 `json:"min"`
-	Median float64 `json:"median"`
-	Max    float64 `json:"max"`
-}
-
-func newStats(samples []float64) *Stats {
-	if len(samples) == 0 {
-		return &Stats{}
-	}
-	s := slices.Clone(samples)
-	slices.Sort(s)
-	median := s[len(s)/2]
-	if len(s)%2 == 0 {
-		median = (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	return &Stats{Min: round3(s[0]), Median: round3(median), Max: round3(s[len(s)-1])}
-}
-
 func newReport(cfg Config) *Report {
 	return &Report{
 		StartedAt: time.Now().UTC(),
@@ -169,11 +151,11 @@ func (r *Report) problem(p string) { r.Problems = append(r.Problems, p) }
 func (r *Report) finish() {
 	r.FinishedAt = time.Now().UTC()
 	if r.RawBulk != nil && r.EndToEnd != nil {
-		r.Ratios.EndToEndToRaw = round3(r.EndToEnd.EventsPerSec / r.RawBulk.EventsPerSec)
+		r.Ratios.EndToEndToRaw = rig.Round3(r.EndToEnd.EventsPerSec / r.RawBulk.EventsPerSec)
 	}
 	pgDaemon := r.daemonAtBatch()
 	if pgDaemon != nil && r.PostgresPath.Bare != nil {
-		r.Ratios.DaemonPGToBareLoop = round3(pgDaemon.EventsPerSec / r.PostgresPath.Bare.EventsPerSec)
+		r.Ratios.DaemonPGToBareLoop = rig.Round3(pgDaemon.EventsPerSec / r.PostgresPath.Bare.EventsPerSec)
 	}
 	if r.ClaimCost != nil {
 		r.Ratios.ClaimScaleToEmpty = r.ClaimCost.Ratio
@@ -190,7 +172,7 @@ func (r *Report) finish() {
 		add("latency p99", "<= 250", r.Latency.P99ms, "ms", r.Latency.P99ms <= 250)
 	}
 	if r.Failover != nil {
-		add("failover median", "<= 1", r.Failover.Stats.Median, "s", r.Failover.Stats.Median <= 1)
+		add("failover median", "<= 1", r.Failover.Seconds.Median, "s", r.Failover.Seconds.Median <= 1)
 	}
 	if r.ClaimCost != nil {
 		add("claim cost ratio", "<= 1.2", r.ClaimCost.Ratio, "ratio", r.ClaimCost.Ratio <= 1.2)
@@ -247,7 +229,7 @@ func (r *Report) Table(w io.Writer) {
 		fmt.Fprintf(tw, "4 latency at %d/s for %.0fs\tp50 %.1f ms, p95 %.1f ms, p99 %.1f ms, max %.1f ms\t\n", l.Rate, l.Seconds, l.P50ms, l.P95ms, l.P99ms, l.MaxMs)
 	}
 	if f := r.Failover; f != nil {
-		fmt.Fprintf(tw, "5 failover x%d at %d/s\tmin %.3fs, median %.3fs, max %.3fs\t\n", f.Rounds, f.Rate, f.Stats.Min, f.Stats.Median, f.Stats.Max)
+		fmt.Fprintf(tw, "5 failover x%d at %d/s\tmin %.3fs, median %.3fs, max %.3fs\t\n", f.Rounds, f.Rate, f.Seconds.Min, f.Seconds.Median, f.Seconds.Max)
 	}
 	if c := r.ClaimCost; c != nil {
 		fmt.Fprintf(tw, "6 claim of %d\tmedian %.2f ms empty, %.2f ms with %d done + %d failed (%.0f MB)\t\n",
@@ -278,12 +260,3 @@ func cpuCell(c map[string]float64) string {
 }
 
 func round1(f float64) float64 { return math.Round(f*10) / 10 }
-func round3(f float64) float64 { return math.Round(f*1000) / 1000 }
-
-func roundAll(fs []float64) []float64 {
-	out := make([]float64, len(fs))
-	for i, f := range fs {
-		out[i] = round3(f)
-	}
-	return out
-}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/wlproj/wlproj/consume"
 	"github.com/wlproj/wlproj/internal/replica"
+	"github.com/wlproj/wlproj/internal/rig"
 	"github.com/wlproj/wlproj/outbox"
 	"github.com/wlproj/wlproj/projection"
 )
@@ -65,7 +66,7 @@ func (b *bench) rawBulk(ctx context.Context) error {
 	if n != b.cfg.Docs {
 		return fmt.Errorf("raw index holds %d documents, want %d", n, b.cfg.Docs)
 	}
-	b.rep.RawBulk = &Throughput{Events: b.cfg.Docs, Seconds: round3(secs), EventsPerSec: round1(float64(b.cfg.Docs) / secs), CPUSeconds: cpu}
+	b.rep.RawBulk = &Throughput{Events: b.cfg.Docs, Seconds: rig.Round3(secs), EventsPerSec: round1(float64(b.cfg.Docs) / secs), CPUSeconds: cpu}
 	b.say("raw bulk: %d docs in %.2fs, %.0f docs/s", b.cfg.Docs, secs, float64(b.cfg.Docs)/secs)
 	return nil
 }
@@ -178,7 +179,7 @@ func (b *bench) endToEnd(ctx context.Context) error {
 		return fmt.Errorf("index holds %d documents, want %d", n, b.cfg.Docs)
 	}
 	secs := last.Sub(t0).Seconds()
-	b.rep.EndToEnd = &Throughput{Events: b.cfg.Docs, Seconds: round3(secs), EventsPerSec: round1(float64(b.cfg.Docs) / secs), CPUSeconds: cpu}
+	b.rep.EndToEnd = &Throughput{Events: b.cfg.Docs, Seconds: rig.Round3(secs), EventsPerSec: round1(float64(b.cfg.Docs) / secs), CPUSeconds: cpu}
 	b.rep.Memory = &Memory{PeakRSSMB: round1(float64(rss) / (1 << 20))}
 	b.say("end to end: %d events in %.2fs, %.0f events/s, leader peak RSS %.1f MB", b.cfg.Docs, secs, float64(b.cfg.Docs)/secs, float64(rss)/(1<<20))
 	return nil
@@ -291,7 +292,7 @@ func (b *bench) drainWith(ctx context.Context, drain func(context.Context) error
 		return nil, fmt.Errorf("%d events done and %d failed, want %d done", done, failed, b.cfg.Docs)
 	}
 	secs := last.Sub(t0).Seconds()
-	return &Throughput{Events: b.cfg.Docs, Seconds: round3(secs), EventsPerSec: round1(float64(b.cfg.Docs) / secs), CPUSeconds: cpu}, nil
+	return &Throughput{Events: b.cfg.Docs, Seconds: rig.Round3(secs), EventsPerSec: round1(float64(b.cfg.Docs) / secs), CPUSeconds: cpu}, nil
 }
 
 // bareLoop is the reference: one connection, one transaction per batch
@@ -494,8 +495,8 @@ func (b *bench) failover(ctx context.Context) error {
 	if failed > 0 || done != produced {
 		return fmt.Errorf("after the failovers %d events done and %d failed, %d produced", done, failed, produced)
 	}
-	b.rep.Failover = &Failover{Rounds: len(samples), Rate: b.cfg.FailoverRate, Seconds: roundAll(samples), Stats: newStats(samples)}
-	b.say("failover: min %.3fs median %.3fs max %.3fs over %d kills", b.rep.Failover.Stats.Min, b.rep.Failover.Stats.Median, b.rep.Failover.Stats.Max, len(samples))
+	b.rep.Failover = &Failover{Rounds: len(samples), Rate: b.cfg.FailoverRate, Seconds: rig.NewStats(samples)}
+	b.say("failover: min %.3fs median %.3fs max %.3fs over %d kills", b.rep.Failover.Seconds.Min, b.rep.Failover.Seconds.Median, b.rep.Failover.Seconds.Max, len(samples))
 	return nil
 }
 
@@ -519,7 +520,7 @@ func (b *bench) claimCost(ctx context.Context) error {
 	if err := b.pool.QueryRow(ctx, `SELECT pg_total_relation_size('outbox_events')`).Scan(&cc.TableBytes); err != nil {
 		return err
 	}
-	cc.Ratio = round3(cc.ScaleMedianMs / cc.EmptyMedianMs)
+	cc.Ratio = rig.Round3(cc.ScaleMedianMs / cc.EmptyMedianMs)
 	b.rep.ClaimCost = cc
 	b.say("claim cost: median %.2f ms empty, %.2f ms with %d done and %d failed rows: ratio %.2f",
 		cc.EmptyMedianMs, cc.ScaleMedianMs, cc.DoneRows, cc.FailedRows, cc.Ratio)
@@ -567,7 +568,7 @@ func (b *bench) claimMedian(ctx context.Context, history bool) (float64, error) 
 			return 0, err
 		}
 	}
-	return round3(newStats(times).Median), nil
+	return rig.NewStats(times).Median, nil
 }
 
 // loadHistory writes the done and failed rows a long-running outbox keeps,

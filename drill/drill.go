@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,6 +24,7 @@ import (
 
 	"github.com/wlproj/wlproj/internal/faultproxy"
 	"github.com/wlproj/wlproj/internal/replica"
+	"github.com/wlproj/wlproj/internal/rig"
 	"github.com/wlproj/wlproj/internal/tcpproxy"
 	"github.com/wlproj/wlproj/migrations"
 )
@@ -258,7 +257,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		d.problem("interrupted")
 	}
 	d.rep.OK = len(d.rep.Problems) == 0
-	d.rep.DurationSeconds = round3(time.Since(d.start).Seconds())
+	d.rep.DurationSeconds = rig.Round3(time.Since(d.start).Seconds())
 	if !d.rep.OK {
 		d.rep.LogsDir = d.logsDir
 	}
@@ -289,32 +288,9 @@ func (d *drill) cleanup() {
 	}
 }
 
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.Contains(b, []byte("module github.com/wlproj/wlproj\n")) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("run the drill from the wlproj checkout (go.mod of github.com/wlproj/wlproj not found)")
-		}
-		dir = parent
-	}
-}
-
 func (d *drill) setup(ctx context.Context) error {
 	var err error
-	if d.root, err = repoRoot(); err != nil {
+	if d.root, err = rig.RepoRoot(); err != nil {
 		return err
 	}
 	if d.tmp, err = os.MkdirTemp("", "wlproj-drill-"); err != nil {
@@ -326,19 +302,16 @@ func (d *drill) setup(ctx context.Context) error {
 	}
 	d.bin = d.cfg.Bin
 	if d.bin == "" {
-		d.bin = filepath.Join(d.tmp, "wlproj")
 		d.say("building wlproj")
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", d.bin, ".")
-		cmd.Dir = d.root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build: %w\n%s", err, out)
+		if d.bin, err = rig.Build(ctx, d.root, d.tmp); err != nil {
+			return err
 		}
 	}
 
-	id := randomHex(4)
+	id := rig.RandomHex(4)
 	d.dbName, d.index = "wlproj_drill_"+id, "wlproj-drill-"+id
 	d.owner, d.runtime = "wlproj_owner_drill_"+id, "wlproj_runtime_drill_"+id
-	d.runtimePassword = randomHex(12)
+	d.runtimePassword = rig.RandomHex(12)
 	d.rep.Database, d.rep.Index = d.dbName, d.index
 	d.rep.Roles = Roles{Owner: d.owner, Runtime: d.runtime}
 	if err := d.setupDatabase(ctx); err != nil {
@@ -426,7 +399,7 @@ func (d *drill) setupDatabase(ctx context.Context) error {
 	}
 	cmd := exec.CommandContext(ctx, psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-v", "dbname="+d.dbName,
 		"-v", "owner_role="+d.owner, "-v", "runtime_role="+d.runtime,
-		"-v", "owner_password="+randomHex(12), "-v", "runtime_password="+d.runtimePassword,
+		"-v", "owner_password="+rig.RandomHex(12), "-v", "runtime_password="+d.runtimePassword,
 		"-f", filepath.Join(d.root, "deploy", "sql", "roles.sql"), d.dbURL)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("roles.sql: %w\n%s", err, out)

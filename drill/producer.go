@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/wlproj/wlproj/internal/rig"
 )
 
 const (
@@ -56,23 +58,7 @@ func startProducer(ctx context.Context, pool *pgxpool.Pool, rate, entities int) 
 
 func (p *producer) run(ctx context.Context) {
 	defer close(p.done)
-	tick := time.NewTicker(produceTick)
-	defer tick.Stop()
-	perTick := float64(p.rate) * produceTick.Seconds()
-	var owed float64
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		owed += perTick
-		n := int(owed)
-		owed -= float64(n)
-		if n > 0 {
-			p.insert(ctx, n)
-		}
-	}
+	rig.Pace(ctx, p.rate, produceTick, func(n int) { p.insert(ctx, n) })
 }
 
 func (p *producer) insert(ctx context.Context, n int) {

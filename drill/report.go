@@ -6,9 +6,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
+
+	"github.com/wlproj/wlproj/internal/rig"
 )
 
 // Report is drill/report.json.
@@ -94,7 +95,7 @@ type Scenario struct {
 	Error           string  `json:"error,omitempty"`
 	DurationSeconds float64 `json:"duration_seconds"`
 	// Takeover is fault → first ack by the new leader, per repetition.
-	Takeover *Stats `json:"takeover_seconds,omitempty"`
+	Takeover *rig.Stats `json:"takeover_seconds,omitempty"`
 
 	// engine-down
 	BacklogBefore   *int64   `json:"backlog_before,omitempty"`
@@ -112,29 +113,6 @@ type Scenario struct {
 	Leaders   []string `json:"leaders,omitempty"` // who led after each fault
 	takeovers []float64
 }
-
-// Stats summarises a few durations.
-type Stats struct {
-	Min     float64   `json:"min"`
-	Median  float64   `json:"median"`
-	Max     float64   `json:"max"`
-	Samples []float64 `json:"samples"`
-}
-
-func newStats(samples []float64) *Stats {
-	if len(samples) == 0 {
-		return nil
-	}
-	s := slices.Clone(samples)
-	slices.Sort(s)
-	med := s[len(s)/2]
-	if len(s)%2 == 0 {
-		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	return &Stats{Min: s[0], Median: round3(med), Max: s[len(s)-1], Samples: samples}
-}
-
-func round3(f float64) float64 { return float64(int64(f*1000+0.5)) / 1000 }
 
 func ptr[T any](v T) *T { return &v }
 

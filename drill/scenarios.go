@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/wlproj/wlproj/internal/faultproxy"
+	"github.com/wlproj/wlproj/internal/rig"
 	"github.com/wlproj/wlproj/internal/verify"
 )
 
@@ -40,8 +41,8 @@ func (d *drill) run(ctx context.Context) {
 			d.say("%s: start", st.name)
 			err = st.fn(ctx, sc)
 		}
-		sc.DurationSeconds = round3(time.Since(start).Seconds())
-		sc.Takeover = newStats(sc.takeovers)
+		sc.DurationSeconds = rig.Round3(time.Since(start).Seconds())
+		sc.Takeover = rig.NewStats(sc.takeovers)
 		sc.OK = err == nil
 		if err != nil {
 			sc.Error = err.Error()
@@ -78,7 +79,7 @@ func (d *drill) takeover(ctx context.Context, sc *Scenario, fault, after time.Ti
 	if err != nil {
 		return 0, fmt.Errorf("first ack by %s: %w", by.name, err)
 	}
-	secs := round3(ack.Sub(fault).Seconds())
+	secs := rig.Round3(ack.Sub(fault).Seconds())
 	sc.takeovers = append(sc.takeovers, secs)
 	sc.Leaders = append(sc.Leaders, by.name)
 	return secs, nil
@@ -181,11 +182,11 @@ func (d *drill) engineDown(ctx context.Context, sc *Scenario) error {
 			var at *time.Time
 			if err := d.admin.QueryRow(ctx, `SELECT min(processed_at) FROM outbox_events WHERE status = 'done' AND processed_at > $1`, t0).Scan(&at); err == nil && at != nil {
 				firstAck = at
-				sc.FirstAckSeconds = ptr(round3(at.Sub(t0).Seconds()))
+				sc.FirstAckSeconds = ptr(rig.Round3(at.Sub(t0).Seconds()))
 			}
 		}
 		if firstAck != nil && n == 0 {
-			sc.CatchUpSeconds = ptr(round3(time.Since(back).Seconds()))
+			sc.CatchUpSeconds = ptr(rig.Round3(time.Since(back).Seconds()))
 			break
 		}
 		if time.Since(back) > catchUpTimeout {
@@ -226,7 +227,7 @@ func (d *drill) pgRestart(ctx context.Context, sc *Scenario) error {
 	if err := d.cfg.PG.restart(); err != nil {
 		return err
 	}
-	sc.PGDownSeconds = ptr(round3(time.Since(start).Seconds()))
+	sc.PGDownSeconds = ptr(rig.Round3(time.Since(start).Seconds()))
 	var started time.Time
 	if err := d.poll(ctx, "Postgres back", func(ctx context.Context) (bool, error) {
 		err := d.admin.QueryRow(ctx, `SELECT pg_postmaster_start_time()`).Scan(&started)
@@ -282,7 +283,7 @@ func (d *drill) networkCut(ctx context.Context, sc *Scenario) error {
 	if !ok {
 		return fmt.Errorf("the cut leader %s never logged %q", old.name, msgLostLeadership)
 	}
-	sc.StopWritingSeconds = ptr(round3(lost.Sub(cut).Seconds()))
+	sc.StopWritingSeconds = ptr(rig.Round3(lost.Sub(cut).Seconds()))
 	d.say("network-cut: %s stopped writing %.3f s after the cut; %s led at epoch %d and acked %.3f s after it",
 		old.name, *sc.StopWritingSeconds, next.name, nextEpoch, secs)
 	old.proxy.Restore()

@@ -1,0 +1,106 @@
+// Package rig is what the failover drill and the benchmarks share outside
+// of the daemon: finding the checkout, building the binary, naming things
+// uniquely, pacing a producer and summarising samples.
+package rig
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"time"
+)
+
+// RepoRoot is the wlproj checkout holding the working directory.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.Contains(b, []byte("module github.com/wlproj/wlproj\n")) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("run from the wlproj checkout (go.mod of github.com/wlproj/wlproj not found)")
+		}
+		dir = parent
+	}
+}
+
+// Build compiles the checkout at root into dir and returns the binary's path.
+func Build(ctx context.Context, root, dir string) (string, error) {
+	bin := filepath.Join(dir, "wlproj")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// RandomHex is n random bytes in hex: names of databases, roles, indices.
+func RandomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Pace calls insert every tick with the number of events due, so that
+// rate events a second are asked for on average, until ctx ends.
+func Pace(ctx context.Context, rate int, tick time.Duration, insert func(n int)) {
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	perTick := float64(rate) * tick.Seconds()
+	var owed float64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		owed += perTick
+		n := int(owed)
+		owed -= float64(n)
+		if n > 0 {
+			insert(n)
+		}
+	}
+}
+
+// Stats summarises a few samples.
+type Stats struct {
+	Min     float64   `json:"min"`
+	Median  float64   `json:"median"`
+	Max     float64   `json:"max"`
+	Samples []float64 `json:"samples"`
+}
+
+// NewStats is nil for no samples. Figures are rounded to 3 decimals.
+func NewStats(samples []float64) *Stats {
+	if len(samples) == 0 {
+		return nil
+	}
+	s := slices.Clone(samples)
+	slices.Sort(s)
+	med := s[len(s)/2]
+	if len(s)%2 == 0 {
+		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	rounded := make([]float64, len(samples))
+	for i, v := range samples {
+		rounded[i] = Round3(v)
+	}
+	return &Stats{Min: Round3(s[0]), Median: Round3(med), Max: Round3(s[len(s)-1]), Samples: rounded}
+}
+
+// Round3 rounds to 3 decimals, enough for milliseconds in seconds.
+func Round3(f float64) float64 { return math.Round(f*1000) / 1000 }
