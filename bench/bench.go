@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -20,7 +19,6 @@ import (
 
 	"github.com/wlproj/wlproj/internal/replica"
 	"github.com/wlproj/wlproj/internal/rig"
-	"github.com/wlproj/wlproj/migrations"
 )
 
 // Config is what one bench run measures and how.
@@ -184,16 +182,7 @@ func (b *bench) setup(ctx context.Context) error {
 	if b.admin, err = pgx.Connect(ctx, b.cfg.AdminURL); err != nil {
 		return fmt.Errorf("connect to DATABASE_URL: %w", err)
 	}
-	if _, err := b.admin.Exec(ctx, "CREATE DATABASE "+b.dbName); err != nil {
-		return err
-	}
-	u, err := url.Parse(b.cfg.AdminURL)
-	if err != nil {
-		return fmt.Errorf("DATABASE_URL: %w", err)
-	}
-	u.Path = "/" + b.dbName
-	b.dbURL = u.String()
-	if _, err := migrations.Up(ctx, b.dbURL, migrations.Expect{Database: b.dbName}); err != nil {
+	if b.dbURL, err = rig.CreateDatabase(ctx, b.admin, b.cfg.AdminURL, b.dbName); err != nil {
 		return err
 	}
 	poolCfg, err := pgxpool.ParseConfig(b.dbURL)

@@ -188,23 +188,16 @@ func (b *bench) endToEnd(ctx context.Context) error {
 // profile saves a CPU profile of the replica taken over seconds.
 func profile(ctx context.Context, r *replica.Replica, path string, seconds int) error {
 	u := "http://127.0.0.1:" + strconv.Itoa(r.HTTPPort) + "/debug/pprof/profile?seconds=" + strconv.Itoa(seconds)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	body, err := rig.Get(ctx, u)
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", u, resp.Status)
-	}
+	defer body.Close()
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
+	if _, err := io.Copy(f, body); err != nil {
 		f.Close()
 		return err
 	}

@@ -26,7 +26,6 @@ import (
 	"github.com/wlproj/wlproj/internal/replica"
 	"github.com/wlproj/wlproj/internal/rig"
 	"github.com/wlproj/wlproj/internal/tcpproxy"
-	"github.com/wlproj/wlproj/migrations"
 )
 
 const (
@@ -381,16 +380,7 @@ func (d *drill) setupDatabase(ctx context.Context) error {
 	// Registered before anything exists, so that it runs last: roles that
 	// still own objects in the database cannot be dropped before it.
 	d.onCleanup(d.dropDatabaseAndRoles)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{d.dbName}.Sanitize()); err != nil {
-		return err
-	}
-	u, err := url.Parse(d.cfg.AdminURL)
-	if err != nil {
-		return fmt.Errorf("DATABASE_URL: %w", err)
-	}
-	u.Path = "/" + d.dbName
-	d.dbURL = u.String()
-	if _, err := migrations.Up(ctx, d.dbURL, migrations.Expect{Database: d.dbName}); err != nil {
+	if d.dbURL, err = rig.CreateDatabase(ctx, conn, d.cfg.AdminURL, d.dbName); err != nil {
 		return err
 	}
 	psql := "psql"
@@ -481,19 +471,12 @@ func (d *drill) setupIndex(ctx context.Context) error {
 }
 
 func getJSON(ctx context.Context, u string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	body, err := rig.Get(ctx, u)
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", u, resp.Status)
-	}
-	return json.NewDecoder(resp.Body).Decode(v)
+	defer body.Close()
+	return json.NewDecoder(body).Decode(v)
 }
 
 // env is a replica's environment: the runtime role through the slot's own

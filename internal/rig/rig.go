@@ -10,12 +10,19 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/wlproj/wlproj/migrations"
 )
 
 // RepoRoot is the wlproj checkout holding the working directory.
@@ -104,3 +111,37 @@ func NewStats(samples []float64) *Stats {
 
 // Round3 rounds to 3 decimals, enough for milliseconds in seconds.
 func Round3(f float64) float64 { return math.Round(f*1000) / 1000 }
+
+// CreateDatabase creates the database name on the admin's server, applies
+// the migrations to it and returns its URL.
+func CreateDatabase(ctx context.Context, admin *pgx.Conn, adminURL, name string) (string, error) {
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", err
+	}
+	u, err := url.Parse(adminURL)
+	if err != nil {
+		return "", fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	u.Path = "/" + name
+	if _, err := migrations.Up(ctx, u.String(), migrations.Expect{Database: name}); err != nil {
+		return "", err
+	}
+	return u.String(), nil
+}
+
+// Get returns the body of a 200 answer to GET u; the caller closes it.
+func Get(ctx context.Context, u string) (io.ReadCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return nil, fmt.Errorf("GET %s: %s", u, resp.Status)
+	}
+	return resp.Body, nil
+}
