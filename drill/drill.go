@@ -439,7 +439,7 @@ func (d *drill) setupIndex(ctx context.Context) error {
 	var root struct {
 		Version struct{ Number string } `json:"version"`
 	}
-	if err := getJSON(ctx, d.cfg.ElasticURL+"/", &root); err != nil {
+	if err := rig.ES(ctx, d.cfg.ElasticURL, http.MethodGet, "/", nil, &root); err != nil {
 		return fmt.Errorf("engine: %w", err)
 	}
 	d.rep.Versions.Elasticsearch = root.Version.Number
@@ -448,35 +448,12 @@ func (d *drill) setupIndex(ctx context.Context) error {
 		return err
 	}
 	d.onCleanup(func() {
-		req, _ := http.NewRequest(http.MethodDelete, d.cfg.ElasticURL+"/"+d.index+"?ignore_unavailable=true", nil)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-		}
+		_ = rig.ES(context.Background(), d.cfg.ElasticURL, http.MethodDelete, "/"+d.index+"?ignore_unavailable=true", nil, nil)
 	})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, d.cfg.ElasticURL+"/"+d.index, bytes.NewReader(mapping))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(resp.Body)
-		return fmt.Errorf("create index %s: %s: %s", d.index, resp.Status, body)
+	if err := rig.ES(ctx, d.cfg.ElasticURL, http.MethodPut, "/"+d.index, mapping, nil); err != nil {
+		return fmt.Errorf("create index %s: %w", d.index, err)
 	}
 	return nil
-}
-
-func getJSON(ctx context.Context, u string, v any) error {
-	body, err := rig.Get(ctx, u)
-	if err != nil {
-		return err
-	}
-	defer body.Close()
-	return json.NewDecoder(body).Decode(v)
 }
 
 // env is a replica's environment: the runtime role through the slot's own
