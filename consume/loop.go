@@ -71,17 +71,30 @@ func (l *Loop) Run(ctx context.Context, epoch int64, drain <-chan struct{}) {
 
 	for {
 		select {
-		case slots <- struct{}{}:
 		case <-ctx.Done():
 			wg.Wait()
 			return
 		case <-drain:
 			l.drain(ctx, epoch, &wg, cancelWork)
 			return
+		default:
 		}
+		// Claim before waiting for a free bulk slot: the next batch is ready
+		// the moment a bulk returns, so the engine never waits on Postgres.
+		// At most one batch waits so, within its lease like the others.
 		events, err := l.store.Claim(ctx, epoch, l.cfg.BulkSize, l.cfg.Lease)
 		if err == nil && len(events) > 0 {
 			l.track(events)
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				wg.Wait()
+				return
+			case <-drain:
+				// The waiting batch is tracked: the drain releases it.
+				l.drain(ctx, epoch, &wg, cancelWork)
+				return
+			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -90,7 +103,6 @@ func (l *Loop) Run(ctx context.Context, epoch int64, drain <-chan struct{}) {
 			}()
 			continue
 		}
-		<-slots
 		if err != nil && ctx.Err() == nil {
 			l.log.Error().Err(err).Msg("claim failed")
 		}

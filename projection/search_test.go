@@ -320,6 +320,8 @@ func TestSearchPayloadInvalid(t *testing.T) {
 		// A newer but invalid event does not supersede the valid one.
 		upsert(11, "book", "10", v(2), `[]`),
 		upsert(12, "book", "12", v(1), `{"title":`),
+		// Malformed inside: the engine refuses this item alone.
+		upsert(16, "book", "16", v(1), `{"title":}`),
 		// A delete's payload is not sent, whatever it holds.
 		outbox.Event{ID: 13, EntityType: "book", EntityID: "13", Op: outbox.OpDelete, EventVersion: v(1), Payload: json.RawMessage(`[1,2]`)},
 		// Line breaks in a payload would break the bulk body's format.
@@ -335,9 +337,11 @@ func TestSearchPayloadInvalid(t *testing.T) {
 	requireApplied(t, res[10])
 	requireApplied(t, res[13])
 	requireApplied(t, res[14])
+	requireFailed(t, res[16], classify.Deterministic, classify.MappingError)
 
 	require.Equal(t, []sentAction{
 		{"index", "book:10", 1},
+		{"index", "book:16", 1},
 		{"delete", "book:13", 1},
 		{"index", "book:14", 1},
 	}, f.actions(t))
@@ -719,7 +723,9 @@ func (f *front) actions(t *testing.T) []sentAction {
 				out = append(out, sentAction{op, meta.ID, meta.Version})
 				if op == "index" {
 					require.True(t, sc.Scan(), "index action without a source line")
-					require.True(t, json.Valid(sc.Bytes()))
+					// One whole object a line (a payload's line breaks are gone).
+					line := sc.Bytes()
+					require.True(t, bytes.HasPrefix(line, []byte("{")) && bytes.HasSuffix(line, []byte("}")), "%s", line)
 				}
 			}
 		}
