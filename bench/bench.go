@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -33,6 +35,8 @@ type Config struct {
 	FailedRows         int
 	ClaimSamples       int
 
+	// Steps names the steps to run; empty runs all of them.
+	Steps      []string
 	Out        string
 	CPUProfile string
 	Bin        string
@@ -86,6 +90,15 @@ func (c Config) validate() error {
 	case c.Out == "":
 		return errors.New("-out is empty")
 	}
+	known := []string{}
+	for _, s := range (&bench{}).steps() {
+		known = append(known, s.flag)
+	}
+	for _, s := range c.Steps {
+		if !slices.Contains(known, s) {
+			return fmt.Errorf("-steps: unknown step %q (known: %s)", s, strings.Join(known, ","))
+		}
+	}
 	return nil
 }
 
@@ -121,18 +134,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := b.setup(ctx); err != nil {
 		return nil, err
 	}
-	steps := []struct {
-		name string
-		run  func(context.Context) error
-	}{
-		{"raw bulk", b.rawBulk},
-		{"end to end", b.endToEnd},
-		{"postgres path", b.postgresPath},
-		{"latency", b.latency},
-		{"failover", b.failover},
-		{"claim cost", b.claimCost},
-	}
-	for _, s := range steps {
+	for _, s := range b.steps() {
+		if len(cfg.Steps) > 0 && !slices.Contains(cfg.Steps, s.flag) {
+			continue
+		}
+		if err := b.quiesce(ctx); err != nil {
+			return b.rep, err
+		}
 		start := time.Now()
 		b.say("step: %s", s.name)
 		if err := s.run(ctx); err != nil {
@@ -145,6 +153,22 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return b.rep, err
 	}
 	return b.rep, nil
+}
+
+type step struct {
+	flag, name string
+	run        func(context.Context) error
+}
+
+func (b *bench) steps() []step {
+	return []step{
+		{"raw", "raw bulk", b.rawBulk},
+		{"e2e", "end to end", b.endToEnd},
+		{"pg", "postgres path", b.postgresPath},
+		{"latency", "latency", b.latency},
+		{"failover", "failover", b.failover},
+		{"claim", "claim cost", b.claimCost},
+	}
 }
 
 func (b *bench) say(format string, args ...any) {
@@ -284,6 +308,25 @@ func waitLeader(ctx context.Context, rs ...*replica.Replica) (*replica.Replica, 
 		return false, nil
 	})
 	return found, err
+}
+
+// quiesce waits until the engine and Postgres are idle (below a quarter
+// of a core over a second), so that a step does not pay for the merges or
+// the autovacuum of the one before; at most a minute.
+func (b *bench) quiesce(ctx context.Context) error {
+	start := time.Now()
+	for time.Since(start) < time.Minute {
+		before := sampleCPU()
+		if err := sleep(ctx, time.Second); err != nil {
+			return err
+		}
+		busy := sampleCPU().since(before)
+		if busy["engine"]+busy["postgres"] < 0.25 {
+			break
+		}
+	}
+	b.rep.QuiesceSeconds += rig.Round3(time.Since(start).Seconds())
+	return nil
 }
 
 // reset empties the outbox between steps.

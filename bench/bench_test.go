@@ -88,6 +88,7 @@ func TestBenchRefusesOutOfRangeSettings(t *testing.T) {
 		{func(c *Config) { c.Batch = 20_000 }, "-batch=20000 is out of range"},
 		{func(c *Config) { c.Duration = 0 }, "-duration=0s is below 100ms"},
 		{func(c *Config) { c.AdminURL = "" }, "DATABASE_URL is not set"},
+		{func(c *Config) { c.Steps = []string{"e2e", "warp"} }, `-steps: unknown step "warp"`},
 	} {
 		cfg := defaultConfig()
 		cfg.AdminURL, cfg.ElasticURL = "postgres://unused", "http://unused"

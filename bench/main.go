@@ -43,6 +43,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -61,6 +62,7 @@ func main() {
 	fs.IntVar(&cfg.DoneRows, "done-rows", cfg.DoneRows, "done rows in the claim-cost table")
 	fs.IntVar(&cfg.FailedRows, "failed-rows", cfg.FailedRows, "failed rows in the claim-cost table")
 	fs.IntVar(&cfg.ClaimSamples, "claim-samples", cfg.ClaimSamples, "claims timed per table state")
+	steps := fs.String("steps", "", "comma-separated steps to run (raw,e2e,pg,latency,failover,claim; default all)")
 	fs.StringVar(&cfg.Out, "out", envOr("BENCH_OUT", cfg.Out), "where the JSON goes (BENCH_OUT)")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", cfg.CPUProfile, "write a CPU profile of the leader during step 2 here")
 	fs.StringVar(&cfg.Bin, "bin", "", "a built wlproj binary (default: go build the checkout)")
@@ -69,6 +71,9 @@ func main() {
 	_ = fs.Parse(os.Args[1:])
 	if cfg.Smoke {
 		cfg = cfg.smoke()
+	}
+	if *steps != "" {
+		cfg.Steps = strings.Split(*steps, ",")
 	}
 	cfg.AdminURL = os.Getenv("DATABASE_URL")
 	cfg.ElasticURL = os.Getenv("ELASTIC_URL")

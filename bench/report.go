@@ -34,6 +34,9 @@ type Report struct {
 	ClaimCost    *ClaimCost    `json:"claim_cost"`
 	Memory       *Memory       `json:"memory"`
 	CPUProfile   string        `json:"cpu_profile,omitempty"`
+	// QuiesceSeconds is the time spent waiting for the engine and Postgres
+	// to go idle before each step.
+	QuiesceSeconds float64 `json:"quiesce_seconds"`
 
 	Ratios   Ratios   `json:"ratios"`
 	Targets  []Target `json:"targets"`
@@ -91,6 +94,11 @@ type Latency struct {
 	P95ms   float64 `json:"p95_ms"`
 	P99ms   float64 `json:"p99_ms"`
 	MaxMs   float64 `json:"max_ms"`
+	// The same split at the claim: insert to claim, claim to ack.
+	ClaimWaitP50ms  float64 `json:"claim_wait_p50_ms"`
+	ClaimWaitP99ms  float64 `json:"claim_wait_p99_ms"`
+	ClaimToAckP50ms float64 `json:"claim_to_ack_p50_ms"`
+	ClaimToAckP99ms float64 `json:"claim_to_ack_p99_ms"`
 }
 
 type Failover struct {
@@ -163,7 +171,9 @@ func (r *Report) finish() {
 	add := func(measure, goal string, value float64, unit string, met bool) {
 		r.Targets = append(r.Targets, Target{Measure: measure, Goal: goal, Value: value, Unit: unit, Met: met})
 	}
-	add("end-to-end / raw bulk", ">= 0.9", r.Ratios.EndToEndToRaw, "ratio", r.Ratios.EndToEndToRaw >= 0.9)
+	if r.RawBulk != nil && r.EndToEnd != nil {
+		add("end-to-end / raw bulk", ">= 0.9", r.Ratios.EndToEndToRaw, "ratio", r.Ratios.EndToEndToRaw >= 0.9)
+	}
 	if pgDaemon != nil {
 		add("postgres path alone", ">= 15000", pgDaemon.EventsPerSec, "events/s", pgDaemon.EventsPerSec >= 15000)
 	}
@@ -227,6 +237,7 @@ func (r *Report) Table(w io.Writer) {
 	}
 	if l := r.Latency; l != nil {
 		fmt.Fprintf(tw, "4 latency at %d/s for %.0fs\tp50 %.1f ms, p95 %.1f ms, p99 %.1f ms, max %.1f ms\t\n", l.Rate, l.Seconds, l.P50ms, l.P95ms, l.P99ms, l.MaxMs)
+		fmt.Fprintf(tw, "  insert to claim / claim to ack\tp50 %.1f / %.1f ms, p99 %.1f / %.1f ms\t\n", l.ClaimWaitP50ms, l.ClaimToAckP50ms, l.ClaimWaitP99ms, l.ClaimToAckP99ms)
 	}
 	if f := r.Failover; f != nil {
 		fmt.Fprintf(tw, "5 failover x%d at %d/s\tmin %.3fs, median %.3fs, max %.3fs\t\n", f.Rounds, f.Rate, f.Seconds.Min, f.Seconds.Median, f.Seconds.Max)
