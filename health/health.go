@@ -91,11 +91,11 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		}
 	}
 	s := &Server{cfg: cfg, deps: deps}
-	s.ready = metrics.NewGauge(`outbox_ready`, nil)
-	s.gauges.lag = metrics.NewGauge(`outbox_lag_events`, nil)
-	s.gauges.oldest = metrics.NewGauge(`outbox_oldest_age_seconds`, nil)
-	s.gauges.inflight = metrics.NewGauge(`outbox_inflight_events`, nil)
-	s.gauges.stuck = metrics.NewGauge(`outbox_stuck_processing_events`, nil)
+	s.ready = metrics.GetOrCreateGauge(`outbox_ready`, nil)
+	s.gauges.lag = metrics.GetOrCreateGauge(`outbox_lag_events`, nil)
+	s.gauges.oldest = metrics.GetOrCreateGauge(`outbox_oldest_age_seconds`, nil)
+	s.gauges.inflight = metrics.GetOrCreateGauge(`outbox_inflight_events`, nil)
+	s.gauges.stuck = metrics.GetOrCreateGauge(`outbox_stuck_processing_events`, nil)
 
 	api := http.NewServeMux()
 	api.HandleFunc("/healthz", s.healthz)
