@@ -85,9 +85,12 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	cfg.GaugeInterval = cmp.Or(cfg.GaugeInterval, gaugeIntervalDefault)
 	cfg.StandbyGaugeInterval = cmp.Or(cfg.StandbyGaugeInterval, standbyGaugeIntervalDefault)
 	cfg.MaxProcessing = cmp.Or(cfg.MaxProcessing, 300*time.Second)
-	for env, p := range map[string]int{"OUTBOX_HTTP_PORT": cfg.HTTPPort, "OUTBOX_METRICS_PORT": cfg.MetricsPort} {
-		if p < 1 || p > 65535 {
-			return nil, errors.New(env + "=" + strconv.Itoa(p) + " is out of range [1, 65535]")
+	for _, port := range []struct {
+		env string
+		p   int
+	}{{"OUTBOX_HTTP_PORT", cfg.HTTPPort}, {"OUTBOX_METRICS_PORT", cfg.MetricsPort}} {
+		if port.p < 1 || port.p > 65535 {
+			return nil, errors.New(port.env + "=" + strconv.Itoa(port.p) + " is out of range [1, 65535]")
 		}
 	}
 	s := &Server{cfg: cfg, deps: deps}

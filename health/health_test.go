@@ -209,6 +209,11 @@ func TestMetricsAndPprofListeners(t *testing.T) {
 }
 
 func TestNewRefusesPortsOutOfRange(t *testing.T) {
-	_, err := New(Config{HTTPPort: 70000}, Deps{})
-	require.ErrorContains(t, err, "OUTBOX_HTTP_PORT=70000 is out of range [1, 65535]")
+	// The HTTP port first, every time: the metrics port defaults to it.
+	for range 20 {
+		_, err := New(Config{HTTPPort: 70000}, Deps{})
+		require.EqualError(t, err, "OUTBOX_HTTP_PORT=70000 is out of range [1, 65535]")
+	}
+	_, err := New(Config{HTTPPort: 8080, MetricsPort: -1}, Deps{})
+	require.EqualError(t, err, "OUTBOX_METRICS_PORT=-1 is out of range [1, 65535]")
 }
