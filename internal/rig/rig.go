@@ -63,24 +63,24 @@ func RandomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// Pace calls insert every tick with the number of events due, so that
-// rate events a second are asked for on average, until ctx ends.
+// Pace calls insert every tick with the number of events due, so that rate
+// events a second are asked for since the start; a late tick (a busy
+// machine) asks for what the ticks it missed would have, until ctx ends.
 func Pace(ctx context.Context, rate int, tick time.Duration, insert func(n int)) {
 	t := time.NewTicker(tick)
 	defer t.Stop()
-	perTick := float64(rate) * tick.Seconds()
-	var owed float64
+	start := time.Now()
+	var asked int64
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
-		}
-		owed += perTick
-		n := int(owed)
-		owed -= float64(n)
-		if n > 0 {
-			insert(n)
+		case now := <-t.C:
+			due := int64(float64(rate) * now.Sub(start).Seconds())
+			if n := due - asked; n > 0 {
+				asked = due
+				insert(int(n))
+			}
 		}
 	}
 }
