@@ -145,6 +145,29 @@ func TestDrainReturnsUnfinishedWithoutAnAttempt(t *testing.T) {
 		"drain puts unfinished rows back without counting an attempt")
 }
 
+func TestClaimsOneBatchAheadAndTheDrainReleasesIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	entered := make(chan struct{}, 100)
+	h := funcHandler(func(ctx context.Context, e outbox.Event) projection.Result {
+		entered <- struct{}{}
+		<-ctx.Done()
+		return projection.Result{Err: ctx.Err()}
+	})
+	b.exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) SELECT 'book', g::text, 'upsert' FROM generate_series(1, 20) g`)
+	stop := start(t, b, Config{BulkSize: 5, Concurrency: 1, ShutdownGrace: time.Second, PollInterval: 20 * time.Millisecond},
+		projection.Registry{"search": h})
+	<-entered
+	// One batch in flight, the next claimed and waiting for the slot, no more.
+	testenv.Eventually(t, 5*time.Second, "the next batch claimed", func() bool { return b.count(t, `status = 'processing'`) == 10 })
+	time.Sleep(100 * time.Millisecond)
+	require.Equal(t, 10, b.count(t, `status = 'processing'`))
+	require.Equal(t, 10, b.count(t, `status = 'pending'`))
+
+	stop()
+	require.Equal(t, 20, b.count(t, `status = 'pending' AND attempts = 0`), "the waiting batch goes back too")
+}
+
 func TestLostLeadershipWritesNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -88,12 +88,9 @@ func (l *Loop) Run(ctx context.Context, epoch int64, drain <-chan struct{}) {
 			select {
 			case slots <- struct{}{}:
 			case <-ctx.Done():
-				wg.Wait()
-				return
+				continue // stops above; the next leader reclaims the batch
 			case <-drain:
-				// The waiting batch is tracked: the drain releases it.
-				l.drain(ctx, epoch, &wg, cancelWork)
-				return
+				continue // stops above; the drain releases the tracked batch
 			}
 			wg.Add(1)
 			go func() {
