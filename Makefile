@@ -3,7 +3,23 @@ GO ?= go
 GOTEST_FLAGS ?= -count=1 -timeout 12m
 STACK := scripts/stack.sh
 
-.PHONY: build test test-go stack-up stack-down lint demo bench drill clean
+# ENGINE is the engine of the stack that stack-up, test's whole suite, bench
+# and drill use (scripts/stack.sh lists them; the first is the default).
+# ENGINES are the others `make test` runs the engine-facing tests on, one
+# after the other: all of them unless given, e.g. ENGINES=opensearch-2, or
+# ENGINES= for none.
+ENGINE ?= $(firstword $(shell $(STACK) engines))
+ENGINES ?= $(filter-out $(ENGINE),$(shell $(STACK) engines))
+export ENGINE
+
+# The engine-facing tests: the search handler and the engine probe, the
+# classifier on the engine's own answers (and every engine's captures), the
+# ledger against forgotten tombstones, TLS with credentials, real replicas,
+# the operator surface, and the drill's smoke run.
+ENGINE_TEST_PKGS := . ./projection ./classify ./consume ./drill
+ENGINE_TEST_RUN := ^Test(Engine|Search|Identify|ItemResult|Captured|NewElasticClient|LateReplay|RetryAfterTheDelete|TLS|Replicas|Operate|DrillSmoke)
+
+.PHONY: build test test-go test-engine test-engines capture stack-up stack-down lint demo bench drill clean
 
 build:
 	$(GO) build -o bin/wlproj .
@@ -14,18 +30,37 @@ stack-up:
 stack-down:
 	@$(STACK) down
 
-# Brings the stack up if it is not up, runs the tests against it, and takes it
-# down again only if it was this target that started it.
+# The whole suite on ENGINE, then the engine-facing tests on each of ENGINES.
+# Each engine's stack is brought up if it is not up, and taken down again
+# only if this target started it (`stack.sh with`), so the engines run one
+# after the other; stack.sh prints each one's wall time.
 test:
 	@scripts/tools.sh
-	@started=0; \
-	if ! $(STACK) status >/dev/null 2>&1; then $(STACK) up || exit 1; started=1; fi; \
-	rc=0; $(MAKE) --no-print-directory test-go || rc=$$?; \
-	if [ $$started = 1 ]; then $(STACK) down; fi; \
+	@scripts/browser.sh
+	@rc=0; \
+	$(STACK) with $(MAKE) --no-print-directory test-go || rc=$$?; \
+	$(MAKE) --no-print-directory test-engines || rc=$$?; \
 	exit $$rc
 
+# The whole suite against ENGINE's stack, which must be up.
 test-go:
-	@set -a; . .stack/env; set +a; $(GO) test $(GOTEST_FLAGS) ./...
+	@$(STACK) exec $(GO) test $(GOTEST_FLAGS) ./...
+
+# The engine-facing tests against ENGINE's stack, which must be up.
+test-engine:
+	@$(STACK) exec $(GO) test $(GOTEST_FLAGS) -run '$(ENGINE_TEST_RUN)' $(ENGINE_TEST_PKGS)
+
+# The engine-facing tests on each of ENGINES, each on a stack of its own.
+test-engines:
+	@rc=0; for e in $(ENGINES); do \
+		ENGINE=$$e $(STACK) with $(MAKE) --no-print-directory test-engine || rc=$$?; \
+	done; exit $$rc
+
+# Rewrites testdata/$(ENGINE)/, the engine's answers the classifier relies
+# on. It lowers a node-wide circuit breaker for a moment: give it a stack of
+# its own, WLPROJ_STACK_ENV=.stack/capture.env make capture ENGINE=….
+capture:
+	@$(STACK) with $(GO) test -count=1 -run '^TestEngineResponses$$' ./classify -update
 
 demo:
 	@scripts/demo.sh
@@ -34,20 +69,12 @@ demo:
 # smoke mode also runs inside `make test` (bench/bench_test.go).
 BENCH_OUT ?= bench/results.json
 bench:
-	@started=0; \
-	if ! $(STACK) status >/dev/null 2>&1; then $(STACK) up || exit 1; started=1; fi; \
-	rc=0; (set -a; . .stack/env; set +a; BENCH_OUT=$(BENCH_OUT) BENCH_SMOKE=$(BENCH_SMOKE) $(GO) run ./bench $(BENCH_FLAGS)) || rc=$$?; \
-	if [ $$started = 1 ]; then $(STACK) down; fi; \
-	exit $$rc
+	@$(STACK) with env BENCH_OUT=$(BENCH_OUT) BENCH_SMOKE=$(BENCH_SMOKE) $(GO) run ./bench $(BENCH_FLAGS)
 
 # Unattended failover drill on the real stack; writes drill/report.json.
 drill:
 	@scripts/tools.sh
-	@started=0; \
-	if ! $(STACK) status >/dev/null 2>&1; then $(STACK) up || exit 1; started=1; fi; \
-	rc=0; (set -a; . .stack/env; set +a; $(GO) run ./drill $(DRILL_FLAGS)) || rc=$$?; \
-	if [ $$started = 1 ]; then $(STACK) down; fi; \
-	exit $$rc
+	@$(STACK) with $(GO) run ./drill $(DRILL_FLAGS)
 
 lint:
 	@fmt=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$fmt" ]; then echo "gofmt needed:"; echo "$$fmt"; exit 1; fi

@@ -10,17 +10,16 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/wlproj/wlproj/classify"
+	"github.com/wlproj/wlproj/internal/bounds"
 	"github.com/wlproj/wlproj/outbox"
 	"github.com/wlproj/wlproj/replay"
 )
@@ -30,7 +29,7 @@ import (
 const (
 	exitFailure = 1 // the database or something else failed
 	exitUsage   = 2 // the command is incomplete or a flag value is wrong
-	exitRefused = 3 // replay looked at the rows and refused; nothing changed
+	exitRefused = 3 // an audited action looked at the rows and refused; nothing changed
 )
 
 const (
@@ -47,219 +46,12 @@ func (e usageError) Unwrap() error { return e.err }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
-// failedFilterFlags are the failed-row filters shared by list and stats.
-type failedFilterFlags struct {
-	Projection string `help:"Only events of this projection."`
-	Reason     string `help:"Only events with this error_reason (rate_limited, server_error, timeout, connection, mapping_error, ...)."`
-	Since      string `help:"Only events that failed at or after this time: RFC3339, a date, or a duration like 24h or 7d meaning that long ago."`
-	Until      string `help:"Only events that failed before this time (same forms as --since)."`
-	EntityType string `name:"entity-type" help:"Only events of this entity type."`
-	ScopeKey   string `name:"scope-key" help:"Only events with this scope key (e.g. a library id), to see the blast radius."`
-}
-
-func (f failedFilterFlags) filter(now time.Time) (replay.Filter, error) {
-	since, err := parseTime("--since", f.Since, now)
-	if err != nil {
-		return replay.Filter{}, err
-	}
-	until, err := parseTime("--until", f.Until, now)
-	if err != nil {
-		return replay.Filter{}, err
-	}
-	return replay.Filter{Projection: f.Projection, Reason: f.Reason, Since: since, Until: until,
-		EntityType: f.EntityType, ScopeKey: f.ScopeKey}, nil
-}
-
-type failedCmd struct {
-	List  failedListCmd  `cmd:"" help:"List failed events, newest failure first."`
-	Stats failedStatsCmd `cmd:"" help:"Count failed events by projection and reason, with the oldest and newest failure."`
-}
-
-type failedListCmd struct {
-	dbFlags
-	failedFilterFlags
-	Limit int  `help:"Show at most N events (0: all)." default:"100"`
-	JSON  bool `name:"json" help:"Print one JSON object per event."`
-}
-
-func (c *failedListCmd) Run(g *globals) error {
-	return opsRun(c.DatabaseURL, func(ctx context.Context, conn *pgx.Conn) error {
-		f, err := c.filter(time.Now())
-		if err != nil {
-			return err
-		}
-		if c.Limit < 0 {
-			return usagef("--limit must not be negative, got %d", c.Limit)
-		}
-		// One row past the limit tells whether the listing was cut.
-		if c.Limit > 0 {
-			f.Limit = c.Limit + 1
-		}
-		events, err := replay.List(ctx, conn, f)
-		if err != nil {
-			return err
-		}
-		more := c.Limit > 0 && len(events) > c.Limit
-		if more {
-			events = events[:c.Limit]
-		}
-		if c.JSON {
-			return writeJSONLines(g.stdout, events)
-		}
-		if len(events) == 0 {
-			fmt.Fprintln(g.stdout, "no failed events match")
-			return nil
-		}
-		writeEvents(g.stdout, events)
-		if more {
-			fmt.Fprintf(g.stdout, "(first %d shown; --limit 0 lists all)\n", c.Limit)
-		}
-		return nil
-	})
-}
-
-type failedStatsCmd struct {
-	dbFlags
-	failedFilterFlags
-	JSON bool `name:"json" help:"Print one JSON object per projection and reason."`
-}
-
-func (c *failedStatsCmd) Run(g *globals) error {
-	return opsRun(c.DatabaseURL, func(ctx context.Context, conn *pgx.Conn) error {
-		f, err := c.filter(time.Now())
-		if err != nil {
-			return err
-		}
-		stats, err := replay.Stats(ctx, conn, f)
-		if err != nil {
-			return err
-		}
-		if c.JSON {
-			return writeJSONLines(g.stdout, stats)
-		}
-		if len(stats) == 0 {
-			fmt.Fprintln(g.stdout, "no failed events match")
-			return nil
-		}
-		tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "PROJECTION\tREASON\tCLASS\tCOUNT\tOLDEST\tNEWEST")
-		var total int64
-		for _, s := range stats {
-			total += s.Count
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", s.Projection, dash(s.Reason), dash(s.Class), s.Count,
-				formatTime(s.Oldest), formatTime(s.Newest))
-		}
-		tw.Flush()
-		fmt.Fprintf(g.stdout, "total: %d failed events\n", total)
-		return nil
-	})
-}
-
-type replayCmd struct {
-	dbFlags
-	By            string `help:"Who is replaying; recorded in the audit row. Required." placeholder:"WHO"`
-	Why           string `help:"Why, e.g. the fix that was made; recorded in the audit row. Required." placeholder:"TEXT"`
-	IDs           string `name:"ids" help:"Comma list of event ids, ranges allowed (1,2,10-20). Every id must exist and be failed, or nothing is replayed."`
-	Reason        string `help:"Only events with this error_reason."`
-	Projection    string `help:"Only events of this projection."`
-	Since         string `help:"Only events that failed at or after this time: RFC3339, a date, or a duration like 24h meaning that long ago."`
-	Until         string `help:"Only events that failed before this time (same forms as --since)."`
-	Limit         int    `help:"Replay at most N events, lowest ids first (0: no limit)."`
-	DryRun        bool   `name:"dry-run" help:"Print exactly the events that would be replayed, and change nothing."`
-	ResetAttempts bool   `name:"reset-attempts" help:"Zero the attempts counter (kept by default; a replayed event always gets one more try)."`
-	Max           int    `help:"Refuse a replay without --ids that would touch more events than this, unless --yes." default:"1000"`
-	Yes           bool   `help:"Go ahead even when more than --max events match."`
-	JSON          bool   `name:"json" help:"Print the report as one JSON object."`
-}
-
-func (c *replayCmd) Help() string {
-	return "Selectors combine with AND. The replay is one transaction and writes one audit row. " +
-		"Exit codes: 0 done (or nothing matched), 1 error, 2 incomplete command, 3 refused with nothing changed."
-}
-
-func (c *replayCmd) Run(g *globals) error {
-	// Check the audit fields before touching the database, so a bare
-	// `wlproj replay` never even connects.
-	if strings.TrimSpace(c.By) == "" || strings.TrimSpace(c.Why) == "" {
-		return opsError(replay.ErrAuditRequired, c.DatabaseURL)
-	}
-	return opsRun(c.DatabaseURL, func(ctx context.Context, conn *pgx.Conn) error {
-		now := time.Now()
-		req := replay.Request{
-			Reason: c.Reason, Projection: c.Projection, Limit: c.Limit, By: c.By, Why: c.Why,
-			DryRun: c.DryRun, ResetAttempts: c.ResetAttempts, Max: c.Max, Yes: c.Yes,
-			Given: map[string]string{},
-		}
-		if c.Max <= 0 {
-			return usagef("--max must be positive, got %d", c.Max)
-		}
-		var err error
-		if c.IDs != "" {
-			if req.IDs, err = replay.ParseIDs(c.IDs); err != nil {
-				return usageError{err}
-			}
-		}
-		if req.Since, err = parseTime("--since", c.Since, now); err != nil {
-			return err
-		}
-		if req.Until, err = parseTime("--until", c.Until, now); err != nil {
-			return err
-		}
-		for flag, v := range map[string]string{"ids": c.IDs, "reason": c.Reason, "projection": c.Projection,
-			"since": c.Since, "until": c.Until} {
-			if v != "" {
-				req.Given[flag] = v
-			}
-		}
-		if c.Limit > 0 {
-			req.Given["limit"] = strconv.Itoa(c.Limit)
-		}
-
-		rep, err := replay.Replay(ctx, conn, req)
-		var refused *replay.RefusedError
-		if err != nil && !errors.As(err, &refused) {
-			return err
-		}
-		if c.JSON {
-			if rep.Events == nil {
-				rep.Events = []replay.FailedEvent{}
-			}
-			if jerr := writeJSONLines(g.stdout, []replay.Report{rep}); jerr != nil {
-				return jerr
-			}
-			return err
-		}
-		if err != nil {
-			return err
-		}
-		writeReplay(g.stdout, rep)
-		return nil
-	})
-}
-
-func writeReplay(w io.Writer, rep replay.Report) {
-	if len(rep.Skipped) > 0 {
-		fmt.Fprintf(w, "skipped (failed, but left out by the other selectors or --limit): %s\n", replay.FormatIDs(rep.Skipped))
-	}
-	if len(rep.Events) == 0 {
-		fmt.Fprintln(w, "no failed events match; nothing replayed")
-		return
-	}
-	writeEvents(w, rep.Events)
-	if rep.DryRun {
-		fmt.Fprintf(w, "dry run: %d events would be replayed (ids %s); nothing changed\n",
-			len(rep.Events), replay.FormatIDs(rep.IDs()))
-		return
-	}
-	fmt.Fprintf(w, "replayed %d events (ids %s) to pending; audit id %d\n",
-		len(rep.Events), replay.FormatIDs(rep.IDs()), rep.AuditID)
-}
-
 type statusCmd struct {
 	dbFlags
-	MaxProcessingSeconds float64 `name:"max-processing-seconds" help:"A processing event older than this counts as stuck, even with a live lease." env:"OUTBOX_MAX_PROCESSING_SECONDS" default:"300"`
-	Exact                bool    `help:"Count done events exactly; this reads the whole table. Without it the done count is an estimate."`
-	JSON                 bool    `name:"json" help:"Print one JSON object."`
+	MaxProcessingSeconds float64       `name:"max-processing-seconds" help:"A processing event older than this counts as stuck, even with a live lease." env:"OUTBOX_MAX_PROCESSING_SECONDS" default:"${max_processing}"`
+	Retention            time.Duration `help:"The leader's retention of done rows: status counts the done rows older than this." env:"OUTBOX_RETENTION" default:"${retention}"`
+	Exact                bool          `help:"Count done events exactly; this reads the whole table. Without it the done count is an estimate."`
+	JSON                 bool          `name:"json" help:"Print one JSON object."`
 }
 
 // statusJSON is the --json shape of status: durations in seconds, so any
@@ -270,11 +62,27 @@ type statusJSON struct {
 	DoneExact               bool              `json:"done_exact"`
 	Lag                     int64             `json:"lag"`
 	OldestPendingAgeSeconds float64           `json:"oldest_pending_age_seconds"`
+	RetentionSeconds        float64           `json:"retention_seconds"`
+	DoneOverRetention       int64             `json:"done_over_retention"`
+	OldestDoneAgeSeconds    float64           `json:"oldest_done_age_seconds"`
 	InFlight                int64             `json:"in_flight"`
 	Stuck                   int64             `json:"stuck"`
 	MaxProcessingSeconds    float64           `json:"max_processing_seconds"`
 	TopFailedReasons        []reasonCountJSON `json:"top_failed_reasons"`
 	Leader                  *leaderJSON       `json:"leader"`
+	Projections             []projectionJSON  `json:"projections"`
+}
+
+// projectionJSON is one projection's lag and pause state; the pause fields
+// are those of its last pause or resume, empty if it never had one.
+type projectionJSON struct {
+	Projection              string    `json:"projection"`
+	Paused                  bool      `json:"paused"`
+	Pending                 int64     `json:"pending"`
+	OldestPendingAgeSeconds float64   `json:"oldest_pending_age_seconds"`
+	ChangedBy               string    `json:"changed_by,omitempty"`
+	Why                     string    `json:"why,omitempty"`
+	ChangedAt               time.Time `json:"changed_at,omitzero"`
 }
 
 type reasonCountJSON struct {
@@ -297,7 +105,8 @@ func (c *statusCmd) Run(g *globals) error {
 			return usagef("--max-processing-seconds (OUTBOX_MAX_PROCESSING_SECONDS) must be positive, got %g", c.MaxProcessingSeconds)
 		}
 		maxProcessing := seconds(c.MaxProcessingSeconds)
-		s, err := outbox.TakeSnapshotWith(ctx, conn, outbox.SnapshotOptions{MaxProcessing: maxProcessing, ExactDone: c.Exact})
+		s, err := outbox.TakeSnapshotWith(ctx, conn, outbox.SnapshotOptions{
+			MaxProcessing: maxProcessing, ExactDone: c.Exact, Retention: c.Retention, Projections: projectionNames()})
 		if err != nil {
 			return err
 		}
@@ -305,6 +114,8 @@ func (c *statusCmd) Run(g *globals) error {
 			out := statusJSON{
 				TakenAt: s.TakenAt.UTC(), Counts: s.Counts, DoneExact: s.DoneExact, Lag: s.Lag,
 				OldestPendingAgeSeconds: s.OldestPendingAge.Seconds(), InFlight: s.InFlight, Stuck: s.Stuck,
+				RetentionSeconds: c.Retention.Seconds(), DoneOverRetention: s.DoneOverRetention,
+				OldestDoneAgeSeconds: s.OldestDoneAge.Seconds(),
 				MaxProcessingSeconds: c.MaxProcessingSeconds, TopFailedReasons: []reasonCountJSON{},
 			}
 			for _, r := range s.TopFailedReasons {
@@ -313,18 +124,19 @@ func (c *statusCmd) Run(g *globals) error {
 			if l := s.Leader; l != nil {
 				out.Leader = &leaderJSON{Name: l.Name, WorkerID: l.Holder, Epoch: l.Epoch, Since: l.AcquiredAt.UTC(), Active: l.Active}
 			}
+			out.Projections = projectionsJSON(s.Projections)
 			return writeJSONLines(g.stdout, []statusJSON{out})
 		}
-		writeStatus(g.stdout, s, maxProcessing, databaseTarget(conn))
+		writeStatus(g.stdout, s, maxProcessing, c.Retention, databaseTarget(conn))
 		return nil
 	})
 }
 
-func writeStatus(w io.Writer, s outbox.Snapshot, maxProcessing time.Duration, target string) {
+func writeStatus(w io.Writer, s outbox.Snapshot, maxProcessing, retention time.Duration, target string) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "database\t%s\n", target)
 	fmt.Fprintf(tw, "at\t%s\n", formatTime(s.TakenAt))
-	for _, st := range []string{outbox.StatusPending, outbox.StatusProcessing, outbox.StatusDone, outbox.StatusFailed} {
+	for _, st := range []string{outbox.StatusPending, outbox.StatusProcessing, outbox.StatusDone, outbox.StatusFailed, outbox.StatusDiscarded} {
 		note := ""
 		if st == outbox.StatusDone && !s.DoneExact {
 			note = " (estimate; --exact counts)"
@@ -338,6 +150,8 @@ func writeStatus(w io.Writer, s outbox.Snapshot, maxProcessing time.Duration, ta
 	fmt.Fprintf(tw, "lag\t%d pending, %s\n", s.Lag, oldest)
 	fmt.Fprintf(tw, "in flight\t%d\n", s.InFlight)
 	fmt.Fprintf(tw, "stuck\t%d (lease expired or processing longer than %s)\n", s.Stuck, maxProcessing)
+	fmt.Fprintf(tw, "retention\t%s: %d done older, oldest done %s (the leader prunes them)\n",
+		durationText(retention), s.DoneOverRetention, formatAge(s.OldestDoneAge))
 	switch l := s.Leader; {
 	case l == nil:
 		fmt.Fprintf(tw, "leader\tnone has ever led\n")
@@ -348,6 +162,7 @@ func writeStatus(w io.Writer, s outbox.Snapshot, maxProcessing time.Duration, ta
 		fmt.Fprintf(tw, "leader\tnone active; last was %s, epoch %d, from %s\n", l.Holder, l.Epoch, formatTime(l.AcquiredAt))
 	}
 	tw.Flush()
+	writeProjections(w, s.Projections)
 	if len(s.TopFailedReasons) == 0 {
 		return
 	}
@@ -360,22 +175,47 @@ func writeStatus(w io.Writer, s outbox.Snapshot, maxProcessing time.Duration, ta
 	tw.Flush()
 }
 
+// writeProjections prints each projection's backlog and, for a paused one,
+// who paused it, why and since when: its lag grows on purpose.
+func writeProjections(w io.Writer, projections []outbox.ProjectionLag) {
+	if len(projections) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "projections:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  PROJECTION\tSTATE\tPENDING\tOLDEST\tPAUSED_SINCE\tBY\tWHY")
+	for _, p := range projections {
+		oldest := "-"
+		if p.Pending > 0 {
+			oldest = formatAge(p.OldestPendingAge)
+		}
+		state, since, by, why := "running", "-", "-", "-"
+		if p.State.Paused {
+			state, since, by, why = "paused", formatTime(p.State.ChangedAt), p.State.ChangedBy, snippet(p.State.Why, lastErrorColumn)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%s\t%s\t%s\n", p.Projection, state, p.Pending, oldest, since, by, why)
+	}
+	tw.Flush()
+}
+
+func projectionsJSON(projections []outbox.ProjectionLag) []projectionJSON {
+	out := make([]projectionJSON, 0, len(projections))
+	for _, p := range projections {
+		j := projectionJSON{Projection: p.Projection, Paused: p.State.Paused, Pending: p.Pending,
+			OldestPendingAgeSeconds: p.OldestPendingAge.Seconds(), ChangedBy: p.State.ChangedBy, Why: p.State.Why}
+		if !p.State.ChangedAt.IsZero() {
+			j.ChangedAt = p.State.ChangedAt.UTC()
+		}
+		out = append(out, j)
+	}
+	return out
+}
+
 // databaseTarget names the database without credentials, for the status
 // header: which database an operator is looking at matters.
 func databaseTarget(conn *pgx.Conn) string {
 	cfg := conn.Config()
 	return fmt.Sprintf("%s:%d/%s", cfg.Host, cfg.Port, cfg.Database)
-}
-
-func writeEvents(w io.Writer, events []replay.FailedEvent) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tPROJECTION\tENTITY\tOP\tATTEMPTS\tREPLAYS\tREASON\tSCOPE\tFAILED_AT\tLAST_ERROR")
-	for _, e := range events {
-		fmt.Fprintf(tw, "%d\t%s\t%s/%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", e.ID, e.Projection, e.EntityType, e.EntityID,
-			e.Op, e.Attempts, e.ReplayCount, dash(e.ErrorReason), dash(e.ScopeKey), formatTime(e.UpdatedAt),
-			snippet(e.LastError, lastErrorColumn))
-	}
-	tw.Flush()
 }
 
 func writeJSONLines[T any](w io.Writer, items []T) error {
@@ -423,14 +263,39 @@ func opsError(err error, databaseURL string) error {
 	}
 	code := exitFailure
 	var usage usageError
+	var field *bounds.FieldError
 	var refused *replay.RefusedError
 	switch {
-	case errors.Is(err, replay.ErrAuditRequired), errors.Is(err, replay.ErrNoSelector), errors.As(err, &usage):
+	case errors.Is(err, replay.ErrAuditRequired), errors.Is(err, replay.ErrNoSelector),
+		errors.As(err, &usage), errors.As(err, &field):
 		code = exitUsage
 	case errors.As(err, &refused):
 		code = exitRefused
 	}
-	return &exitError{code: code, err: redactedError{msg: redact(err.Error(), databaseURL), err: err}}
+	msg := redact(flagWords(err).Error(), databaseURL)
+	return &exitError{code: code, err: redactedError{msg: msg, err: err}}
+}
+
+// replayFlags names the fields of replay.Request and replay.ArchiveRequest
+// by their flags.
+var replayFlags = map[string]string{"By": "--by", "Why": "--why", "IDs": "--ids", "Limit": "--limit", "Max": "--max",
+	"OlderThan": "--older-than"}
+
+// flagWords says a package's error in the CLI's words: flags, not fields.
+func flagWords(err error) error {
+	var refused *replay.RefusedError
+	var audit *replay.AuditRequiredError
+	switch {
+	case errors.As(err, &audit):
+		return fmt.Errorf("--by and --why are required: say who is %s and why", audit.Doing)
+	case errors.Is(err, replay.ErrNoSelector):
+		return errors.New("no selector: give --ids, --reason, --projection or --since/--until")
+	case errors.As(err, &refused) && refused.Max > 0:
+		// Only replay and discard are capped, and both take failed rows.
+		return fmt.Errorf("%s refused, nothing changed: %d failed events match, more than --max %d; "+
+			"narrow the selector, raise --max, or add --yes", refused.Action, refused.Matching, refused.Max)
+	}
+	return bounds.Rename(err, replayFlags)
 }
 
 // redactedError shows a scrubbed message but keeps the chain for errors.Is.
@@ -441,8 +306,6 @@ type redactedError struct {
 
 func (e redactedError) Error() string { return e.msg }
 func (e redactedError) Unwrap() error { return e.err }
-
-var userinfoPassword = regexp.MustCompile(`(://[^/@:]*:)[^/@]*@`)
 
 // redact removes every form of the database password from msg: pgx redacts
 // its own messages, but only on a best-effort basis, and the password may
@@ -468,32 +331,20 @@ func redact(msg, databaseURL string) string {
 			msg = strings.ReplaceAll(msg, s, mask)
 		}
 	}
-	return userinfoPassword.ReplaceAllString(msg, "${1}"+mask+"@")
+	return classify.StripURLCredentials(msg)
 }
 
-// parseTime reads a --since/--until value: RFC3339, a date (UTC midnight),
-// or a duration (Go syntax, or whole days like 7d) meaning that long before now.
+// parseTime reads a --since/--until value (replay.ParseTime).
 func parseTime(flag, v string, now time.Time) (time.Time, error) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return time.Time{}, nil
+	t, err := replay.ParseTime(v, now)
+	if err != nil {
+		return time.Time{}, usagef("%s: %w", flag, err)
 	}
-	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-		return t, nil
-	}
-	if t, err := time.Parse(time.DateOnly, v); err == nil {
-		return t, nil
-	}
-	if days, ok := strings.CutSuffix(v, "d"); ok {
-		if n, err := strconv.Atoi(days); err == nil && n >= 0 {
-			return now.Add(-time.Duration(n) * 24 * time.Hour), nil
-		}
-	}
-	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
-		return now.Add(-d), nil
-	}
-	return time.Time{}, usagef("%s: %q is neither an RFC3339 time (2006-01-02T15:04:05Z), a date, nor a duration like 24h or 7d", flag, v)
+	return t, nil
 }
+
+// parseAgo reads a duration in Go syntax or in whole days (replay.ParseAgo).
+func parseAgo(v string) (time.Duration, bool) { return replay.ParseAgo(v) }
 
 func formatTime(t time.Time) string {
 	if t.IsZero() {
@@ -509,21 +360,8 @@ func formatAge(d time.Duration) string {
 	return d.Round(time.Second).String()
 }
 
-// snippet is the first line of s, cut to n runes.
-func snippet(s string, n int) string {
-	s, _, cut := strings.Cut(strings.TrimSpace(s), "\n")
-	if utf8.RuneCountInString(s) > n {
-		s = string([]rune(s)[:n])
-		cut = true
-	}
-	if cut {
-		s += "…"
-	}
-	if s == "" {
-		return "-"
-	}
-	return s
-}
+// snippet is replay.Snippet with a dash for nothing.
+func snippet(s string, n int) string { return dash(replay.Snippet(s, n)) }
 
 func dash(s string) string {
 	if s == "" {

@@ -15,20 +15,20 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/wlproj/wlproj/internal/testenv"
+	"github.com/wlproj/wlproj/internal/harness"
 	"github.com/wlproj/wlproj/replay"
 )
 
 // opsBundle is a migrated database with failed rows seeded by plain SQL.
 type opsBundle struct {
-	db  testenv.DB
+	db  harness.DB
 	ctx context.Context
 	ids []int64 // ids[0..4]: failed; ids[5]: done; ids[6]: pending
 }
 
 func opsSetup(t *testing.T) opsBundle {
 	t.Helper()
-	b := opsBundle{db: testenv.NewDatabase(t), ctx: context.Background()}
+	b := opsBundle{db: harness.NewDatabase(t), ctx: context.Background()}
 	rows, err := b.db.Pool.Query(b.ctx, `
 		INSERT INTO outbox_events (entity_type, entity_id, op, scope_key, created_at)
 		SELECT 'book', 'b' || g, 'upsert', 'lib-' || (g % 2), now() - interval '2 hours'
@@ -41,38 +41,25 @@ func opsSetup(t *testing.T) opsBundle {
 		b.ids = append(b.ids, id)
 	}
 	require.NoError(t, rows.Err())
-	b.exec(t, `
+	b.db.Exec(t, `
 		UPDATE outbox_events SET status = 'failed', attempts = 5, error_class = 'transient', error_reason = 'timeout',
 		       last_error = 'context deadline exceeded' || chr(10) || 'second line', updated_at = now() - interval '1 hour'
 		 WHERE id = ANY($1)`, b.ids[0:3])
-	b.exec(t, `
+	b.db.Exec(t, `
 		UPDATE outbox_events SET status = 'failed', attempts = 1, error_class = 'deterministic', error_reason = 'mapping_error',
 		       last_error = 'strict_dynamic_mapping_exception: mapping set to strict, dynamic introduction of [subtitle] is not allowed',
 		       projection = 'chronicle', entity_type = 'block', updated_at = now() - interval '3 days'
 		 WHERE id = ANY($1)`, b.ids[3:5])
-	b.exec(t, `UPDATE outbox_events SET status = 'done', processed_at = now() WHERE id = $1`, b.ids[5])
+	b.db.Exec(t, `UPDATE outbox_events SET status = 'done', processed_at = now() WHERE id = $1`, b.ids[5])
 	return b
 }
 
-func (b opsBundle) exec(t *testing.T, sql string, args ...any) {
-	t.Helper()
-	_, err := b.db.Pool.Exec(b.ctx, sql, args...)
-	require.NoError(t, err)
-}
-
-func (b opsBundle) count(t *testing.T, sql string, args ...any) int {
-	t.Helper()
-	var n int
-	require.NoError(t, b.db.Pool.QueryRow(b.ctx, sql, args...).Scan(&n))
-	return n
-}
-
 func (b opsBundle) failedCount(t *testing.T) int {
-	return b.count(t, `SELECT count(*) FROM outbox_events WHERE status = 'failed'`)
+	return b.db.Count(t, `status = 'failed'`)
 }
 
 func (b opsBundle) audits(t *testing.T) int {
-	return b.count(t, `SELECT count(*) FROM outbox_replay_audit`)
+	return b.db.Int(t, `SELECT count(*) FROM outbox_replay_audit`)
 }
 
 // run runs wlproj in-process against this database.
@@ -82,6 +69,16 @@ func (b opsBundle) run(t *testing.T, args ...string) (int, string, string) {
 	args = append(args, "--database-url", b.db.URL)
 	code := run(args, &stdout, &stderr)
 	return code, stdout.String(), stderr.String()
+}
+
+// lines runs a command that must succeed and print n lines, and returns them.
+func (b opsBundle) lines(t *testing.T, n int, args ...string) []string {
+	t.Helper()
+	code, out, errOut := b.run(t, args...)
+	require.Zero(t, code, errOut)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, n, out)
+	return lines
 }
 
 func jsonLines(t *testing.T, out string) []map[string]any {
@@ -100,16 +97,13 @@ func TestOpsFailedList(t *testing.T) {
 	t.Parallel()
 	b := opsSetup(t)
 
-	code, out, errOut := b.run(t, "failed", "list")
-	require.Zero(t, code, errOut)
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	require.Len(t, lines, 6, out)
+	lines := b.lines(t, 6, "failed", "list")
 	require.Regexp(t, `^ID\s+PROJECTION\s+ENTITY\s+OP\s+ATTEMPTS\s+REPLAYS\s+REASON\s+SCOPE\s+FAILED_AT\s+LAST_ERROR$`, lines[0])
 	require.Regexp(t, fmt.Sprintf(`^%d\s+search\s+book/b3\s+upsert\s+5\s+0\s+timeout\s+lib-1\s+\S+Z\s+context deadline exceeded…$`, b.ids[2]), lines[1])
 	require.Contains(t, lines[5], "chronicle")
 	require.Contains(t, lines[5], "strict_dynamic_mapping_exception: mapping set to strict, dyn…")
 
-	code, out, _ = b.run(t, "failed", "list", "--reason", "mapping_error", "--json")
+	code, out, _ := b.run(t, "failed", "list", "--reason", "mapping_error", "--json")
 	require.Zero(t, code)
 	objs := jsonLines(t, out)
 	require.Len(t, objs, 2)
@@ -145,7 +139,7 @@ func TestOpsFailedList(t *testing.T) {
 	require.Zero(t, code)
 	require.Equal(t, "no failed events match\n", out)
 
-	code, _, errOut = b.run(t, "failed", "list", "--since", "yesterday")
+	code, _, errOut := b.run(t, "failed", "list", "--since", "yesterday")
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, errOut, `--since: "yesterday" is neither`)
 }
@@ -154,16 +148,13 @@ func TestOpsFailedStats(t *testing.T) {
 	t.Parallel()
 	b := opsSetup(t)
 
-	code, out, errOut := b.run(t, "failed", "stats")
-	require.Zero(t, code, errOut)
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	require.Len(t, lines, 4, out)
+	lines := b.lines(t, 4, "failed", "stats")
 	require.Regexp(t, `^PROJECTION\s+REASON\s+CLASS\s+COUNT\s+OLDEST\s+NEWEST$`, lines[0])
 	require.Regexp(t, `^search\s+timeout\s+transient\s+3\s+\S+Z\s+\S+Z$`, lines[1])
 	require.Regexp(t, `^chronicle\s+mapping_error\s+deterministic\s+2\s`, lines[2])
 	require.Equal(t, "total: 5 failed events", lines[3])
 
-	code, out, _ = b.run(t, "failed", "stats", "--json")
+	code, out, _ := b.run(t, "failed", "stats", "--json")
 	require.Zero(t, code)
 	objs := jsonLines(t, out)
 	require.Len(t, objs, 2)
@@ -181,9 +172,9 @@ func TestOpsFailedStats(t *testing.T) {
 func TestOpsStatus(t *testing.T) {
 	t.Parallel()
 	b := opsSetup(t)
-	b.exec(t, `UPDATE outbox_events SET status = 'processing', locked_by = 'w1', claim_token = 2,
+	b.db.Exec(t, `UPDATE outbox_events SET status = 'processing', locked_by = 'w1', claim_token = 2,
 		lease_until = now() + interval '1 minute', processing_started_at = now() - interval '10 minutes' WHERE id = $1`, b.ids[6])
-	b.exec(t, `INSERT INTO outbox_leader (name, holder, epoch) VALUES ('wlproj', 'worker-a', 4)`)
+	b.db.Exec(t, `INSERT INTO outbox_leader (name, holder, epoch) VALUES ('wlproj', 'worker-a', 4)`)
 
 	code, out, errOut := b.run(t, "status")
 	require.Zero(t, code, errOut)
@@ -204,7 +195,7 @@ func TestOpsStatus(t *testing.T) {
 	objs := jsonLines(t, out)
 	require.Len(t, objs, 1)
 	s := objs[0]
-	require.Equal(t, map[string]any{"pending": 0.0, "processing": 1.0, "done": 1.0, "failed": 5.0}, s["counts"])
+	require.Equal(t, map[string]any{"pending": 0.0, "processing": 1.0, "done": 1.0, "failed": 5.0, "discarded": 0.0}, s["counts"])
 	require.Equal(t, true, s["done_exact"])
 	require.EqualValues(t, 0, s["stuck"], "under the 1h cap")
 	require.EqualValues(t, 1, s["in_flight"])
@@ -216,7 +207,7 @@ func TestOpsStatus(t *testing.T) {
 	require.Equal(t, false, leader["active"])
 
 	// Lag and the oldest pending age.
-	b.exec(t, `UPDATE outbox_events SET status = 'pending' WHERE id = $1`, b.ids[5])
+	b.db.Exec(t, `UPDATE outbox_events SET status = 'pending' WHERE id = $1`, b.ids[5])
 	code, out, _ = b.run(t, "status", "--json")
 	require.Zero(t, code)
 	s = jsonLines(t, out)[0]
@@ -258,10 +249,7 @@ func TestOpsReplayRequiresByAndWhy(t *testing.T) {
 func TestOpsReplayDryRunChangesNothing(t *testing.T) {
 	t.Parallel()
 	b := opsSetup(t)
-	code, out, errOut := b.run(t, "replay", "--reason", "timeout", "--by", "alice", "--why", "engine back", "--dry-run")
-	require.Zero(t, code, errOut)
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	require.Len(t, lines, 5, out)
+	lines := b.lines(t, 5, "replay", "--reason", "timeout", "--by", "alice", "--why", "engine back", "--dry-run")
 	for i, id := range b.ids[:3] {
 		require.Regexp(t, fmt.Sprintf(`^%d\s+search\s+book/`, id), lines[i+1])
 	}
@@ -269,7 +257,7 @@ func TestOpsReplayDryRunChangesNothing(t *testing.T) {
 	require.Equal(t, 5, b.failedCount(t))
 	require.Zero(t, b.audits(t))
 
-	code, out, _ = b.run(t, "replay", "--reason", "timeout", "--by", "alice", "--why", "engine back", "--dry-run", "--json")
+	code, out, _ := b.run(t, "replay", "--reason", "timeout", "--by", "alice", "--why", "engine back", "--dry-run", "--json")
 	require.Zero(t, code)
 	rep := jsonLines(t, out)[0]
 	require.Equal(t, true, rep["dry_run"])
@@ -285,7 +273,7 @@ func TestOpsReplayWritesOneAuditRow(t *testing.T) {
 	require.Zero(t, code, errOut)
 	require.Contains(t, out, fmt.Sprintf("replayed 2 events (ids %s) to pending; audit id ", replay.FormatIDs(b.ids[3:5])))
 	require.Equal(t, 3, b.failedCount(t))
-	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM outbox_events WHERE status = 'pending' AND replay_count = 1
+	require.Equal(t, 2, b.db.Count(t, `status = 'pending' AND replay_count = 1
 		AND attempts = 1 AND error_reason = 'mapping_error'`))
 
 	require.Equal(t, 1, b.audits(t))
@@ -325,7 +313,7 @@ func TestOpsReplayOfDoneRowRefused(t *testing.T) {
 	require.Equal(t, exitRefused, code)
 	require.Contains(t, errOut, fmt.Sprintf("id %d is done, not failed", done))
 	require.Equal(t, 5, b.failedCount(t))
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM outbox_events WHERE id = $1 AND status = 'done' AND replay_count = 0`, done))
+	require.Equal(t, 1, b.db.Count(t, `id = $1 AND status = 'done' AND replay_count = 0`, done))
 	require.Zero(t, b.audits(t))
 
 	// --json still reports by id, for scripts.
@@ -361,27 +349,18 @@ func TestOpsReplayNothingMatches(t *testing.T) {
 	require.Zero(t, b.audits(t))
 }
 
-// withPassword returns u with a password in its userinfo; the test server
-// trusts local connections, so the password is never checked.
-func withPassword(t *testing.T, raw, password string) string {
-	t.Helper()
-	u, err := url.Parse(raw)
-	require.NoError(t, err)
-	u.User = url.UserPassword(u.User.Username(), password)
-	return u.String()
-}
-
 func TestOpsSecretsNeverPrinted(t *testing.T) {
 	t.Parallel()
 	b := opsSetup(t)
 	const secret = "s3cr3t-planted"
-	good := withPassword(t, b.db.URL, secret)
+	// The test server trusts local connections: the password is never checked.
+	good := b.db.Login(t, "", secret)
 	u, err := url.Parse(good)
 	require.NoError(t, err)
 	u.Host = u.Hostname() + ":1" // nothing listens on port 1
 	unreachable := u.String()
 	malformed := "postgres://postgres:" + secret + "@127.0.0.1:notaport/db"
-	bin := testenv.Binary(t)
+	bin := harness.Binary(t)
 
 	cases := []struct {
 		url  string

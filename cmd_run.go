@@ -5,67 +5,171 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"reflect"
 	"strconv"
-	"sync"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
 
 	"github.com/wlproj/wlproj/consume"
 	"github.com/wlproj/wlproj/health"
+	"github.com/wlproj/wlproj/internal/bounds"
 	"github.com/wlproj/wlproj/leader"
-	"github.com/wlproj/wlproj/outbox"
 	"github.com/wlproj/wlproj/projection"
 	"github.com/wlproj/wlproj/replay"
 )
 
+// The flags' defaults and ranges are ${…} variables filled from the
+// packages' constants (see flagVars): each default has one home. The `field`
+// tag names the package Config field a flag sets, so that a package's
+// *bounds.FieldError is reported with the operator's variable name.
 type elasticFlags struct {
-	ElasticURL      string  `help:"Elasticsearch base URL." env:"ELASTIC_URL" default:"http://127.0.0.1:9200"`
+	ElasticURL      string  `help:"Elasticsearch base URL." env:"ELASTIC_URL" default:"http://127.0.0.1:9200" field:"URL"`
 	ElasticUsername string  `help:"Elasticsearch basic-auth user." env:"ELASTIC_USERNAME"`
 	ElasticPassword string  `help:"Elasticsearch basic-auth password." env:"ELASTIC_PASSWORD"`
 	ElasticCAFile   string  `name:"elastic-ca-file" help:"PEM file of the CA that signed the engine's TLS certificate." env:"ELASTIC_CA_FILE" type:"existingfile"`
-	ElasticTimeout  float64 `help:"Timeout of one request to the engine, in seconds." env:"ELASTIC_TIMEOUT_SECONDS" default:"30"`
+	ElasticTimeout  float64 `help:"Timeout of one request to the engine, in seconds [${elastic_timeout_range}]." env:"ELASTIC_TIMEOUT_SECONDS" default:"${elastic_timeout}" field:"Timeout"`
 }
 
 type runCmd struct {
 	dbFlags
 	elasticFlags
-	ElasticIndex string `help:"Index the search projection writes to." env:"ELASTIC_INDEX" default:"search"`
+	ElasticIndex string `help:"Index the search projection writes to." env:"ELASTIC_INDEX" default:"search" field:"Index"`
 
 	WorkerID       string `help:"Name of this replica (default: hostname-pid)." env:"OUTBOX_WORKER_ID"`
-	LeaderName     string `help:"Replicas with the same leader name compete for one lock." env:"OUTBOX_LEADER_NAME" default:"wlproj"`
-	HTTPAddr       string `name:"http-addr" help:"Bind address of the health and metrics endpoints." env:"OUTBOX_HTTP_ADDR" default:"127.0.0.1"`
-	HTTPPort       int    `name:"http-port" help:"Port of /healthz and /readyz." env:"OUTBOX_HTTP_PORT" default:"8080"`
-	MetricsPort    int    `help:"Port of /metrics; 0 or the HTTP port serves it on the same listener." env:"OUTBOX_METRICS_PORT" default:"0"`
+	LeaderName     string `help:"Replicas with the same leader name compete for one lock." env:"OUTBOX_LEADER_NAME" default:"${leader_name}"`
+	HTTPAddr       string `name:"http-addr" help:"Bind address of the health and metrics endpoints." env:"OUTBOX_HTTP_ADDR" default:"${http_addr}"`
+	HTTPPort       int    `name:"http-port" help:"Port of /healthz and /readyz [${port_range}]." env:"OUTBOX_HTTP_PORT" default:"${http_port}" field:"HTTPPort"`
+	MetricsPort    int    `help:"Port of /metrics; 0 or the HTTP port serves it on the same listener." env:"OUTBOX_METRICS_PORT" default:"0" field:"MetricsPort"`
 	RequireESReady bool   `name:"require-es-ready" help:"Make /readyz fail while the engine is unreachable." env:"OUTBOX_REQUIRE_ES_READY"`
 	Pprof          bool   `help:"Serve Go's /debug/pprof/ on the metrics port, for profiling." env:"OUTBOX_PPROF"`
 
-	BulkSize               int     `help:"Events per claim and per bulk request [1, 10000]." env:"OUTBOX_BULK_SIZE" default:"500"`
-	Concurrency            int     `help:"Bulk requests in flight at once [1, 64]." env:"OUTBOX_CONCURRENCY" default:"2"`
-	PollIntervalSeconds    float64 `help:"Fallback poll when no NOTIFY arrives [0.01, 300]." env:"OUTBOX_POLL_INTERVAL_SECONDS" default:"1"`
-	LeaseSeconds           float64 `help:"Claim lease [1, 3600]." env:"OUTBOX_LEASE_SECONDS" default:"60"`
-	ReclaimIntervalSeconds float64 `help:"How often stuck rows are reclaimed [0.1, 3600]." env:"OUTBOX_RECLAIM_INTERVAL_SECONDS" default:"5"`
-	MaxProcessingSeconds   float64 `help:"Time in processing after which a row is stuck whatever its lease [1, 86400]." env:"OUTBOX_MAX_PROCESSING_SECONDS" default:"300"`
-	MaxAttempts            int     `help:"Attempts before a transient failure becomes terminal [1, 1000]." env:"OUTBOX_MAX_ATTEMPTS" default:"10"`
-	BaseBackoffSeconds     float64 `help:"First retry delay [0.01, 3600]." env:"OUTBOX_BASE_BACKOFF_SECONDS" default:"1"`
-	MaxBackoffSeconds      float64 `help:"Retry delay cap [0.01, 86400]." env:"OUTBOX_MAX_BACKOFF_SECONDS" default:"300"`
-	ShutdownGraceSeconds   float64 `help:"How long SIGTERM lets in-flight bulks finish [1, 600]." env:"OUTBOX_SHUTDOWN_GRACE_SECONDS" default:"20"`
-	MaxPayloadBytes        int     `help:"Largest upsert payload accepted; larger ones fail as payload_invalid." env:"OUTBOX_MAX_PAYLOAD_BYTES" default:"1048576"`
+	BulkSize               int     `help:"Events per claim and per bulk request [${bulk_size_range}]." env:"OUTBOX_BULK_SIZE" default:"${bulk_size}" field:"BulkSize"`
+	Concurrency            int     `help:"Bulk requests in flight at once [${concurrency_range}]." env:"OUTBOX_CONCURRENCY" default:"${concurrency}" field:"Concurrency"`
+	PollIntervalSeconds    float64 `help:"Fallback poll when no NOTIFY arrives [${poll_interval_range}]." env:"OUTBOX_POLL_INTERVAL_SECONDS" default:"${poll_interval}" field:"PollInterval"`
+	LeaseSeconds           float64 `help:"Claim lease [${lease_range}]." env:"OUTBOX_LEASE_SECONDS" default:"${lease}" field:"Lease"`
+	ReclaimIntervalSeconds float64 `help:"How often stuck rows are reclaimed [${reclaim_interval_range}]." env:"OUTBOX_RECLAIM_INTERVAL_SECONDS" default:"${reclaim_interval}" field:"ReclaimInterval"`
+	MaxProcessingSeconds   float64 `help:"Time in processing after which a row is stuck whatever its lease [${max_processing_range}]." env:"OUTBOX_MAX_PROCESSING_SECONDS" default:"${max_processing}" field:"MaxProcessing"`
+	MaxAttempts            int     `help:"Attempts before a transient failure becomes terminal [${max_attempts_range}]." env:"OUTBOX_MAX_ATTEMPTS" default:"${max_attempts}" field:"MaxAttempts"`
+	BaseBackoffSeconds     float64 `help:"First retry delay [${base_backoff_range}]." env:"OUTBOX_BASE_BACKOFF_SECONDS" default:"${base_backoff}" field:"BaseBackoff"`
+	MaxBackoffSeconds      float64 `help:"Retry delay cap [${max_backoff_range}]." env:"OUTBOX_MAX_BACKOFF_SECONDS" default:"${max_backoff}" field:"MaxBackoff"`
+	ShutdownGraceSeconds   float64 `help:"How long SIGTERM lets in-flight bulks finish [${shutdown_grace_range}]." env:"OUTBOX_SHUTDOWN_GRACE_SECONDS" default:"${shutdown_grace}" field:"ShutdownGrace"`
+	MaxPayloadBytes        int     `help:"Largest upsert payload accepted; larger ones fail as payload_invalid [${max_payload_bytes_range}]." env:"OUTBOX_MAX_PAYLOAD_BYTES" default:"${max_payload_bytes}" field:"MaxPayloadBytes"`
 
-	LeaderCheckIntervalSeconds float64 `help:"How often the leader verifies its lock connection [0.05, 10]." env:"OUTBOX_LEADER_CHECK_INTERVAL_SECONDS" default:"0.25"`
-	LeaderCheckTimeoutSeconds  float64 `help:"Timeout of one lock check [0.1, 30]." env:"OUTBOX_LEADER_CHECK_TIMEOUT_SECONDS" default:"1"`
-	TCPKeepalivesIdle          int     `name:"tcp-keepalives-idle" help:"Seconds of silence before the lock connection sends keepalives [1, 600]." env:"OUTBOX_TCP_KEEPALIVES_IDLE" default:"5"`
-	TCPKeepalivesInterval      int     `name:"tcp-keepalives-interval" help:"Seconds between keepalive probes [1, 600]." env:"OUTBOX_TCP_KEEPALIVES_INTERVAL" default:"2"`
-	TCPKeepalivesCount         int     `name:"tcp-keepalives-count" help:"Unanswered probes before the lock connection is dropped [1, 100]." env:"OUTBOX_TCP_KEEPALIVES_COUNT" default:"3"`
+	ChronicleMaxPayloadBytes int `help:"Largest payload the chronicle projection appends; larger ones fail as payload_invalid [${chronicle_max_payload_bytes_range}]." env:"OUTBOX_CHRONICLE_MAX_PAYLOAD_BYTES" default:"${chronicle_max_payload_bytes}" field:"ChronicleMaxPayloadBytes"`
+
+	LeaderCheckIntervalSeconds float64 `help:"How often the leader verifies its lock connection [${check_interval_range}]." env:"OUTBOX_LEADER_CHECK_INTERVAL_SECONDS" default:"${check_interval}" field:"CheckInterval"`
+	LeaderCheckTimeoutSeconds  float64 `help:"Timeout of one lock check [${check_timeout_range}]." env:"OUTBOX_LEADER_CHECK_TIMEOUT_SECONDS" default:"${check_timeout}" field:"CheckTimeout"`
+	TCPKeepalivesIdle          int     `name:"tcp-keepalives-idle" help:"Seconds of silence before the lock connection sends keepalives [${keepalives_idle_range}]." env:"OUTBOX_TCP_KEEPALIVES_IDLE" default:"${keepalives_idle}" field:"KeepalivesIdle"`
+	TCPKeepalivesInterval      int     `name:"tcp-keepalives-interval" help:"Seconds between keepalive probes [${keepalives_interval_range}]." env:"OUTBOX_TCP_KEEPALIVES_INTERVAL" default:"${keepalives_interval}" field:"KeepalivesInterval"`
+	TCPKeepalivesCount         int     `name:"tcp-keepalives-count" help:"Unanswered probes before the lock connection is dropped [${keepalives_count_range}]." env:"OUTBOX_TCP_KEEPALIVES_COUNT" default:"${keepalives_count}" field:"KeepalivesCount"`
+
+	Retention time.Duration `help:"Done rows older than this are deleted by the leader, in small batches; deleted documents' ledger entries too, once no event of theirs is left [${retention_range}]." env:"OUTBOX_RETENTION" default:"${retention}" field:"Retention"`
+
+	FailedArchiveAfter time.Duration `help:"Off (0) by default; else the leader moves failed and discarded rows that failed longer ago than this to the dead letter, audited as auto-archive [${archive_after_range}]." env:"OUTBOX_FAILED_ARCHIVE_AFTER" default:"0s" field:"After"`
 
 	AutoReplay          bool `help:"Revive transient failures automatically while the engine is healthy." env:"OUTBOX_AUTO_REPLAY"`
-	AutoReplayPerMinute int  `help:"Auto-replay budget, events per minute [1, 100000]." env:"OUTBOX_AUTO_REPLAY_PER_MINUTE" default:"60"`
+	AutoReplayPerMinute int  `help:"Auto-replay budget, events per minute [${auto_replay_per_minute_range}]." env:"OUTBOX_AUTO_REPLAY_PER_MINUTE" default:"${auto_replay_per_minute}" field:"PerMinute"`
+
+	consoleFlags
+}
+
+// flagVars fills the ${…} of the flags' tags from the packages' defaults
+// and ranges; durations are in seconds, as the flags are.
+func flagVars() map[string]string {
+	v := map[string]string{
+		"leader_name":         leader.NameDefault,
+		"http_addr":           health.AddrDefault,
+		"http_port":           strconv.Itoa(health.HTTPPortDefault),
+		"port_range":          rangeText(health.PortRange),
+		"list_limit":          strconv.Itoa(listLimitDefault),
+		"replay_max":          strconv.Itoa(replay.MaxDefault),
+		"retention":           durationText(consume.RetentionDefault),
+		"retention_range":     durationText(consume.RetentionRange.Min) + ", " + durationText(consume.RetentionRange.Max),
+		"archive_after_range": durationText(replay.ArchiveAfterRange.Min) + ", " + durationText(replay.ArchiveAfterRange.Max),
+		"projections":         strings.Join(projectionNames(), ", "),
+	}
+	ints := map[string]struct {
+		def int
+		rng bounds.Range[int]
+	}{
+		"bulk_size":                   {consume.BulkSizeDefault, consume.BulkSizeRange},
+		"concurrency":                 {consume.ConcurrencyDefault, consume.ConcurrencyRange},
+		"max_attempts":                {consume.MaxAttemptsDefault, consume.MaxAttemptsRange},
+		"max_payload_bytes":           {projection.MaxPayloadBytesDefault, projection.MaxPayloadBytesRange},
+		"chronicle_max_payload_bytes": {projection.ChronicleMaxPayloadBytesDefault, projection.ChronicleMaxPayloadBytesRange},
+		"keepalives_count":            {leader.KeepalivesCountDefault, leader.KeepalivesCountRange},
+		"auto_replay_per_minute":      {replay.PerMinuteDefault, replay.PerMinuteRange},
+	}
+	for name, s := range ints {
+		v[name], v[name+"_range"] = strconv.Itoa(s.def), rangeText(s.rng)
+	}
+	durations := map[string]struct {
+		def time.Duration
+		rng bounds.Range[time.Duration]
+	}{
+		"elastic_timeout":     {projection.TimeoutDefault, projection.TimeoutRange},
+		"poll_interval":       {consume.PollIntervalDefault, consume.PollIntervalRange},
+		"lease":               {consume.LeaseDefault, consume.LeaseRange},
+		"reclaim_interval":    {consume.ReclaimIntervalDefault, consume.ReclaimIntervalRange},
+		"max_processing":      {consume.MaxProcessingDefault, consume.MaxProcessingRange},
+		"base_backoff":        {consume.BaseBackoffDefault, consume.BaseBackoffRange},
+		"max_backoff":         {consume.MaxBackoffDefault, consume.MaxBackoffRange},
+		"shutdown_grace":      {consume.ShutdownGraceDefault, consume.ShutdownGraceRange},
+		"check_interval":      {leader.CheckIntervalDefault, leader.CheckIntervalRange},
+		"check_timeout":       {leader.CheckTimeoutDefault, leader.CheckTimeoutRange},
+		"keepalives_idle":     {leader.KeepalivesIdleDefault, leader.KeepalivesIdleRange},
+		"keepalives_interval": {leader.KeepalivesIntervalDefault, leader.KeepalivesIntervalRange},
+	}
+	for name, s := range durations {
+		v[name] = secondsText(s.def)
+		v[name+"_range"] = secondsText(s.rng.Min) + ", " + secondsText(s.rng.Max)
+	}
+	consoleVars(v)
+	return v
+}
+
+func rangeText(r bounds.Range[int]) string { return strconv.Itoa(r.Min) + ", " + strconv.Itoa(r.Max) }
+
+func secondsText(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'g', -1, 64) }
+
+// durationText is d as an operator writes it: 168h, not 168h0m0s.
+func durationText(d time.Duration) string {
+	s := d.String()
+	for _, zero := range []string{"0s", "0m"} {
+		if t, ok := strings.CutSuffix(s, zero); ok && len(t) > 0 && (t[len(t)-1] < '0' || t[len(t)-1] > '9') {
+			s = t
+		}
+	}
+	return s
 }
 
 func seconds(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
+
+// fieldNames maps each `field` tag of v's flags to the flag's variable.
+func fieldNames(v any) map[string]string {
+	names := map[string]string{}
+	var walk func(t reflect.Type)
+	walk = func(t reflect.Type) {
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if f.Anonymous {
+				walk(f.Type)
+				continue
+			}
+			if field, ok := f.Tag.Lookup("field"); ok {
+				names[field] = f.Tag.Get("env")
+			}
+		}
+	}
+	walk(reflect.TypeOf(v).Elem())
+	return names
+}
 
 func (c *runCmd) consumeConfig() consume.Config {
 	return consume.Config{
@@ -82,49 +186,123 @@ func (c *runCmd) consumeConfig() consume.Config {
 	}
 }
 
+func (c *runCmd) leaderConfig(workerID string) leader.Config {
+	// systemd restarts a unit that misses WATCHDOG_USEC; tick twice per window.
+	tick := time.Second
+	if watchdog, _ := daemon.SdWatchdogEnabled(false); watchdog > 0 {
+		tick = min(tick, watchdog/2)
+	}
+	return leader.Config{
+		DatabaseURL:        c.DatabaseURL,
+		Name:               c.LeaderName,
+		WorkerID:           workerID,
+		CheckInterval:      seconds(c.LeaderCheckIntervalSeconds),
+		CheckTimeout:       seconds(c.LeaderCheckTimeoutSeconds),
+		KeepalivesIdle:     time.Duration(c.TCPKeepalivesIdle) * time.Second,
+		KeepalivesInterval: time.Duration(c.TCPKeepalivesInterval) * time.Second,
+		KeepalivesCount:    c.TCPKeepalivesCount,
+		DrainTimeout:       seconds(c.ShutdownGraceSeconds) + 10*time.Second,
+		TickInterval:       tick,
+	}
+}
+
+func (c *runCmd) healthConfig() health.Config {
+	return health.Config{
+		Addr: c.HTTPAddr, HTTPPort: c.HTTPPort, MetricsPort: c.MetricsPort, RequireES: c.RequireESReady,
+		MaxProcessing: seconds(c.MaxProcessingSeconds), Pprof: c.Pprof,
+	}
+}
+
 // Validate runs before anything connects, so a bad flag exits at once with
-// the variable's name.
+// the variable's name. No defaults are applied here: kong already applied
+// the flag defaults, so a zero is the operator's value and must be refused.
 func (c *runCmd) Validate() error {
-	type rng struct {
-		env      string
-		v        float64
-		min, max float64
+	err := bounds.First(
+		c.consumeConfig().Validate(),
+		c.leaderConfig("validate").Validate(),
+		bounds.Check("HTTPPort", c.HTTPPort, health.PortRange),
+		bounds.Check("MetricsPort", c.MetricsPort, bounds.Range[int]{Min: 0, Max: health.PortRange.Max}),
+		bounds.Check("Timeout", seconds(c.ElasticTimeout), projection.TimeoutRange),
+		bounds.Check("MaxPayloadBytes", c.MaxPayloadBytes, projection.MaxPayloadBytesRange),
+		bounds.Check("ChronicleMaxPayloadBytes", c.ChronicleMaxPayloadBytes, projection.ChronicleMaxPayloadBytesRange),
+		bounds.Check("PerMinute", c.AutoReplayPerMinute, replay.PerMinuteRange),
+		bounds.Check("Retention", c.Retention, consume.RetentionRange),
+		c.consoleFlags.validate(c.HTTPPort),
+	)
+	if err == nil && c.FailedArchiveAfter != 0 {
+		err = bounds.Check("After", c.FailedArchiveAfter, replay.ArchiveAfterRange)
 	}
-	for _, r := range []rng{
-		{"OUTBOX_LEADER_CHECK_INTERVAL_SECONDS", c.LeaderCheckIntervalSeconds, 0.05, 10},
-		{"OUTBOX_LEADER_CHECK_TIMEOUT_SECONDS", c.LeaderCheckTimeoutSeconds, 0.1, 30},
-		{"OUTBOX_TCP_KEEPALIVES_IDLE", float64(c.TCPKeepalivesIdle), 1, 600},
-		{"OUTBOX_TCP_KEEPALIVES_INTERVAL", float64(c.TCPKeepalivesInterval), 1, 600},
-		{"OUTBOX_TCP_KEEPALIVES_COUNT", float64(c.TCPKeepalivesCount), 1, 100},
-		{"OUTBOX_AUTO_REPLAY_PER_MINUTE", float64(c.AutoReplayPerMinute), 1, 100000},
-		{"OUTBOX_MAX_PAYLOAD_BYTES", float64(c.MaxPayloadBytes), 1, 100 << 20},
-		{"OUTBOX_HTTP_PORT", float64(c.HTTPPort), 1, 65535},
-		{"OUTBOX_METRICS_PORT", float64(c.MetricsPort), 0, 65535},
-		{"ELASTIC_TIMEOUT_SECONDS", c.ElasticTimeout, 0.1, 600},
-		{"OUTBOX_SHUTDOWN_GRACE_SECONDS", c.ShutdownGraceSeconds, 1, 600},
-	} {
-		if r.v < r.min || r.v > r.max {
-			return fmt.Errorf("%s=%g is out of range [%g, %g]", r.env, r.v, r.min, r.max)
-		}
-	}
-	// No defaults here: kong already applied the flag defaults, so a zero is
-	// the operator's value and must be refused, not replaced.
-	return c.consumeConfig().Validate()
+	return bounds.Rename(err, fieldNames(c))
 }
 
 func (c *runCmd) Run(g *globals) error {
-	log := g.logger
 	workerID := c.WorkerID
 	if workerID == "" {
 		host, _ := os.Hostname()
 		workerID = host + "-" + strconv.Itoa(os.Getpid())
 	}
-	log = log.With().Str("worker_id", workerID).Logger()
-
-	// The first signal drains; a second one forces the exit.
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	log := g.logger.With().Str("worker_id", workerID).Logger()
 	var draining atomic.Bool
+	ctx, cancel := drainOnSignal(log, &draining)
+	defer cancel()
+
+	pool, err := c.openPool(ctx, workerID)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	d, err := newDaemon(c, pool, workerID, log)
+	if err != nil {
+		return bounds.Rename(err, fieldNames(c))
+	}
+	elector, err := leader.New(c.leaderConfig(workerID), log, d.services...)
+	if err != nil {
+		return bounds.Rename(err, fieldNames(c))
+	}
+	if watchdog, _ := daemon.SdWatchdogEnabled(false); watchdog > 0 {
+		elector.OnTick = func() { _, _ = daemon.SdNotify(false, daemon.SdNotifyWatchdog) }
+	}
+	con, err := c.startConsole(pool, elector, log)
+	if err != nil {
+		return bounds.Rename(err, fieldNames(c))
+	}
+	defer con.close()
+	srv, err := health.New(c.healthConfig(), health.Deps{Pool: pool, Elector: elector, PingES: d.pingES, Draining: &draining, Log: log,
+		Projections: projectionNames(), Routes: con.routes()})
+	if err != nil {
+		return bounds.Rename(err, fieldNames(c))
+	}
+	srvCtx, stopSrv := context.WithCancel(context.Background())
+	defer stopSrv()
+	srv.Serve(srvCtx)
+	defer srv.Close()
+	_, _ = daemon.SdNotify(false, daemon.SdNotifyReady)
+	log.Info().Str("addr", c.HTTPAddr).Int("http_port", c.HTTPPort).Str("leader_name", c.LeaderName).Msg("replica started")
+	go d.engine.Announce(ctx, log)
+
+	elector.Run(ctx)
+	log.Info().Msg("stopped")
+	return nil
+}
+
+func (c *runCmd) openPool(ctx context.Context, workerID string) (*pgxpool.Pool, error) {
+	poolCfg, err := pgxpool.ParseConfig(c.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	poolCfg.MaxConns = int32(c.Concurrency + 6)
+	poolCfg.ConnConfig.RuntimeParams["application_name"] = "wlproj:" + workerID
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		return nil, fmt.Errorf("database: %w", err)
+	}
+	return pool, nil
+}
+
+// drainOnSignal returns a context that the first SIGTERM or SIGINT cancels
+// (a graceful drain); a second signal exits at once.
+func drainOnSignal(log zerolog.Logger, draining *atomic.Bool) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	go func() {
@@ -137,110 +315,5 @@ func (c *runCmd) Run(g *globals) error {
 		log.Warn().Str("signal", sig.String()).Msg("second signal: exiting without drain")
 		os.Exit(1)
 	}()
-
-	poolCfg, err := pgxpool.ParseConfig(c.DatabaseURL)
-	if err != nil {
-		return fmt.Errorf("DATABASE_URL: %w", err)
-	}
-	poolCfg.MaxConns = int32(c.Concurrency + 6)
-	poolCfg.ConnConfig.RuntimeParams["application_name"] = "wlproj:" + workerID
-	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
-	if err != nil {
-		return fmt.Errorf("database: %w", err)
-	}
-	defer pool.Close()
-
-	es, err := projection.NewElasticClient(projection.ElasticOptions{
-		URL: c.ElasticURL, Username: c.ElasticUsername, Password: c.ElasticPassword,
-		CAFile: c.ElasticCAFile, Timeout: seconds(c.ElasticTimeout),
-	})
-	if err != nil {
-		return fmt.Errorf("ELASTIC_URL: %w", err)
-	}
-	search, err := projection.NewSearch(projection.SearchConfig{Client: es, Index: c.ElasticIndex, MaxPayloadBytes: c.MaxPayloadBytes})
-	if err != nil {
-		return err
-	}
-	pingES := func(ctx context.Context) error {
-		_, err := es.ClusterHealth().Do(ctx)
-		return err
-	}
-
-	store := &outbox.Store{Pool: pool, Owner: workerID, LeaderName: c.LeaderName}
-	loop, err := consume.NewLoop(c.consumeConfig(), store, projection.Registry{"search": search}, log)
-	if err != nil {
-		return err
-	}
-	reclaimer := consume.NewReclaimer(loop.Config(), store, log)
-	var auto *replay.AutoReplayer
-	if c.AutoReplay {
-		auto, err = replay.NewAutoReplayer(pool, replay.AutoReplayerConfig{PerMinute: c.AutoReplayPerMinute},
-			func(ctx context.Context) bool { return pingES(ctx) == nil }, log)
-		if err != nil {
-			return err
-		}
-	}
-
-	services := func(ctx context.Context, epoch int64, drain <-chan struct{}) {
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() { defer wg.Done(); reclaimer.Run(ctx, epoch, drain) }()
-		if auto != nil {
-			autoCtx, stopAuto := context.WithCancel(ctx)
-			defer stopAuto()
-			go func() {
-				select {
-				case <-drain:
-					stopAuto()
-				case <-autoCtx.Done():
-				}
-			}()
-			wg.Add(1)
-			go func() { defer wg.Done(); auto.Run(autoCtx) }()
-		}
-		loop.Run(ctx, epoch, drain)
-		wg.Wait()
-	}
-	// systemd restarts a unit that misses WATCHDOG_USEC; ping twice per window.
-	watchdog, _ := daemon.SdWatchdogEnabled(false)
-	tick := time.Second
-	if watchdog > 0 {
-		tick = min(tick, watchdog/2)
-	}
-	elector, err := leader.New(leader.Config{
-		DatabaseURL:        c.DatabaseURL,
-		Name:               c.LeaderName,
-		WorkerID:           workerID,
-		CheckInterval:      seconds(c.LeaderCheckIntervalSeconds),
-		CheckTimeout:       seconds(c.LeaderCheckTimeoutSeconds),
-		KeepalivesIdle:     time.Duration(c.TCPKeepalivesIdle) * time.Second,
-		KeepalivesInterval: time.Duration(c.TCPKeepalivesInterval) * time.Second,
-		KeepalivesCount:    c.TCPKeepalivesCount,
-		DrainTimeout:       seconds(c.ShutdownGraceSeconds) + 10*time.Second,
-		TickInterval:       tick,
-	}, log, services)
-	if err != nil {
-		return err
-	}
-	if watchdog > 0 {
-		elector.OnTick = func() { _, _ = daemon.SdNotify(false, daemon.SdNotifyWatchdog) }
-	}
-
-	srv, err := health.New(health.Config{
-		Addr: c.HTTPAddr, HTTPPort: c.HTTPPort, MetricsPort: c.MetricsPort, RequireES: c.RequireESReady,
-		MaxProcessing: seconds(c.MaxProcessingSeconds), Pprof: c.Pprof,
-	}, health.Deps{Pool: pool, Elector: elector, PingES: pingES, Draining: &draining, Log: log})
-	if err != nil {
-		return err
-	}
-	srvCtx, stopSrv := context.WithCancel(context.Background())
-	defer stopSrv()
-	srv.Serve(srvCtx)
-	defer srv.Close()
-	_, _ = daemon.SdNotify(false, daemon.SdNotifyReady)
-	log.Info().Str("addr", c.HTTPAddr).Int("http_port", c.HTTPPort).Str("leader_name", c.LeaderName).Msg("replica started")
-
-	err = elector.Run(ctx)
-	log.Info().Msg("stopped")
-	return err
+	return ctx, cancel
 }

@@ -40,9 +40,13 @@ type cli struct {
 
 	Run     runCmd     `cmd:"" help:"Run a replica: race for leadership, drain the outbox while leader, serve health and metrics."`
 	Migrate migrateCmd `cmd:"" help:"Apply the outbox schema migrations (guarded, idempotent)."`
-	Replay  replayCmd  `cmd:"" help:"Return failed events to pending, audited."`
-	Failed  failedCmd  `cmd:"" help:"Inspect failed events."`
+	Replay  replayCmd  `cmd:"" help:"Return failed events to pending, or archived ones with --archived, audited."`
+	Failed  failedCmd  `cmd:"" help:"Inspect, discard and archive failed events."`
 	Status  statusCmd  `cmd:"" help:"Show outbox status: counts, lag, stuck rows, failed reasons, leader."`
+	Doc     docCmd     `cmd:"" help:"Show a document's applied-version ledger entry next to its events."`
+	Rebuild rebuildCmd `cmd:"" help:"Rebuild the search index from the source-of-truth table and swap the alias to it, with no downtime. Audited."`
+	Pause   pauseCmd   `cmd:"" help:"Pause a projection: its events stay pending while the others drain. Audited."`
+	Resume  resumeCmd  `cmd:"" help:"Resume a paused projection where it stopped. Audited."`
 }
 
 type dbFlags struct {
@@ -96,6 +100,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		kong.Writers(stdout, stderr),
 		kong.Exit(func(code int) { panic(exitCode(code)) }),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+		kong.Vars(flagVars()),
 	)
 	if err != nil {
 		fmt.Fprintln(stderr, "wlproj:", err)

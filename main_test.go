@@ -10,12 +10,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/wlproj/wlproj/internal/testenv"
+	"github.com/wlproj/wlproj/internal/harness"
 )
 
 func TestHelpListsSubcommands(t *testing.T) {
 	t.Parallel()
-	out, err := exec.Command(testenv.Binary(t), "--help").CombinedOutput()
+	out, err := exec.Command(harness.Binary(t), "--help").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	for _, sub := range []string{"run", "migrate", "replay", "failed list", "failed stats", "status"} {
 		require.Contains(t, string(out), "\n  "+sub+" ", "help must list %q", sub)
@@ -24,7 +24,7 @@ func TestHelpListsSubcommands(t *testing.T) {
 
 func TestMigrateGuardExitsNonZero(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewEmptyDatabase(t)
+	db := harness.NewEmptyDatabase(t)
 	var stdout, stderr bytes.Buffer
 	code := run([]string{"migrate", "--database-url", db.URL, "--expect-db", "not-" + db.Name}, &stdout, &stderr)
 	require.NotZero(t, code)
@@ -49,7 +49,7 @@ func TestRunRejectsOutOfRangeSettings(t *testing.T) {
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, testenv.Binary(t), "run")
+		cmd := exec.CommandContext(ctx, harness.Binary(t), "run")
 		cmd.Env = append(cmd.Environ(), "DATABASE_URL=postgres://127.0.0.1:1/none", env+"="+value)
 		out, err := cmd.CombinedOutput()
 		require.Error(t, err, "%s=%s must be refused", env, value)

@@ -5,7 +5,6 @@ package main
 // test listens on, as systemd would.
 
 import (
-	"context"
 	"encoding/json"
 	"net"
 	"net/http"
@@ -21,8 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wlproj/wlproj/internal/replica"
-	"github.com/wlproj/wlproj/internal/testenv"
+	"github.com/wlproj/wlproj/internal/harness"
 )
 
 // ntWatchdog is the WatchdogSec the test gives the replica. systemd kills a
@@ -115,31 +113,40 @@ func (s *ntSocket) ntStates() []string {
 	return out
 }
 
+// ntLongestGap is the longest time without a WATCHDOG=1 from watchFrom
+// until now; there must have been at least two.
+func (s *ntSocket) ntLongestGap(t *testing.T, watchFrom time.Time) time.Duration {
+	t.Helper()
+	var pings []time.Time
+	for _, m := range s.ntSnapshot() {
+		if m.state == "WATCHDOG=1" && !m.at.Before(watchFrom.Add(-ntWatchdog)) {
+			pings = append(pings, m.at)
+		}
+	}
+	require.GreaterOrEqual(t, len(pings), 2, "WATCHDOG=1 pings with WATCHDOG_USEC=%d: %v", ntWatchdog.Microseconds(), s.ntStates())
+	var worst time.Duration
+	for i := 1; i < len(pings); i++ {
+		worst = max(worst, pings[i].Sub(pings[i-1]))
+	}
+	worst = max(worst, time.Since(pings[len(pings)-1]))
+	t.Logf("%d watchdog pings in %s, longest gap %s (WatchdogSec %s)", len(pings), time.Since(watchFrom).Round(time.Millisecond), worst, ntWatchdog)
+	return worst
+}
+
 func TestNotifySystemdReadyWatchdogStopping(t *testing.T) {
 	t.Parallel()
 	sock := ntListen(t)
-	db := testenv.NewDatabase(t)
-	index := testenv.NewIndexName(t)
+	db := harness.NewDatabase(t)
+	index := harness.NewIndexName(t)
 
-	r, err := replica.Start(testenv.Binary(t), "nt", []string{
-		"DATABASE_URL=" + db.URL,
-		"ELASTIC_URL=" + testenv.ElasticURL(t),
-		"ELASTIC_INDEX=" + index,
-		"OUTBOX_LEADER_NAME=" + index,
+	r := harness.StartReplica(t, "nt", harness.ReplicaEnv(db.URL, harness.ElasticURL(t), index,
 		"OUTBOX_SHUTDOWN_GRACE_SECONDS=5",
-		"NOTIFY_SOCKET=" + sock.path,
-		"WATCHDOG_USEC=" + strconv.FormatInt(ntWatchdog.Microseconds(), 10),
+		"NOTIFY_SOCKET="+sock.path,
+		"WATCHDOG_USEC="+strconv.FormatInt(ntWatchdog.Microseconds(), 10),
 		// Unset, as systemd leaves it for the main process; a stale value
 		// inherited from the test's environment would disable the watchdog.
 		"WATCHDOG_PID=",
-	}, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		r.Stop(10 * time.Second)
-		if t.Failed() {
-			t.Logf("replica logs:\n%s", r.Logs())
-		}
-	})
+	))
 
 	// READY=1 promises that health is served: /healthz must answer at once.
 	// Its verdict may be 503 for an instant, because the elector's first tick
@@ -148,34 +155,22 @@ func TestNotifySystemdReadyWatchdogStopping(t *testing.T) {
 	sock.ntWait(t, "READY=1", 0, 20*time.Second)
 	code, body, err := r.Get("/healthz")
 	require.NoError(t, err, "READY=1 was sent before /healthz was served")
-	var h replica.Health
+	var h harness.Health
 	require.NoError(t, json.Unmarshal(body, &h), "%s", body)
 	require.Equal(t, "nt", h.WorkerID, "%s", body)
 	if code != http.StatusOK {
 		t.Logf("/healthz right after READY=1: %d %s", code, body)
 	}
-	testenv.Eventually(t, 2*time.Second, "/healthz 200 after READY=1", func() bool {
+	harness.Eventually(t, 2*time.Second, "/healthz 200 after READY=1", func() bool {
 		code, _, err := r.Get("/healthz")
 		return err == nil && code == http.StatusOK
 	})
 
 	// Watchdog pings while leading, watched for 2 s.
-	testenv.Eventually(t, 10*time.Second, "the replica leads", r.IsLeader)
+	harness.Eventually(t, 10*time.Second, "the replica leads", r.IsLeader)
 	watchFrom := time.Now()
 	time.Sleep(2 * time.Second)
-	var pings []time.Time
-	for _, m := range sock.ntSnapshot() {
-		if m.state == "WATCHDOG=1" && !m.at.Before(watchFrom.Add(-ntWatchdog)) {
-			pings = append(pings, m.at)
-		}
-	}
-	require.GreaterOrEqual(t, len(pings), 2, "WATCHDOG=1 pings with WATCHDOG_USEC=%d: %v", ntWatchdog.Microseconds(), sock.ntStates())
-	var worst time.Duration
-	for i := 1; i < len(pings); i++ {
-		worst = max(worst, pings[i].Sub(pings[i-1]))
-	}
-	worst = max(worst, time.Since(pings[len(pings)-1]))
-	t.Logf("%d watchdog pings in %s, longest gap %s (WatchdogSec %s)", len(pings), time.Since(watchFrom).Round(time.Millisecond), worst, ntWatchdog)
+	worst := sock.ntLongestGap(t, watchFrom)
 	// sd_watchdog_enabled(3) asks for a ping every half interval; systemd
 	// kills at the full interval, which is what is asserted, so scheduling
 	// jitter on a loaded machine cannot fail the test. assert, not require:
@@ -197,17 +192,10 @@ func TestNotifySystemdReadyWatchdogStopping(t *testing.T) {
 // container) nothing is sent and nothing fails.
 func TestNotifyWithoutSocket(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDatabase(t)
-	index := testenv.NewIndexName(t)
-	r, err := replica.Start(testenv.Binary(t), "nt-plain", []string{
-		"DATABASE_URL=" + db.URL, "ELASTIC_URL=" + testenv.ElasticURL(t), "ELASTIC_INDEX=" + index,
-		"OUTBOX_LEADER_NAME=" + index, "NOTIFY_SOCKET=", "WATCHDOG_USEC=",
-	}, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { r.Stop(10 * time.Second) })
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	require.NoError(t, r.WaitHealthy(ctx))
+	db := harness.NewDatabase(t)
+	r := harness.StartReplica(t, "nt-plain", harness.ReplicaEnv(db.URL, harness.ElasticURL(t), harness.NewIndexName(t),
+		"NOTIFY_SOCKET=", "WATCHDOG_USEC="))
+	harness.Healthy(t, r)
 	require.NoError(t, r.Signal(syscall.SIGTERM))
 	exit, err := r.ExitCode(15 * time.Second)
 	require.NoError(t, err)

@@ -5,10 +5,7 @@ package main
 // a replay once the cause is fixed, and the auto-replay policy.
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
-	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -22,32 +19,26 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wlproj/wlproj/internal/faultproxy"
-	"github.com/wlproj/wlproj/internal/replica"
+	"github.com/wlproj/wlproj/internal/harness"
 	"github.com/wlproj/wlproj/internal/tcpproxy"
-	"github.com/wlproj/wlproj/internal/testenv"
 )
 
-// opGet is r's answer to path; readiness probes may take their whole
-// timeout (2s) before they answer, so the client waits longer than that.
-func opGet(t *testing.T, r *replica.Replica, path string) (int, string) {
-	t.Helper()
-	client := http.Client{Timeout: 10 * time.Second}
-	resp, err := client.Get("http://127.0.0.1:" + strconv.Itoa(r.HTTPPort) + path)
+// opGet is r's answer to path, or the error as the body.
+func opGet(r *harness.Replica, path string) (int, string) {
+	code, body, err := r.Get(path)
 	if err != nil {
 		return 0, err.Error()
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
+	return code, string(body)
 }
 
 // opWaitReady waits until /readyz answers want, and returns its body.
-func opWaitReady(t *testing.T, r *replica.Replica, want int, timeout time.Duration) string {
+func opWaitReady(t *testing.T, r *harness.Replica, want int, timeout time.Duration) string {
 	t.Helper()
 	var code int
 	var body string
-	testenv.Eventually(t, timeout, r.Name+" /readyz "+strconv.Itoa(want), func() bool {
-		code, body = opGet(t, r, "/readyz")
+	harness.Eventually(t, timeout, r.Name+" /readyz "+strconv.Itoa(want), func() bool {
+		code, body = opGet(r, "/readyz")
 		return code == want
 	})
 	return body
@@ -56,23 +47,16 @@ func opWaitReady(t *testing.T, r *replica.Replica, want int, timeout time.Durati
 // opMetric reads one sample of the scrape; name includes its labels.
 func opMetric(t *testing.T, scrape, name string) (float64, bool) {
 	t.Helper()
-	sc := bufio.NewScanner(strings.NewReader(scrape))
-	for sc.Scan() {
-		value, ok := strings.CutPrefix(sc.Text(), name+" ")
-		if ok {
-			f, err := strconv.ParseFloat(value, 64)
-			require.NoError(t, err, sc.Text())
-			return f, true
-		}
-	}
-	return 0, false
+	v, ok, err := harness.ParseMetric(scrape, name)
+	require.NoError(t, err)
+	return v, ok
 }
 
-func opScrape(t *testing.T, r *replica.Replica) string {
+func opScrape(t *testing.T, r *harness.Replica) string {
 	t.Helper()
-	code, body := opGet(t, r, "/metrics")
-	require.Equal(t, http.StatusOK, code, body)
-	return body
+	scrape, err := r.Scrape()
+	require.NoError(t, err)
+	return scrape
 }
 
 func TestOperateReadyzFlipsWhenTheDatabaseGoesAway(t *testing.T) {
@@ -83,8 +67,7 @@ func TestOperateReadyzFlipsWhenTheDatabaseGoesAway(t *testing.T) {
 	pg := tcpproxy.Start(t, u.Host)
 	u.Host = pg.Addr()
 	c.env = append(c.env, "DATABASE_URL="+u.String())
-	r := c.start("a")
-	c.leader()
+	r := c.run("a")
 	opWaitReady(t, r, http.StatusOK, 10*time.Second)
 
 	pg.Blackhole()
@@ -93,7 +76,7 @@ func TestOperateReadyzFlipsWhenTheDatabaseGoesAway(t *testing.T) {
 	require.NotContains(t, body, `"database":"ok"`)
 	require.Contains(t, body, `"draining":"no"`)
 	// Liveness is not readiness: the process is fine, its database is not.
-	code, _ := opGet(t, r, "/healthz")
+	code, _ := opGet(r, "/healthz")
 	require.Equal(t, http.StatusOK, code)
 
 	pg.DropUpstream()
@@ -101,8 +84,7 @@ func TestOperateReadyzFlipsWhenTheDatabaseGoesAway(t *testing.T) {
 	opWaitReady(t, r, http.StatusOK, 30*time.Second)
 	c.leader()
 	c.produce(20, 3)
-	c.waitSettled(60 * time.Second)
-	c.verify()
+	c.settle(60 * time.Second)
 }
 
 func TestOperateReadyzEngineGate(t *testing.T) {
@@ -119,15 +101,14 @@ func TestOperateReadyzEngineGate(t *testing.T) {
 	body := opWaitReady(t, gated, http.StatusServiceUnavailable, 10*time.Second)
 	require.Contains(t, body, `"elasticsearch":"unreachable: `)
 	require.Contains(t, body, `"database":"ok"`)
-	code, body := opGet(t, plain, "/readyz")
+	code, body := opGet(plain, "/readyz")
 	require.Equal(t, http.StatusOK, code, "without the gate the engine is not part of readiness: %s", body)
 	require.NotContains(t, body, "elasticsearch")
 
 	c.proxy.Clear()
 	opWaitReady(t, gated, http.StatusOK, 10*time.Second)
 	c.produce(10, 2)
-	c.waitSettled(60 * time.Second)
-	c.verify()
+	c.settle(60 * time.Second)
 }
 
 func TestOperateMetricsPassPromtoolAndShowLag(t *testing.T) {
@@ -137,10 +118,9 @@ func TestOperateMetricsPassPromtoolAndShowLag(t *testing.T) {
 		t.Skip("promtool not installed (scripts/tools.sh installs it for make test)")
 	}
 	c := newCluster(t, "OUTBOX_MAX_ATTEMPTS=1000")
-	r := c.start("a")
-	c.leader()
+	r := c.run("a")
 	c.produce(10, 1)
-	c.waitSettled(30 * time.Second)
+	c.drained(30 * time.Second)
 
 	scrape := opScrape(t, r)
 	file := filepath.Join(t.TempDir(), "metrics.txt")
@@ -165,24 +145,22 @@ func TestOperateMetricsPassPromtoolAndShowLag(t *testing.T) {
 		return v
 	}
 	defer func() { t.Logf("outbox_lag_events went through %v", seen) }()
-	testenv.Eventually(t, 15*time.Second, "lag 0 once drained", func() bool { return lag() == 0 })
+	harness.Eventually(t, 15*time.Second, "lag 0 once drained", func() bool { return lag() == 0 })
 
 	c.proxy.Set(faultproxy.Fault{Refuse: true})
 	c.produce(100, 1)
 	// The leader refreshes the gauges every 5s; 100 books wait.
-	testenv.Eventually(t, 15*time.Second, "lag rises while the engine is down", func() bool { return lag() == 100 })
+	harness.Eventually(t, 15*time.Second, "lag rises while the engine is down", func() bool { return lag() == 100 })
 
 	c.proxy.Clear()
-	testenv.Eventually(t, 30*time.Second, "lag falls back to 0 once it is back", func() bool { return lag() == 0 })
-	c.waitSettled(30 * time.Second)
-	c.verify()
+	harness.Eventually(t, 30*time.Second, "lag falls back to 0 once it is back", func() bool { return lag() == 0 })
+	c.settle(30 * time.Second)
 }
 
 func TestOperateReplayAfterMappingFix(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
-	c.start("a")
-	c.leader()
+	c.run("a")
 	ctx := context.Background()
 
 	// testdata/mapping.json is strict and has no isbn.
@@ -191,46 +169,36 @@ func TestOperateReplayAfterMappingFix(t *testing.T) {
 		INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload)
 		VALUES ('book', '42', 'upsert', 3, '{"kind": "book", "title": "Dune", "isbn": "978-0441013593"}')
 		RETURNING id`).Scan(&id))
-	testenv.Eventually(t, 20*time.Second, "the event fails", func() bool { return c.count(`status = 'failed'`) == 1 })
+	harness.Eventually(t, 20*time.Second, "the event fails", func() bool { return c.count(`status = 'failed'`) == 1 })
 	var class, reason, lastError string
 	require.NoError(t, c.db.Pool.QueryRow(ctx, `SELECT error_class, error_reason, last_error FROM outbox_events WHERE id = $1`, id).
 		Scan(&class, &reason, &lastError))
 	require.Equal(t, []string{"deterministic", "mapping_error"}, []string{class, reason})
 	require.Contains(t, lastError, "isbn")
 
-	req, _ := http.NewRequest(http.MethodPut, testenv.ElasticURL(t)+"/"+c.index+"/_mapping",
-		strings.NewReader(`{"properties": {"isbn": {"type": "keyword"}}}`))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.NoError(t, harness.ES(ctx, harness.ElasticURL(t), http.MethodPut, "/"+c.index+"/_mapping",
+		[]byte(`{"properties": {"isbn": {"type": "keyword"}}}`), nil))
 
-	cmd := exec.Command(testenv.Binary(t), "replay", "--ids", strconv.FormatInt(id, 10),
+	cmd := exec.Command(harness.Binary(t), "replay", "--ids", strconv.FormatInt(id, 10),
 		"--by", "alice", "--why", "isbn added to the mapping")
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+c.db.URL)
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 
-	testenv.Eventually(t, 20*time.Second, "the replayed event is done", func() bool { return c.count(`status = 'done'`) == 1 })
+	harness.Eventually(t, 20*time.Second, "the replayed event is done", func() bool { return c.count(`status = 'done'`) == 1 })
 	require.Equal(t, 1, c.count(`replay_count = 1`))
-	var audits int
-	require.NoError(t, c.db.Pool.QueryRow(ctx, `
+	require.Equal(t, 1, c.db.Int(t, `
 		SELECT count(*) FROM outbox_replay_audit
-		 WHERE replayed_by = 'alice' AND reason = 'isbn added to the mapping' AND event_ids = ARRAY[$1::bigint]`, id).Scan(&audits))
-	require.Equal(t, 1, audits)
+		 WHERE replayed_by = 'alice' AND reason = 'isbn added to the mapping' AND event_ids = ARRAY[$1::bigint]`, id))
 	require.Equal(t, 1, c.count(`true`))
 
-	resp, err = http.Get(testenv.ElasticURL(t) + "/" + c.index + "/_doc/book:42")
-	require.NoError(t, err)
-	defer resp.Body.Close()
 	var doc struct {
 		Version int64 `json:"_version"`
 		Source  struct {
 			ISBN string `json:"isbn"`
 		} `json:"_source"`
 	}
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&doc))
+	require.NoError(t, harness.ES(ctx, harness.ElasticURL(t), http.MethodGet, "/"+c.index+"/_doc/book:42", nil, &doc))
 	require.Equal(t, int64(3), doc.Version, "indexed at the event's version")
 	require.Equal(t, "978-0441013593", doc.Source.ISBN)
 	c.verify()
@@ -240,10 +208,9 @@ func TestOperateAutoReplayRevivesTransientOnly(t *testing.T) {
 	t.Parallel()
 	const budget = 3
 	c := newCluster(t, "OUTBOX_AUTO_REPLAY=true", "OUTBOX_AUTO_REPLAY_PER_MINUTE="+strconv.Itoa(budget))
-	ctx := context.Background()
 	// Seven valid events that failed earlier: five for a transient reason,
 	// two for a deterministic one. Revived, any of them would succeed.
-	c.exec(`
+	c.db.Exec(t, `
 		INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload, status, attempts,
 		                           error_class, error_reason, last_error, created_at, updated_at)
 		SELECT 'book', g::text, 'upsert', 1, jsonb_build_object('kind', 'book', 'title', 'Book ' || g), 'failed',
@@ -252,11 +219,10 @@ func TestOperateAutoReplayRevivesTransientOnly(t *testing.T) {
 		       CASE WHEN g <= 5 THEN 'server_error' ELSE 'mapping_error' END,
 		       'seeded', now() - interval '1 hour', now() - make_interval(mins => 60 - g)
 		  FROM generate_series(1, 7) g`)
-	r := c.start("a")
-	c.leader()
+	r := c.run("a")
 
 	// The policy ticks every 10s; one tick spends the whole budget.
-	testenv.Eventually(t, 25*time.Second, "the budget's worth revived and done", func() bool {
+	harness.Eventually(t, 25*time.Second, "the budget's worth revived and done", func() bool {
 		return c.count(`status = 'done'`) == budget
 	})
 	time.Sleep(2 * time.Second)
@@ -267,13 +233,8 @@ func TestOperateAutoReplayRevivesTransientOnly(t *testing.T) {
 	require.Equal(t, 2, c.count(`status = 'failed' AND error_class = 'deterministic' AND replay_count = 0`),
 		"deterministic failures are never auto-replayed")
 
-	var revived int
-	require.NoError(t, c.db.Pool.QueryRow(ctx,
-		`SELECT coalesce(sum(event_count), 0) FROM outbox_replay_audit WHERE replayed_by = 'auto'`).Scan(&revived))
-	require.Equal(t, budget, revived)
-	var manual int
-	require.NoError(t, c.db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_replay_audit WHERE replayed_by <> 'auto'`).Scan(&manual))
-	require.Zero(t, manual)
+	require.Equal(t, budget, c.db.Int(t, `SELECT coalesce(sum(event_count), 0) FROM outbox_replay_audit WHERE replayed_by = 'auto'`))
+	require.Zero(t, c.db.Int(t, `SELECT count(*) FROM outbox_replay_audit WHERE replayed_by <> 'auto'`))
 	v, ok := opMetric(t, opScrape(t, r), `outbox_replayed_total{by="auto"}`)
 	require.True(t, ok)
 	require.Equal(t, float64(budget), v)

@@ -10,7 +10,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -23,11 +22,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wlproj/wlproj/internal/replica"
-	"github.com/wlproj/wlproj/internal/testenv"
+	"github.com/wlproj/wlproj/internal/harness"
 )
 
 const (
@@ -99,7 +96,7 @@ func rbParse(t *testing.T, text string) []rbBlock {
 
 func rbRead(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), rbFile))
+	b, err := os.ReadFile(filepath.Join(harness.Root(t), rbFile))
 	require.NoError(t, err)
 	return string(b)
 }
@@ -136,18 +133,10 @@ func rbIsExec(p string) bool {
 	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
 }
 
-// rbUserURL is dbURL logged in as user with password.
-func rbUserURL(t *testing.T, dbURL, user, password string) string {
-	t.Helper()
-	u, err := url.Parse(dbURL)
-	require.NoError(t, err)
-	u.User = url.UserPassword(user, password)
-	return u.String()
-}
-
-// rbSeed writes the demo workload in small: books with several versions, and
-// the demo's bad events (testdata/demo_workload.sql, round 1), which end
-// failed with mapping_error, payload_invalid and unknown_projection.
+// rbSeed writes the demo workload in small: books with several versions,
+// their chronicle events, and the demo's bad events
+// (testdata/demo_workload.sql, round 1), which end failed with
+// mapping_error, payload_invalid and unknown_projection.
 const rbSeed = `
 INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload, scope_key)
 SELECT 'book', 'lib' || (e % 3 + 1) || '-book' || e, 'upsert', v,
@@ -161,127 +150,16 @@ INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload, s
   ('block', 'bad-type-1', 'upsert', 1, '{"kind": "block", "position": "third"}', 'lib2'),
   ('block', 'bad-array-1', 'upsert', 1, '["not", "an", "object"]', 'lib3');
 INSERT INTO outbox_events (projection, entity_type, entity_id, op, event_version, payload, scope_key) VALUES
-  ('chronicle', 'book', 'lib1-book1', 'upsert', 1, '{"event": "opened"}', 'lib1');`
+  ('wordcount', 'book', 'lib1-book1', 'upsert', 1, '{"words": 1200}', 'lib1');
+INSERT INTO outbox_events (projection, entity_type, entity_id, op, event_version, payload, scope_key)
+SELECT 'chronicle', 'book', 'lib1-book' || e, 'upsert', v, jsonb_build_object('event', 'edited', 'draft', v), 'lib1'
+  FROM generate_series(1, 3) e, generate_series(1, 3) v;`
 
 func TestRunbookCommands(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	root := testenv.RepoRoot(t)
-	blocks := rbParse(t, rbRead(t))
-	var runnable []rbBlock
-	count := map[string]int{}
-	for _, b := range blocks {
-		if !b.runnable {
-			continue
-		}
-		require.Contains(t, []string{"sh", "sql"}, b.lang, "%s:%d: only sh and sql blocks can be runnable", rbFile, b.line)
-		runnable = append(runnable, b)
-		count[b.lang]++
-	}
-	require.GreaterOrEqual(t, count["sh"], rbMinSh, "runnable sh blocks in %s", rbFile)
-	require.GreaterOrEqual(t, count["sql"], rbMinSQL, "runnable sql blocks in %s", rbFile)
-
-	stack := testenv.StackEnv(t)
-	psql := rbTool(t, "psql", stack["STACK_PG_BINDIR"], "/usr/lib/postgresql/15/bin")
-	rbTool(t, "jq")
-	rbTool(t, "curl")
-
-	// Roles are cluster-wide: names of the test's own, dropped after the
-	// database (cleanups run last-registered first).
-	suffix := testenv.UniqueName("")
-	owner, runtime := "wlproj_owner_rb_"+suffix, "wlproj_runtime_rb_"+suffix
-	admin := testenv.AdminDatabaseURL(t)
-	t.Cleanup(func() {
-		conn, err := pgx.Connect(context.Background(), admin)
-		if err != nil {
-			t.Logf("drop roles: %v", err)
-			return
-		}
-		defer conn.Close(context.Background())
-		for _, r := range []string{runtime, owner} {
-			if _, err := conn.Exec(context.Background(), "DROP ROLE IF EXISTS "+pgx.Identifier{r}.Sanitize()); err != nil {
-				t.Logf("drop role %s: %v", r, err)
-			}
-		}
-	})
-	db := testenv.NewDatabase(t)
-	index := testenv.NewIndexName(t)
-	mapping, err := os.ReadFile(filepath.Join(root, "testdata", "mapping.json"))
-	require.NoError(t, err)
-	req, _ := http.NewRequest(http.MethodPut, testenv.ElasticURL(t)+"/"+index, strings.NewReader(string(mapping)))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	_, err = db.Pool.Exec(ctx, rbSeed)
-	require.NoError(t, err)
-
-	// Two replicas, as in production: the runbook's port is the leader's.
-	env := []string{
-		"DATABASE_URL=" + db.URL, "ELASTIC_URL=" + testenv.ElasticURL(t), "ELASTIC_INDEX=" + index,
-		"OUTBOX_POLL_INTERVAL_SECONDS=0.2", "OUTBOX_BASE_BACKOFF_SECONDS=0.2", "OUTBOX_MAX_BACKOFF_SECONDS=1",
-		"OUTBOX_SHUTDOWN_GRACE_SECONDS=5", "LOG_LEVEL=info",
-	}
-	var replicas []*replica.Replica
-	for _, name := range []string{"rb-a", "rb-b"} {
-		r, err := replica.Start(testenv.Binary(t), name, env, nil)
-		require.NoError(t, err)
-		replicas = append(replicas, r)
-		t.Cleanup(func() {
-			r.Stop(10 * time.Second)
-			if t.Failed() {
-				t.Logf("logs of %s:\n%s", r.Name, r.Logs())
-			}
-		})
-		hctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		require.NoError(t, r.WaitHealthy(hctx))
-		cancel()
-	}
-	var leader *replica.Replica
-	testenv.Eventually(t, 15*time.Second, "one replica leads", func() bool {
-		for _, r := range replicas {
-			if r.IsLeader() {
-				leader = r
-				return true
-			}
-		}
-		return false
-	})
-	rbCount := func(where string) int {
-		var n int
-		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE `+where).Scan(&n))
-		return n
-	}
-	testenv.Eventually(t, 30*time.Second, "the seeded events settle, four of them failed", func() bool {
-		return rbCount(`status IN ('pending', 'processing')`) == 0 && rbCount(`status = 'failed'`) == 4
-	})
-
-	// The environment the runbook documents, and nothing else of the test's.
-	bin := t.TempDir()
-	require.NoError(t, os.Symlink(testenv.Binary(t), filepath.Join(bin, "wlproj")))
-	u, err := url.Parse(db.URL)
-	require.NoError(t, err)
-	blockEnv := []string{
-		"PATH=" + strings.Join([]string{bin, filepath.Dir(psql), os.Getenv("PATH")}, string(os.PathListSeparator)),
-		"HOME=" + t.TempDir(),
-		"LANG=C.UTF-8",
-		"DATABASE_URL=" + db.URL,
-		"ELASTIC_URL=" + testenv.ElasticURL(t),
-		"ELASTIC_INDEX=" + index,
-		"OUTBOX_HTTP_PORT=" + strconv.Itoa(leader.HTTPPort),
-		"ADMIN_DATABASE_URL=" + db.URL,
-		"DB_NAME=" + db.Name,
-		"DB_HOST=" + u.Hostname(),
-		"DB_PORT=" + u.Port(),
-		"OWNER_ROLE=" + owner,
-		"RUNTIME_ROLE=" + runtime,
-		"OWNER_PW=owner-pw",
-		"RUNTIME_PW=runtime-pw",
-		"OWNER_DATABASE_URL=" + rbUserURL(t, db.URL, owner, "owner-pw"),
-		"RUNTIME_DATABASE_URL=" + rbUserURL(t, db.URL, runtime, "runtime-pw"),
-	}
-
+	runnable := rbRunnable(t)
+	st := rbSetup(t)
 	scripts := t.TempDir()
 	for i, b := range runnable {
 		t.Run(fmt.Sprintf("%s_line%d", b.lang, b.line), func(t *testing.T) {
@@ -293,10 +171,10 @@ func TestRunbookCommands(t *testing.T) {
 			if b.lang == "sh" {
 				cmd = exec.CommandContext(bctx, "bash", "--noprofile", "--norc", "-euo", "pipefail", file)
 			} else {
-				cmd = exec.CommandContext(bctx, psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", file, db.URL)
+				cmd = exec.CommandContext(bctx, st.psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", file, st.db.URL)
 			}
-			cmd.Dir = root
-			cmd.Env = blockEnv
+			cmd.Dir = harness.Root(t)
+			cmd.Env = st.env
 			cmd.WaitDelay = 5 * time.Second
 			out, err := cmd.CombinedOutput()
 			t.Logf("%s:%d:\n%s\n--- output:\n%s", rbFile, b.line, b.body, out)
@@ -306,32 +184,106 @@ func TestRunbookCommands(t *testing.T) {
 
 	// The replay procedure did what it says: fixed mapping, audited replay,
 	// the failed document indexed.
+	db := st.db
 	var by, why string
 	require.NoError(t, db.Pool.QueryRow(ctx,
 		`SELECT replayed_by, reason FROM outbox_replay_audit WHERE selector->'given'->>'reason' = 'mapping_error' ORDER BY id LIMIT 1`).
 		Scan(&by, &why))
 	require.NotEmpty(t, by)
 	require.Contains(t, why, "colour")
-	testenv.Eventually(t, 15*time.Second, "book:bad-strict-1 indexed after the replay", func() bool {
-		return rbCount(`entity_id = 'bad-strict-1' AND status = 'done' AND replay_count = 1`) == 1
+	harness.Eventually(t, 15*time.Second, "book:bad-strict-1 indexed after the replay", func() bool {
+		return db.Count(t, `entity_id = 'bad-strict-1' AND status = 'done' AND replay_count = 1`) == 1
 	})
-	resp, err = http.Get(testenv.ElasticURL(t) + "/" + index + "/_doc/book:bad-strict-1")
-	require.NoError(t, err)
 	var doc struct {
 		Found  bool           `json:"found"`
 		Source map[string]any `json:"_source"`
 	}
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&doc))
-	resp.Body.Close()
+	require.NoError(t, harness.ES(ctx, harness.ElasticURL(t), http.MethodGet, "/"+st.index+"/_doc/book:bad-strict-1", nil, &doc))
 	require.True(t, doc.Found)
 	require.Equal(t, "red", doc.Source["colour"])
 
 	// The dry runs changed nothing: only the mapping_error rows were replayed.
-	require.Equal(t, 0, rbCount(`entity_id = 'bad-array-1' AND replay_count > 0`), "a dry run replayed")
+	require.Equal(t, 0, db.Count(t, `entity_id = 'bad-array-1' AND replay_count > 0`), "a dry run replayed")
 	// The least-privilege section ran: the outbox belongs to the owner role.
 	var tableOwner string
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT pg_get_userbyid(relowner) FROM pg_class WHERE oid = 'outbox_events'::regclass`).Scan(&tableOwner))
-	require.Equal(t, owner, tableOwner)
+	require.Equal(t, st.owner, tableOwner)
+}
+
+// rbRunnable is the runbook's runnable blocks; there must be enough of them.
+func rbRunnable(t *testing.T) []rbBlock {
+	t.Helper()
+	var runnable []rbBlock
+	count := map[string]int{}
+	for _, b := range rbParse(t, rbRead(t)) {
+		if !b.runnable {
+			continue
+		}
+		require.Contains(t, []string{"sh", "sql"}, b.lang, "%s:%d: only sh and sql blocks can be runnable", rbFile, b.line)
+		runnable = append(runnable, b)
+		count[b.lang]++
+	}
+	require.GreaterOrEqual(t, count["sh"], rbMinSh, "runnable sh blocks in %s", rbFile)
+	require.GreaterOrEqual(t, count["sql"], rbMinSQL, "runnable sql blocks in %s", rbFile)
+	return runnable
+}
+
+// rbStack is what the runbook's blocks run against.
+type rbStack struct {
+	db    harness.DB
+	index string
+	owner string
+	psql  string
+	env   []string
+}
+
+// rbSetup seeds a database and index of the test's own, drained by two
+// replicas, and returns the environment the runbook documents, and nothing
+// else of the test's.
+func rbSetup(t *testing.T) rbStack {
+	t.Helper()
+	psql := rbTool(t, "psql", harness.StackEnv(t)["STACK_PG_BINDIR"], "/usr/lib/postgresql/15/bin")
+	rbTool(t, "jq")
+	rbTool(t, "curl")
+	// Roles before the database, so they are dropped after it.
+	owner, runtime := harness.Roles(t, "rb")
+	st := rbStack{db: harness.NewDatabase(t), index: harness.NewIndex(t), owner: owner, psql: psql}
+	db := st.db
+	db.Exec(t, rbSeed)
+
+	// Two replicas, as in production: the runbook's port is the leader's.
+	env := harness.ReplicaEnv(db.URL, harness.ElasticURL(t), st.index, harness.Quick...)
+	a, b := harness.StartReplica(t, "rb-a", env), harness.StartReplica(t, "rb-b", env)
+	harness.Healthy(t, a, b)
+	leader := harness.Leader(t, a, b)
+	harness.Eventually(t, 30*time.Second, "the seeded events settle, four of them failed", func() bool {
+		return db.Count(t, `status IN ('pending', 'processing')`) == 0 && db.Count(t, `status = 'failed'`) == 4
+	})
+
+	bin := t.TempDir()
+	require.NoError(t, os.Symlink(harness.Binary(t), filepath.Join(bin, "wlproj")))
+	u, err := url.Parse(db.URL)
+	require.NoError(t, err)
+	st.env = []string{
+		"PATH=" + strings.Join([]string{bin, filepath.Dir(psql), os.Getenv("PATH")}, string(os.PathListSeparator)),
+		"HOME=" + t.TempDir(),
+		"LANG=C.UTF-8",
+		"DATABASE_URL=" + db.URL,
+		"ELASTIC_URL=" + harness.ElasticURL(t),
+		"ELASTIC_INDEX=" + st.index,
+		"OUTBOX_HTTP_PORT=" + strconv.Itoa(leader.HTTPPort),
+		"ADMIN_DATABASE_URL=" + db.URL,
+		"DB_NAME=" + db.Name,
+		"DB_HOST=" + u.Hostname(),
+		"DB_PORT=" + u.Port(),
+		"OWNER_ROLE=" + owner,
+		"RUNTIME_ROLE=" + runtime,
+		"OWNER_PW=owner-pw",
+		"RUNTIME_PW=runtime-pw",
+		"OWNER_DATABASE_URL=" + db.Login(t, owner, "owner-pw"),
+		"RUNTIME_DATABASE_URL=" + db.Login(t, runtime, "runtime-pw"),
+	}
+	return st
 }
 
 var (
@@ -355,7 +307,7 @@ func TestRunbookConfigTableComplete(t *testing.T) {
 	var missing []string
 	for _, args := range [][]string{{"--help"}, {"run", "--help"}, {"migrate", "--help"}, {"status", "--help"},
 		{"failed", "list", "--help"}, {"failed", "stats", "--help"}, {"replay", "--help"}} {
-		cmd := exec.Command(testenv.Binary(t), args...)
+		cmd := exec.Command(harness.Binary(t), args...)
 		cmd.Env = append(os.Environ(), "COLUMNS=300")
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "%s", out)

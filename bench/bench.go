@@ -5,19 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/wlproj/wlproj/internal/replica"
-	"github.com/wlproj/wlproj/internal/rig"
+	"github.com/wlproj/wlproj/internal/harness"
+	"github.com/wlproj/wlproj/leader"
 )
 
 // Config is what one bench run measures and how.
@@ -34,6 +30,19 @@ type Config struct {
 	DoneRows           int
 	FailedRows         int
 	ClaimSamples       int
+	PGRounds           int
+	// Pairs is the raw/end-to-end pairs of the comparison step.
+	Pairs          int
+	RebuildRows    int
+	ConsoleRows    int
+	ConsoleSamples int
+
+	RetentionRate     int
+	RetentionDuration time.Duration
+	Retention         time.Duration
+	RetentionSample   time.Duration
+	RetentionDocs     int
+	RetentionSeed     int
 
 	// Steps names the steps to run; empty runs all of them.
 	Steps      []string
@@ -49,7 +58,10 @@ func defaultConfig() Config {
 	return Config{
 		Docs: 200_000, DocBytes: 1024, Batch: 500, Concurrency: 2, BareBatch: 1000,
 		Rate: 1000, Duration: 30 * time.Second, Failovers: 20, FailoverRate: 500,
-		DoneRows: 1_000_000, FailedRows: 10_000, ClaimSamples: 100,
+		DoneRows: 1_000_000, FailedRows: 10_000, ClaimSamples: 100, PGRounds: 2,
+		Pairs: 3, RebuildRows: 200_000, ConsoleRows: 100_000, ConsoleSamples: 20,
+		RetentionRate: 1000, RetentionDuration: 5 * time.Minute, Retention: time.Minute,
+		RetentionSample: 10 * time.Second, RetentionDocs: 20_000,
 		Out: "bench/results.json", CPUProfile: "bench/leader-cpu.pprof",
 	}
 }
@@ -60,6 +72,12 @@ func (c Config) smoke() Config {
 	c.Docs, c.Rate, c.Duration = 3000, 200, 3*time.Second
 	c.Failovers, c.FailoverRate = 2, 200
 	c.DoneRows, c.FailedRows, c.ClaimSamples = 20_000, 200, 20
+	// The pruner runs at the start of a term, then every 10 s: the smoke
+	// run is shorter, so done rows older than the retention are written
+	// before the leader starts, for its first round to delete.
+	c.RetentionRate, c.RetentionDuration, c.Retention = 200, 4*time.Second, 2*time.Second
+	c.RetentionSample, c.RetentionDocs, c.RetentionSeed = time.Second, 300, 2000
+	c.Pairs, c.RebuildRows, c.ConsoleRows, c.ConsoleSamples = 2, 3000, 2000, 3
 	c.CPUProfile = ""
 	return c
 }
@@ -74,7 +92,11 @@ func (c Config) validate() error {
 		{"-bare-batch", c.BareBatch, 1, 10_000}, {"-rate", c.Rate, 1, 100_000},
 		{"-failovers", c.Failovers, 1, 1000}, {"-failover-rate", c.FailoverRate, 1, 100_000},
 		{"-done-rows", c.DoneRows, 0, 100_000_000}, {"-failed-rows", c.FailedRows, 0, 100_000_000},
-		{"-claim-samples", c.ClaimSamples, 1, 100_000},
+		{"-claim-samples", c.ClaimSamples, 1, 100_000}, {"-pg-rounds", c.PGRounds, 1, 100},
+		{"-retention-rate", c.RetentionRate, 1, 100_000}, {"-retention-docs", c.RetentionDocs, 1, 100_000_000},
+		{"-retention-seed", c.RetentionSeed, 0, 100_000_000},
+		{"-pairs", c.Pairs, 1, 100}, {"-rebuild-rows", c.RebuildRows, 1, 100_000_000},
+		{"-console-rows", c.ConsoleRows, 1, 100_000_000}, {"-console-samples", c.ConsoleSamples, 1, 10_000},
 	} {
 		if f.v < f.lo || f.v > f.hi {
 			return fmt.Errorf("%s=%d is out of range [%d, %d]", f.name, f.v, f.lo, f.hi)
@@ -83,6 +105,16 @@ func (c Config) validate() error {
 	switch {
 	case c.Duration < 100*time.Millisecond:
 		return fmt.Errorf("-duration=%s is below 100ms", c.Duration)
+	case c.Retention < time.Second:
+		return fmt.Errorf("-retention=%s is below 1s, the daemon's minimum", c.Retention)
+	case c.RetentionSample < 100*time.Millisecond:
+		return fmt.Errorf("-retention-sample=%s is below 100ms", c.RetentionSample)
+	case c.RetentionSample*2 > c.Retention:
+		// A sample reads the events acked since the one before: they must
+		// not be old enough to be pruned yet.
+		return fmt.Errorf("-retention-sample=%s is over half of -retention=%s", c.RetentionSample, c.Retention)
+	case c.RetentionDuration < 3*c.RetentionSample:
+		return fmt.Errorf("-retention-duration=%s is under 3 samples of -retention-sample=%s", c.RetentionDuration, c.RetentionSample)
 	case c.AdminURL == "":
 		return errors.New("DATABASE_URL is not set: run `make bench` (it starts the local stack) or source .stack/env")
 	case c.ElasticURL == "":
@@ -104,23 +136,21 @@ func (c Config) validate() error {
 
 // bench holds what the steps share: one database and the wlproj binary.
 type bench struct {
-	cfg   Config
-	rep   *Report
-	root  string
-	tmp   string
-	bin   string
-	admin *pgx.Conn
+	cfg  Config
+	rep  *Report
+	s    *harness.Session
+	pool *pgxpool.Pool
+	// index is written by the daemon; the raw baseline has its own.
+	index string
 
-	dbName, dbURL string
-	pool          *pgxpool.Pool
-	index         string // written by the daemon; the raw baseline has its own
-	mapping       []byte
-	leaderName    string
-
-	replicas []*replica.Replica
+	replicas []*harness.Replica
 }
 
-// Run sets up, runs the seven steps and writes the report. The database, the
+// stepTimeout bounds every wait for one thing to happen: a leader, a
+// standby, an ack.
+const stepTimeout = 30 * time.Second
+
+// Run sets up, runs the steps and writes the report. The database, the
 // indices and every process it started are gone when it returns.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Log == nil {
@@ -129,11 +159,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	b := &bench{cfg: cfg, rep: newReport(cfg), leaderName: "bench"}
-	defer b.cleanup()
+	b := &bench{cfg: cfg, rep: newReport(cfg)}
 	if err := b.setup(ctx); err != nil {
 		return nil, err
 	}
+	defer b.s.Close()
 	for _, s := range b.steps() {
 		if len(cfg.Steps) > 0 && !slices.Contains(cfg.Steps, s.flag) {
 			continue
@@ -149,7 +179,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		b.say("step: %s took %s", s.name, time.Since(start).Round(time.Millisecond))
 	}
 	b.rep.finish()
-	if err := b.rep.write(cfg.Out); err != nil {
+	if err := harness.WriteJSON(cfg.Out, b.rep); err != nil {
 		return b.rep, err
 	}
 	return b.rep, nil
@@ -168,6 +198,10 @@ func (b *bench) steps() []step {
 		{"latency", "latency", b.latency},
 		{"failover", "failover", b.failover},
 		{"claim", "claim cost", b.claimCost},
+		{"retention", "retention", b.retention},
+		{"pairs", "raw and end to end in turn", b.pairs},
+		{"rebuild", "rebuild", b.rebuild},
+		{"console", "console", b.console},
 	}
 }
 
@@ -176,94 +210,25 @@ func (b *bench) say(format string, args ...any) {
 }
 
 func (b *bench) setup(ctx context.Context) error {
-	var err error
-	if b.root, err = rig.RepoRoot(); err != nil {
-		return err
-	}
-	if b.mapping, err = os.ReadFile(filepath.Join(b.root, "testdata", "mapping.json")); err != nil {
-		return err
-	}
-	if b.tmp, err = os.MkdirTemp("", "wlproj-bench-"); err != nil {
-		return err
-	}
-	b.bin = b.cfg.Bin
-	if b.bin == "" {
-		b.say("building wlproj")
-		if b.bin, err = rig.Build(ctx, b.root, b.tmp); err != nil {
-			return err
-		}
-	}
-	if err := b.versions(ctx); err != nil {
-		return err
-	}
-
-	id := rig.RandomHex(4)
-	b.dbName, b.index = "wlproj_bench_"+id, "wlproj-bench-"+id
-	b.rep.Database, b.rep.Index = b.dbName, b.index
-	if b.admin, err = pgx.Connect(ctx, b.cfg.AdminURL); err != nil {
-		return fmt.Errorf("connect to DATABASE_URL: %w", err)
-	}
-	if b.dbURL, err = rig.CreateDatabase(ctx, b.admin, b.cfg.AdminURL, b.dbName); err != nil {
-		return err
-	}
-	poolCfg, err := pgxpool.ParseConfig(b.dbURL)
+	s, err := harness.Open(ctx, harness.SessionConfig{AdminURL: b.cfg.AdminURL, ElasticURL: b.cfg.ElasticURL,
+		Name: "bench", Bin: b.cfg.Bin, PoolSize: int32(b.cfg.Concurrency + 6), Log: b.say})
 	if err != nil {
 		return err
 	}
-	poolCfg.MaxConns = int32(b.cfg.Concurrency + 6)
-	if b.pool, err = pgxpool.NewWithConfig(ctx, poolCfg); err != nil {
-		return err
+	b.s, b.pool, b.index = s, s.DB.Pool, s.Index
+	b.rep.Versions, b.rep.Database, b.rep.Index = s.Versions, s.DB.Name, s.Index
+	if e, err := harness.IdentifyEngine(ctx, b.cfg.ElasticURL); err != nil {
+		b.rep.Problem("identify the engine: " + err.Error())
+	} else {
+		b.rep.Engine = Engine{Name: e.Name, Distribution: e.Distribution, Version: e.Version}
 	}
-	return b.createIndex(ctx, b.index)
-}
-
-func (b *bench) versions(ctx context.Context) error {
-	var root struct {
-		Version struct {
-			Number       string `json:"number"`
-			Distribution string `json:"distribution"`
-		} `json:"version"`
-	}
-	if err := b.es(ctx, http.MethodGet, "/", nil, &root); err != nil {
-		return fmt.Errorf("engine at ELASTIC_URL: %w", err)
-	}
-	b.rep.Versions.Engine = "elasticsearch " + root.Version.Number
-	if root.Version.Distribution != "" {
-		b.rep.Versions.Engine = root.Version.Distribution + " " + root.Version.Number
-	}
-	conn, err := pgx.Connect(ctx, b.cfg.AdminURL)
-	if err != nil {
-		return fmt.Errorf("connect to DATABASE_URL: %w", err)
-	}
-	defer conn.Close(ctx)
-	if err := conn.QueryRow(ctx, `SHOW server_version`).Scan(&b.rep.Versions.Postgres); err != nil {
-		return err
-	}
-	b.rep.Versions.Go = runtime.Version()
+	s.OnClose(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), stepTimeout)
+		defer cancel()
+		_ = harness.DeleteIndex(ctx, b.cfg.ElasticURL, b.index+"-raw", b.index+"-warmup")
+	})
+	s.OnClose(b.stopReplicas)
 	return nil
-}
-
-func (b *bench) cleanup() {
-	b.stopReplicas()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if b.pool != nil {
-		b.pool.Close()
-	}
-	if b.admin != nil {
-		if b.dbName != "" {
-			if _, err := b.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+b.dbName+" WITH (FORCE)"); err != nil {
-				b.say("drop database %s: %v", b.dbName, err)
-			}
-		}
-		b.admin.Close(ctx)
-	}
-	if b.index != "" {
-		_ = b.es(ctx, http.MethodDelete, "/"+b.index+","+b.index+"-raw,"+b.index+"-warmup?ignore_unavailable=true", nil, nil)
-	}
-	if b.tmp != "" {
-		os.RemoveAll(b.tmp)
-	}
 }
 
 func (b *bench) stopReplicas() {
@@ -274,50 +239,48 @@ func (b *bench) stopReplicas() {
 }
 
 // startReplica runs `wlproj run` against the bench database and index.
-func (b *bench) startReplica(ctx context.Context, name string, extra ...string) (*replica.Replica, error) {
-	env := append([]string{
-		"DATABASE_URL=" + b.dbURL, "ELASTIC_URL=" + b.cfg.ElasticURL, "ELASTIC_INDEX=" + b.index,
-		"OUTBOX_LEADER_NAME=" + b.leaderName,
+func (b *bench) startReplica(ctx context.Context, name string, extra ...string) (*harness.Replica, error) {
+	env := harness.ReplicaEnv(b.s.DB.URL, b.cfg.ElasticURL, b.index, slices.Concat([]string{
 		fmt.Sprintf("OUTBOX_BULK_SIZE=%d", b.cfg.Batch), fmt.Sprintf("OUTBOX_CONCURRENCY=%d", b.cfg.Concurrency),
-		"LOG_LEVEL=info",
-	}, extra...)
+	}, extra)...)
 	var tee io.Writer
 	if b.cfg.Verbose {
 		tee = os.Stderr
 	}
-	r, err := replica.Start(b.bin, name, env, tee)
+	r, err := harness.Start(b.s.Bin, name, env, tee)
 	if err != nil {
 		return nil, err
 	}
 	b.replicas = append(b.replicas, r)
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, stepTimeout)
 	defer cancel()
 	return r, r.WaitHealthy(wctx)
 }
 
-// waitLeader waits until one of rs says leader on /healthz.
-func waitLeader(ctx context.Context, rs ...*replica.Replica) (*replica.Replica, error) {
-	var found *replica.Replica
-	err := poll(ctx, 30*time.Second, "a leader", func() (bool, error) {
-		for _, r := range rs {
-			if r.IsLeader() {
-				found = r
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	return found, err
+// waitLeader waits until exactly one live replica of rs says leader.
+func waitLeader(ctx context.Context, rs ...*harness.Replica) (*harness.Replica, error) {
+	l, _, err := harness.WaitLeader(ctx, stepTimeout, 0, rs...)
+	return l, err
+}
+
+// waitStandby waits until r is a ready standby.
+func (b *bench) waitStandby(ctx context.Context, r *harness.Replica) error {
+	return harness.WaitStandby(ctx, stepTimeout, b.pool, r, leader.LockSessionName(r.Name))
 }
 
 // quiesce waits until the engine and Postgres are idle (below a quarter
 // of a core over a second), so that a step does not pay for the merges or
-// the autovacuum of the one before; at most a minute.
+// the autovacuum of the one before; at most a minute. Smoke mode does not
+// wait: its figures are not judged, and on a machine shared with other work
+// the engine may never go idle.
 func (b *bench) quiesce(ctx context.Context) error {
+	if b.cfg.Smoke {
+		return nil
+	}
 	start := time.Now()
 	for time.Since(start) < time.Minute {
 		before := sampleCPU()
-		if err := sleep(ctx, time.Second); err != nil {
+		if err := harness.Sleep(ctx, time.Second); err != nil {
 			return err
 		}
 		busy := sampleCPU().since(before)
@@ -325,13 +288,19 @@ func (b *bench) quiesce(ctx context.Context) error {
 			break
 		}
 	}
-	b.rep.QuiesceSeconds += rig.Round3(time.Since(start).Seconds())
+	b.rep.QuiesceSeconds += harness.Elapsed(start)
 	return nil
 }
 
-// reset empties the outbox between steps.
+// reset empties every table of the schema but goose's between steps: the
+// outbox, the leader, the audit, and whatever a later migration adds beside
+// them (a ledger left full would make the next step's events no-ops).
 func (b *bench) reset(ctx context.Context) error {
-	_, err := b.pool.Exec(ctx, `TRUNCATE outbox_events, outbox_leader, outbox_replay_audit RESTART IDENTITY`)
+	_, err := b.pool.Exec(ctx, `
+		DO $$ BEGIN
+		  EXECUTE (SELECT 'TRUNCATE ' || string_agg(format('%I', tablename), ', ') || ' RESTART IDENTITY'
+		             FROM pg_tables WHERE schemaname = current_schema() AND tablename <> 'goose_db_version');
+		END $$`)
 	return err
 }
 
@@ -342,23 +311,10 @@ func (b *bench) vacuum(ctx context.Context) error {
 	return err
 }
 
-// dbNow is Postgres' clock, the one created_at and processed_at are on.
-func (b *bench) dbNow(ctx context.Context) (time.Time, error) {
-	var t time.Time
-	err := b.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&t)
-	return t, err
-}
-
 // waitDrained waits until no row is pending or processing and returns the
 // newest processed_at and the count of failed rows.
 func (b *bench) waitDrained(ctx context.Context, timeout time.Duration) (last time.Time, failed int, err error) {
-	err = poll(ctx, timeout, "the outbox to drain", func() (bool, error) {
-		var busy bool
-		err := b.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM outbox_events WHERE status = 'pending')
-		                               OR EXISTS (SELECT 1 FROM outbox_events WHERE status = 'processing')`).Scan(&busy)
-		return err == nil && !busy, err
-	})
-	if err != nil {
+	if err := harness.WaitDrained(ctx, timeout, b.pool); err != nil {
 		return last, 0, err
 	}
 	var at *time.Time
@@ -369,47 +325,34 @@ func (b *bench) waitDrained(ctx context.Context, timeout time.Duration) (last ti
 	return last, failed, err
 }
 
-func poll(ctx context.Context, timeout time.Duration, what string, cond func() (bool, error)) error {
-	deadline := time.Now().Add(timeout)
-	var last error
-	for {
-		ok, err := cond()
-		if ok {
-			return nil
-		}
-		if err != nil {
-			last = err
-		}
-		if time.Now().After(deadline) {
-			if last != nil {
-				return fmt.Errorf("timed out after %s waiting for %s: %w", timeout, what, last)
-			}
-			return fmt.Errorf("timed out after %s waiting for %s", timeout, what)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
 func (b *bench) createIndex(ctx context.Context, name string) error {
-	return b.es(ctx, http.MethodPut, "/"+name, b.mapping, nil)
+	return harness.CreateIndex(ctx, b.cfg.ElasticURL, name)
 }
 
-// docCount refreshes the index and counts its documents.
-func (b *bench) docCount(ctx context.Context, index string) (int, error) {
-	if err := b.es(ctx, http.MethodPost, "/"+index+"/_refresh", nil, nil); err != nil {
-		return 0, err
-	}
-	var c struct {
-		Count int `json:"count"`
-	}
-	err := b.es(ctx, http.MethodGet, "/"+index+"/_count", nil, &c)
-	return c.Count, err
+func (b *bench) deleteIndex(ctx context.Context, name string) error {
+	return harness.DeleteIndex(ctx, b.cfg.ElasticURL, name)
 }
 
-func (b *bench) es(ctx context.Context, method, path string, body []byte, out any) error {
-	return rig.ES(ctx, b.cfg.ElasticURL, method, path, body, out)
+// 10. The rebuild's bulk load next to raw _bulk, under live events.
+func (b *bench) rebuild(ctx context.Context) error {
+	res, err := b.rebuildStep(ctx)
+	if res != nil && res.RowsPerSec > 0 {
+		b.rep.Rebuild = res
+	}
+	if err != nil {
+		return err
+	}
+	return b.reset(ctx)
+}
+
+// 11. The console's failed page on a large failed set; the rows go after.
+func (b *bench) console(ctx context.Context) error {
+	rep, err := benchConsole(ctx, b.pool, ConsoleBenchConfig{Rows: b.cfg.ConsoleRows, Samples: b.cfg.ConsoleSamples})
+	if err != nil {
+		return err
+	}
+	b.rep.Console = rep
+	first := rep.Pages["first_screen"]
+	b.say("console: %d failed rows, first screen p95 %.1f ms, worst filter p95 %.1f ms", rep.FailedRows, first.P95Ms, worstFilter(rep))
+	return b.reset(ctx)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,15 +13,15 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wlproj/wlproj/internal/testenv"
+	"github.com/wlproj/wlproj/internal/harness"
 )
 
 // TestBenchSmoke runs every step on tiny sizes, so the benchmark code
 // cannot rot; the figures themselves are not judged here.
 func TestBenchSmoke(t *testing.T) {
 	cfg := defaultConfig().smoke()
-	cfg.AdminURL, cfg.ElasticURL = testenv.AdminDatabaseURL(t), testenv.ElasticURL(t)
-	cfg.Bin = testenv.Binary(t)
+	cfg.AdminURL, cfg.ElasticURL = harness.AdminDatabaseURL(t), harness.ElasticURL(t)
+	cfg.Bin = harness.Binary(t)
 	cfg.Out = filepath.Join(t.TempDir(), "results.json")
 	cfg.CPUProfile = filepath.Join(t.TempDir(), "leader.pprof")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -33,18 +34,38 @@ func TestBenchSmoke(t *testing.T) {
 	require.NoError(t, err)
 	var rep Report
 	require.NoError(t, json.Unmarshal(raw, &rep))
-	require.Contains(t, rep.Versions.Engine, "7.")
+	// Any engine the stack runs (make bench ENGINE=...): the report names it.
+	require.NotEmpty(t, rep.Versions.Engine)
+	require.NotEmpty(t, rep.Engine.Name)
+	require.Contains(t, rep.Versions.Engine, rep.Engine.Version)
 	require.NotEmpty(t, rep.Versions.Postgres)
 
-	for name, th := range map[string]*Throughput{"raw": rep.RawBulk, "e2e": rep.EndToEnd, "bare": rep.PostgresPath.Bare} {
+	pg := rep.PostgresPath
+	require.NotNil(t, pg)
+	throughputs := map[string]*Throughput{"raw": rep.RawBulk, "e2e": rep.EndToEnd, "at bare batch": pg.AtBareBatch}
+	for name, v := range map[string]*Variant{"bare": pg.Bare, "ledger": pg.Ledger, "no ledger": pg.NoLedger} {
+		require.NotNil(t, v, name)
+		require.Len(t, v.Runs, cfg.PGRounds, "one run of %s per round", name)
+		require.Positive(t, v.MedianEventsPerSec, name)
+		for i, th := range v.Runs {
+			throughputs[fmt.Sprintf("%s run %d", name, i+1)] = th
+			require.Positive(t, th.DatabaseCPUSeconds, "%s run %d: the database's backends did the work", name, i+1)
+		}
+	}
+	for name, th := range throughputs {
 		require.NotNil(t, th, name)
 		require.Equal(t, cfg.Docs, th.Events, name)
 		require.Positive(t, th.EventsPerSec, name)
 	}
 	require.Positive(t, rep.EndToEnd.CPUSeconds["engine"], "the engine did the indexing of step 2")
-	require.Len(t, rep.PostgresPath.Daemon, 2, "the daemon loop at its batch and at the bare loop's")
+	require.Equal(t, []string{"bare", "ledger", "no_ledger", "no_ledger", "ledger", "bare"}, pg.Order, "every other round reversed")
+	require.Len(t, pg.Rounds, cfg.PGRounds)
+	require.Equal(t, cfg.BareBatch, pg.AtBareBatch.Batch)
 	require.Positive(t, rep.Ratios.EndToEndToRaw)
 	require.Positive(t, rep.Ratios.DaemonPGToBareLoop)
+	require.Positive(t, rep.Ratios.LedgerToNoLedger)
+	require.Positive(t, rep.Ratios.NoLedgerToBareLoop)
+	require.Positive(t, pg.LedgerDatabaseCPU)
 
 	lat := rep.Latency
 	require.NotNil(t, lat)
@@ -58,8 +79,66 @@ func TestBenchSmoke(t *testing.T) {
 
 	require.Positive(t, rep.ClaimCost.EmptyMedianMs)
 	require.Positive(t, rep.ClaimCost.ScaleMedianMs)
+	require.EqualValues(t, cfg.DoneRows, rep.ClaimCost.LedgerRows, "a ledger entry per done row of the history")
 	require.Positive(t, rep.Memory.PeakRSSMB)
-	require.Len(t, rep.Targets, 7)
+
+	rt := rep.Retention
+	require.NotNil(t, rt)
+	require.Len(t, rt.Samples, int(cfg.RetentionDuration/cfg.RetentionSample))
+	require.InDelta(t, cfg.RetentionRate*int(cfg.RetentionDuration.Seconds()), rt.Produced, float64(cfg.RetentionRate)/5)
+	require.GreaterOrEqual(t, rt.Pruned, int64(cfg.RetentionSeed), "the pruner's first round deleted the seeded rows")
+	acked := 0
+	for i, s := range rt.Samples {
+		require.Positive(t, s.Rows, "sample %d", i)
+		require.Positive(t, s.Bytes, "sample %d", i)
+		require.LessOrEqual(t, s.DoneRows+s.Backlog, s.Rows, "sample %d", i)
+		require.Positive(t, s.LedgerRows, "sample %d", i)
+		require.LessOrEqual(t, s.LedgerRows, int64(cfg.RetentionDocs), "sample %d: one ledger entry per book at most", i)
+		if i > 0 {
+			require.Greater(t, s.T, rt.Samples[i-1].T, "sample %d", i)
+			require.GreaterOrEqual(t, s.Pruned, rt.Samples[i-1].Pruned, "sample %d", i)
+		}
+		if s.Acked > 0 {
+			require.True(t, 0 < s.ClaimWaitP99Ms && s.ClaimWaitP99Ms <= s.AckP99Ms, "sample %d: %+v", i, s)
+		}
+		acked += s.Acked
+	}
+	require.Positive(t, acked)
+	require.NotNil(t, rt.Verdict)
+	require.Positive(t, rt.Verdict.RowsRatio)
+	require.Positive(t, rt.Verdict.BytesRatio)
+
+	c := rep.Comparison
+	require.NotNil(t, c)
+	require.Len(t, c.Pairs, cfg.Pairs)
+	for i, p := range c.Pairs {
+		require.Equal(t, cfg.Docs, p.Raw.Events, "pair %d", i+1)
+		require.Equal(t, cfg.Docs, p.EndToEnd.Events, "pair %d", i+1)
+		require.Positive(t, p.Ratio, "pair %d", i+1)
+		require.Positive(t, p.WlprojMicrosPerEvent, "pair %d: the leader's CPU", i+1)
+		require.Positive(t, p.PostgresMicrosPerEvent, "pair %d: the database's CPU", i+1)
+	}
+	require.True(t, 0 < c.MinRatio && c.MinRatio <= c.MedianRatio && c.MedianRatio <= c.MaxRatio, "%+v", c)
+	require.Equal(t, c.MedianRatio, rep.Ratios.EndToEndToRawMedian)
+
+	rb := rep.Rebuild
+	require.NotNil(t, rb)
+	require.Equal(t, cfg.RebuildRows, rb.Rows)
+	require.Positive(t, rb.RowsPerSec)
+	require.Positive(t, rb.RawPerSec)
+	require.Positive(t, rb.Ratio)
+	require.Positive(t, rb.Reads)
+	require.Zero(t, rb.ReadsFailed)
+	require.Zero(t, rb.ReadsMissing)
+
+	con := rep.Console
+	require.NotNil(t, con)
+	require.Equal(t, cfg.ConsoleRows, con.FailedRows)
+	for _, page := range []string{"first_screen", "filter_reason", "filter_scope", "filter_text", "last_page", "overview"} {
+		require.Positive(t, con.Pages[page].MedianMs, page)
+	}
+
+	require.Len(t, rep.Targets, 14)
 	profile, err := os.Stat(cfg.CPUProfile)
 	require.NoError(t, err, "the leader's CPU profile")
 	require.Positive(t, profile.Size())
@@ -71,7 +150,7 @@ func TestBenchSmoke(t *testing.T) {
 	var dbs int
 	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_database WHERE datname = $1`, rep.Database).Scan(&dbs))
 	require.Zero(t, dbs, "database %s dropped", rep.Database)
-	for _, index := range []string{rep.Index, rep.Index + "-raw"} {
+	for _, index := range []string{rep.Index, rep.Index + "-raw", rep.Index + "-rb", rep.Index + "-rb-raw"} {
 		resp, err := http.Head(cfg.ElasticURL + "/" + index)
 		require.NoError(t, err)
 		resp.Body.Close()
@@ -89,6 +168,9 @@ func TestBenchRefusesOutOfRangeSettings(t *testing.T) {
 		{func(c *Config) { c.Duration = 0 }, "-duration=0s is below 100ms"},
 		{func(c *Config) { c.AdminURL = "" }, "DATABASE_URL is not set"},
 		{func(c *Config) { c.Steps = []string{"e2e", "warp"} }, `-steps: unknown step "warp"`},
+		{func(c *Config) { c.RetentionSample = 40 * time.Second }, "-retention-sample=40s is over half of -retention=1m0s"},
+		{func(c *Config) { c.PGRounds = 0 }, "-pg-rounds=0 is out of range"},
+		{func(c *Config) { c.Pairs = 0 }, "-pairs=0 is out of range"},
 	} {
 		cfg := defaultConfig()
 		cfg.AdminURL, cfg.ElasticURL = "postgres://unused", "http://unused"

@@ -2,20 +2,26 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"strconv"
 	"strings"
 
-	"github.com/wlproj/wlproj/internal/rig"
+	"github.com/wlproj/wlproj/internal/harness"
 )
 
 // clockTicks is USER_HZ, 100 on every Linux this runs on.
 const clockTicks = 100
 
-// cpuSample is the CPU time (user + system) used so far by the processes
-// of each role on the machine: engine, postgres, wlproj (replicas) and bench
-// (this process, which also runs the in-process loop of step 3).
-type cpuSample map[string]float64
+// cpuSample is the CPU time (user + system) used so far by each process
+// (by pid) of a role on the machine: engine, postgres, wlproj (replicas)
+// and bench (this process, which also runs the in-process loop of step 3).
+type cpuSample map[int]roleCPU
+
+type roleCPU struct {
+	role string
+	secs float64
+}
 
 func sampleCPU() cpuSample {
 	s := cpuSample{}
@@ -61,22 +67,72 @@ func sampleCPU() cpuSample {
 		if role == "" {
 			continue
 		}
-		utime, _ := strconv.ParseFloat(fields[11], 64)
-		stime, _ := strconv.ParseFloat(fields[12], 64)
-		s[role] += (utime + stime) / clockTicks
+		s[pid] = roleCPU{role, cpuSeconds(fields)}
 	}
 	return s
 }
 
-// since is the CPU seconds each role used between before and s. Processes
-// that exited in between are missing from s: the steps sample before they
-// stop anything.
+// cpuSeconds is utime + stime of the fields of /proc/PID/stat after the
+// command.
+func cpuSeconds(fields []string) float64 {
+	utime, _ := strconv.ParseFloat(fields[11], 64)
+	stime, _ := strconv.ParseFloat(fields[12], 64)
+	return (utime + stime) / clockTicks
+}
+
+// dbCPUSample is the CPU time used so far by each Postgres backend (by pid)
+// connected to the bench's database: unlike the postgres role of
+// cpuSample, it leaves out what other databases on a shared server cost.
+type dbCPUSample map[int]float64
+
+func (b *bench) sampleDBCPU(ctx context.Context) (dbCPUSample, error) {
+	rows, err := b.pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	s := dbCPUSample{}
+	for rows.Next() {
+		var pid int
+		if err := rows.Scan(&pid); err != nil {
+			return nil, err
+		}
+		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			continue // a server on another machine, or gone
+		}
+		if end := bytes.LastIndexByte(stat, ')'); end > 0 {
+			if fields := strings.Fields(string(stat[end+1:])); len(fields) >= 13 {
+				s[pid] = cpuSeconds(fields)
+			}
+		}
+	}
+	return s, rows.Err()
+}
+
+// since is the CPU seconds the backends used between before and s; a
+// backend that ended in between is missing, one that started counts whole.
+func (s dbCPUSample) since(before dbCPUSample) float64 {
+	var total float64
+	for pid, v := range s {
+		total += max(0, v-before[pid])
+	}
+	return harness.Round3(total)
+}
+
+// since is the CPU seconds each role used between before and s, process
+// by process: one that exited in between is missing from s (the steps
+// sample before they stop anything; a Postgres backend of other work on a
+// shared server may end), one that started counts whole.
 func (s cpuSample) since(before cpuSample) map[string]float64 {
 	out := map[string]float64{}
-	for role, v := range s {
-		if d := v - before[role]; d > 0 {
-			out[role] = rig.Round3(d)
+	for pid, p := range s {
+		if d := p.secs - before[pid].secs; d > 0 {
+			out[p.role] += d
 		}
+	}
+	for role, v := range out {
+		out[role] = harness.Round3(v)
 	}
 	return out
 }

@@ -7,6 +7,7 @@
 //	make bench BENCH_SMOKE=1         # every step on tiny sizes, under a minute
 //	make bench BENCH_FLAGS='-done-rows 10000000'
 //	go run ./bench -h                # every flag
+//	go run ./bench -compare bench/results-*.json   # one table, one row per engine
 //
 // It runs on the local stack (`make bench` sources .stack/env): DATABASE_URL
 // names a superuser, ELASTIC_URL the engine. It creates a database and
@@ -17,20 +18,52 @@
 //  1. raw bulk: -n documents of about -doc-bytes go straight to the engine
 //     with _bulk, -batch per request, -concurrency requests in flight,
 //     external_gte versions: the daemon's request shape without the daemon.
+//
 //  2. end to end: the same documents as outbox rows, drained by one real
 //     `wlproj run` with the same batch and concurrency; from the moment it
 //     took the lock to the last ack (both on Postgres' clock).
+//
 //  3. Postgres path alone: the daemon's consume loop, in process, with a
-//     projection that acknowledges without sending; next to a bare SQL loop
-//     (claim -bare-batch rows FOR UPDATE SKIP LOCKED, mark them done, one
-//     transaction each).
+//     projection that acknowledges without sending, with the
+//     applied-version ledger and without it (outbox.Store.NoLedger); next
+//     to a bare SQL loop (claim -bare-batch rows FOR UPDATE SKIP LOCKED,
+//     mark them done, one transaction each). The three drain the same
+//     backlog in turn, -pg-rounds times, the order reversed every other
+//     round, so a drift of the shared machine weighs on each alike; the
+//     ratios are the medians of each round's.
+//
 //  4. latency: a producer inserts -rate events/s for -duration while a
 //     leader runs; percentiles of processed_at - created_at.
+//
 //  5. failover: -failovers times, kill -9 the leader of two replicas under
 //     -failover-rate events/s; from the kill to the first ack of the other.
+//
 //  6. claim cost: median time of one claim with only pending rows in the
-//     table, then with -done-rows done and -failed-rows failed rows too.
+//     table, then with -done-rows done and -failed-rows failed rows too
+//     (and a ledger entry for each done document, as a real outbox has).
+//
 //  7. memory: peak RSS (VmHWM) of the leader of step 2.
+//
+//  8. retention: a leader with OUTBOX_RETENTION=-retention drains a
+//     producer of -retention-rate events/s (updates of -retention-docs
+//     books) for -retention-duration; every -retention-sample the rows and
+//     bytes of the outbox and the ledger, and the p99 from insert to claim
+//     of the events acked since the sample before. Verdict: the rows and
+//     the bytes of the last third stay within 1.1x of the middle third's
+//     (a plateau), the claim p99 of the last third within 1.5x of the
+//     first third's.
+//
+//  9. pairs: raw bulk and end to end in turn (ABAB), -pairs times after
+//     one warm-up, each into a fresh index with the same settings; the
+//     median end-to-end / raw ratio with its min and max, and the CPU
+//     microseconds per event of the leader and of Postgres.
+//
+//  10. rebuild: -rebuild-rows rows of a source table bulk-loaded by the
+//     rebuild into a new index while a leader drains live events; its
+//     load rate over raw _bulk's (goal 0.8), and a reader of the alias.
+//
+//  11. console: the failed page over -console-rows failed rows, timed in
+//     process (first screen under 300 ms, filters under 500 ms).
 //
 // CPU seconds used by the engine, Postgres, the daemon and the bench itself
 // are recorded for steps 1 to 3 (from /proc), so the report can say who the
@@ -62,13 +95,32 @@ func main() {
 	fs.IntVar(&cfg.DoneRows, "done-rows", cfg.DoneRows, "done rows in the claim-cost table")
 	fs.IntVar(&cfg.FailedRows, "failed-rows", cfg.FailedRows, "failed rows in the claim-cost table")
 	fs.IntVar(&cfg.ClaimSamples, "claim-samples", cfg.ClaimSamples, "claims timed per table state")
-	steps := fs.String("steps", "", "comma-separated steps to run (raw,e2e,pg,latency,failover,claim; default all)")
+	fs.IntVar(&cfg.PGRounds, "pg-rounds", cfg.PGRounds, "rounds of bare loop, daemon loop with and without the ledger in step 3")
+	fs.IntVar(&cfg.RetentionRate, "retention-rate", cfg.RetentionRate, "events per second of the retention producer")
+	fs.DurationVar(&cfg.RetentionDuration, "retention-duration", cfg.RetentionDuration, "how long the retention producer runs")
+	fs.DurationVar(&cfg.Retention, "retention", cfg.Retention, "the leader's OUTBOX_RETENTION in the retention step")
+	fs.DurationVar(&cfg.RetentionSample, "retention-sample", cfg.RetentionSample, "time between two samples of the retention step")
+	fs.IntVar(&cfg.RetentionDocs, "retention-docs", cfg.RetentionDocs, "books the retention producer updates in turn")
+	fs.IntVar(&cfg.RetentionSeed, "retention-seed", cfg.RetentionSeed, "done rows older than the retention written before the retention leader starts")
+	fs.IntVar(&cfg.Pairs, "pairs", cfg.Pairs, "raw bulk / end-to-end pairs, run in turn, of the pairs step")
+	fs.IntVar(&cfg.RebuildRows, "rebuild-rows", cfg.RebuildRows, "rows of the source table the rebuild step loads")
+	fs.IntVar(&cfg.ConsoleRows, "console-rows", cfg.ConsoleRows, "failed rows the console step's pages show")
+	fs.IntVar(&cfg.ConsoleSamples, "console-samples", cfg.ConsoleSamples, "times each console page is timed")
+	compare := fs.Bool("compare", false, "print one table of the results JSON files given as arguments (one per engine), and exit")
+	steps := fs.String("steps", "", "comma-separated steps to run (raw,e2e,pg,latency,failover,claim,retention,pairs,rebuild,console; default all)")
 	fs.StringVar(&cfg.Out, "out", envOr("BENCH_OUT", cfg.Out), "where the JSON goes (BENCH_OUT)")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", cfg.CPUProfile, "write a CPU profile of the leader during step 2 here")
 	fs.StringVar(&cfg.Bin, "bin", "", "a built wlproj binary (default: go build the checkout)")
 	fs.BoolVar(&cfg.Smoke, "smoke", os.Getenv("BENCH_SMOKE") == "1", "tiny sizes, under a minute (BENCH_SMOKE=1)")
 	fs.BoolVar(&cfg.Verbose, "v", false, "copy the replicas' logs to stderr")
 	_ = fs.Parse(os.Args[1:])
+	if *compare {
+		if err := compareResults(os.Stdout, fs.Args()); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if cfg.Smoke {
 		cfg = cfg.smoke()
 	}

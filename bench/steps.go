@@ -18,8 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/wlproj/wlproj/consume"
-	"github.com/wlproj/wlproj/internal/replica"
-	"github.com/wlproj/wlproj/internal/rig"
+	"github.com/wlproj/wlproj/internal/harness"
 	"github.com/wlproj/wlproj/outbox"
 	"github.com/wlproj/wlproj/projection"
 )
@@ -32,16 +31,26 @@ func (b *bench) drainTimeout(n int) time.Duration {
 
 // 1. The engine's own bulk rate with the daemon's request shape.
 func (b *bench) rawBulk(ctx context.Context) error {
-	index := b.index + "-raw"
-	if err := b.createIndex(ctx, index); err != nil {
-		return err
-	}
 	client, err := projection.NewElasticClient(projection.ElasticOptions{URL: b.cfg.ElasticURL})
 	if err != nil {
 		return err
 	}
-	// A warm-up in an index of its own, so the engine's JIT and caches are
-	// as warm for the baseline as they will be for the daemon after it.
+	if err := b.warmUp(ctx, client); err != nil {
+		return err
+	}
+	t, err := b.rawRun(ctx, client)
+	if err != nil {
+		return err
+	}
+	b.rep.RawBulk = t
+	b.say("raw bulk: %d docs in %.2fs, %.0f docs/s", b.cfg.Docs, t.Seconds, t.EventsPerSec)
+	return nil
+}
+
+// warmUp indexes a fifth of the documents (20,000 at most) into an index
+// of its own, so the engine's JIT and caches are as warm for the baseline
+// as they will be for the daemon after it.
+func (b *bench) warmUp(ctx context.Context, client *elastic.Client) error {
 	warm := b.index + "-warmup"
 	if err := b.createIndex(ctx, warm); err != nil {
 		return err
@@ -49,29 +58,33 @@ func (b *bench) rawBulk(ctx context.Context) error {
 	if _, err := sendBulks(ctx, client, warm, b.cfg.Docs, min(b.cfg.Docs/5, 20_000), b.cfg.Batch, b.cfg.Concurrency, b.cfg.DocBytes); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
 	}
-	if err := b.es(ctx, http.MethodDelete, "/"+warm, nil, nil); err != nil {
-		return err
-	}
+	return b.deleteIndex(ctx, warm)
+}
 
+// rawRun bulk-loads the documents into a fresh index created with the
+// daemon's index settings, checks the count and deletes it.
+func (b *bench) rawRun(ctx context.Context, client *elastic.Client) (*Throughput, error) {
+	index := b.index + "-raw"
+	if err := b.createIndex(ctx, index); err != nil {
+		return nil, err
+	}
 	cpu0 := sampleCPU()
 	secs, err := sendBulks(ctx, client, index, 0, b.cfg.Docs, b.cfg.Batch, b.cfg.Concurrency, b.cfg.DocBytes)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cpu := sampleCPU().since(cpu0)
-	n, err := b.docCount(ctx, index)
+	n, err := harness.DocCount(ctx, b.cfg.ElasticURL, index)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if n != b.cfg.Docs {
-		return fmt.Errorf("raw index holds %d documents, want %d", n, b.cfg.Docs)
+		return nil, fmt.Errorf("raw index holds %d documents, want %d", n, b.cfg.Docs)
 	}
-	if err := b.es(ctx, http.MethodDelete, "/"+index, nil, nil); err != nil {
-		return err
+	if err := b.deleteIndex(ctx, index); err != nil {
+		return nil, err
 	}
-	b.rep.RawBulk = &Throughput{Events: b.cfg.Docs, Seconds: rig.Round3(secs), EventsPerSec: round1(float64(b.cfg.Docs) / secs), CPUSeconds: cpu}
-	b.say("raw bulk: %d docs in %.2fs, %.0f docs/s", b.cfg.Docs, secs, float64(b.cfg.Docs)/secs)
-	return nil
+	return newThroughput(b.cfg.Docs, secs, cpu), nil
 }
 
 // sendBulks indexes documents first..first+n-1 into index with the
@@ -125,89 +138,212 @@ func sendBulks(ctx context.Context, client *elastic.Client, index string, first,
 
 // 2. and 7. One real leader drains the same documents from the outbox.
 func (b *bench) endToEnd(ctx context.Context) error {
+	t, rss, err := b.e2eRun(ctx, b.cfg.CPUProfile)
+	if err != nil {
+		return err
+	}
+	b.rep.EndToEnd = t
+	b.rep.Memory = &Memory{PeakRSSMB: round1(float64(rss) / (1 << 20))}
+	b.say("end to end: %d events in %.2fs, %.0f events/s, leader peak RSS %.1f MB", b.cfg.Docs, t.Seconds, t.EventsPerSec, float64(rss)/(1<<20))
+	return nil
+}
+
+// e2eRun loads the documents as pending events into a fresh index and times one leader
+// draining them into the daemon's index, then checks the index and
+// recreates it empty, with the same settings. It returns the drain and the
+// leader's peak RSS; cpuProfile, if not empty, is where the leader's CPU
+// profile goes.
+func (b *bench) e2eRun(ctx context.Context, cpuProfile string) (*Throughput, int64, error) {
+	// A fresh index, as the raw runs have: an earlier step (retention) may
+	// have left documents in it.
+	if err := b.deleteIndex(ctx, b.index); err != nil {
+		return nil, 0, err
+	}
+	if err := b.createIndex(ctx, b.index); err != nil {
+		return nil, 0, err
+	}
+	if err := b.backlog(ctx); err != nil {
+		return nil, 0, err
+	}
+	cpu0 := sampleCPU()
+	db0, err := b.sampleDBCPU(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	var extra []string
+	if cpuProfile != "" {
+		extra = append(extra, "OUTBOX_PPROF=true")
+	}
+	r, err := b.startReplica(ctx, "e2e", extra...)
+	if err != nil {
+		return nil, 0, err
+	}
+	if _, err := waitLeader(ctx, r); err != nil {
+		return nil, 0, err
+	}
+	var t0 time.Time
+	if err := b.pool.QueryRow(ctx, `SELECT acquired_at FROM outbox_leader WHERE name = $1`, b.index).Scan(&t0); err != nil {
+		return nil, 0, err
+	}
+	profiled := make(chan error, 1)
+	if cpuProfile != "" {
+		go func() { profiled <- profile(ctx, r, cpuProfile, 10) }()
+	}
+	if err := waitProcessed(ctx, r, b.cfg.Docs, b.drainTimeout(b.cfg.Docs)); err != nil {
+		return nil, 0, err
+	}
+	last, failed, err := b.waitDrained(ctx, stepTimeout)
+	if err != nil {
+		return nil, 0, err
+	}
+	rss, err := peakRSS(r.Pid())
+	if err != nil {
+		return nil, 0, err
+	}
+	cpu := sampleCPU().since(cpu0)
+	db, err := b.sampleDBCPU(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	if cpuProfile != "" {
+		if err := <-profiled; err != nil {
+			b.rep.Problem("cpu profile: " + err.Error())
+		} else {
+			b.rep.CPUProfile = cpuProfile
+		}
+	}
+	b.stopReplicas()
+	if failed > 0 {
+		return nil, 0, fmt.Errorf("%d events failed", failed)
+	}
+	if err := b.checkAndEmptyIndex(ctx); err != nil {
+		return nil, 0, err
+	}
+	t := newThroughput(b.cfg.Docs, last.Sub(t0).Seconds(), cpu)
+	t.DatabaseCPUSeconds = db.since(db0)
+	return t, rss, nil
+}
+
+// 9. The throughput comparison repeated: raw bulk and end to end in turn
+// (ABAB), -pairs times, after one warm-up, each run into a fresh index
+// created with the same settings; the median ratio and its spread, and
+// the CPU per event of the daemon and of Postgres for the end-to-end runs.
+func (b *bench) pairs(ctx context.Context) error {
+	client, err := projection.NewElasticClient(projection.ElasticOptions{URL: b.cfg.ElasticURL})
+	if err != nil {
+		return err
+	}
+	if err := b.warmUp(ctx, client); err != nil {
+		return err
+	}
+	c := &Comparison{}
+	for i := range b.cfg.Pairs {
+		raw, err := b.rawRun(ctx, client)
+		if err != nil {
+			return fmt.Errorf("pair %d, raw: %w", i+1, err)
+		}
+		e2e, _, err := b.e2eRun(ctx, "")
+		if err != nil {
+			return fmt.Errorf("pair %d, end to end: %w", i+1, err)
+		}
+		p := Pair{Raw: raw, EndToEnd: e2e, Ratio: harness.Round3(e2e.EventsPerSec / raw.EventsPerSec),
+			WlprojMicrosPerEvent:      perEvent(e2e.CPUSeconds["wlproj"], e2e.Events),
+			PostgresMicrosPerEvent:    perEvent(e2e.DatabaseCPUSeconds, e2e.Events),
+			PostgresAllMicrosPerEvent: perEvent(e2e.CPUSeconds["postgres"], e2e.Events)}
+		c.Pairs = append(c.Pairs, p)
+		b.say("pair %d: raw %.0f/s, end to end %.0f/s, ratio %.3f; wlproj %.1f µs/event, its database %.1f µs/event",
+			i+1, raw.EventsPerSec, e2e.EventsPerSec, p.Ratio, p.WlprojMicrosPerEvent, p.PostgresMicrosPerEvent)
+	}
+	b.rep.Comparison = c
+	return nil
+}
+
+// perEvent is CPU seconds over events, in microseconds.
+func perEvent(secs float64, events int) float64 {
+	if events == 0 {
+		return 0
+	}
+	return round1(secs * 1e6 / float64(events))
+}
+
+// processedMetric counts the events the leader acked done.
+const processedMetric = `outbox_processed_total{projection="search"}`
+
+// waitProcessed waits until the leader r has acked n events, from its
+// metrics, scraped every 200 ms to leave the leader's CPU to the drain (the
+// drain's end is the last processed_at anyway).
+//
+// The drains of steps 2 and 3 are watched so (step 3 counts in its sink),
+// not by polling the outbox: with the statistics of a full backlog the
+// poll's EXISTS became a sequential scan past every row drained so far, 90
+// ms every 20 ms at 200,000 rows, most of a core of the Postgres being
+// measured; and a snapshot open nearly all the time keeps the claim's index
+// scan from marking the entries of the rows claimed before it dead, so it
+// read them all again at every claim.
+func waitProcessed(ctx context.Context, r *harness.Replica, n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		v, ok, err := r.Metric(processedMetric)
+		switch {
+		case err == nil && ok && v >= float64(n):
+			return nil
+		case time.Now().After(deadline):
+			return fmt.Errorf("timed out after %s waiting for %s to ack %d events (%.0f acked, last error: %v)", timeout, r.Name, n, v, err)
+		}
+		if err := harness.Sleep(ctx, 200*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// backlog empties the outbox and loads the documents as pending events.
+func (b *bench) backlog(ctx context.Context) error {
 	if err := b.reset(ctx); err != nil {
 		return err
 	}
 	if err := b.loadEvents(ctx, 0, b.cfg.Docs); err != nil {
 		return err
 	}
-	if err := b.vacuum(ctx); err != nil {
-		return err
-	}
-	cpu0 := sampleCPU()
-	var extra []string
-	if b.cfg.CPUProfile != "" {
-		extra = append(extra, "OUTBOX_PPROF=true")
-	}
-	r, err := b.startReplica(ctx, "e2e", extra...)
-	if err != nil {
-		return err
-	}
-	if _, err := waitLeader(ctx, r); err != nil {
-		return err
-	}
-	var t0 time.Time
-	if err := b.pool.QueryRow(ctx, `SELECT acquired_at FROM outbox_leader WHERE name = $1`, b.leaderName).Scan(&t0); err != nil {
-		return err
-	}
-	profiled := make(chan error, 1)
-	if b.cfg.CPUProfile != "" {
-		go func() { profiled <- profile(ctx, r, b.cfg.CPUProfile, 10) }()
-	}
-	last, failed, err := b.waitDrained(ctx, b.drainTimeout(b.cfg.Docs))
-	if err != nil {
-		return err
-	}
-	rss, err := peakRSS(r.Pid())
-	if err != nil {
-		return err
-	}
-	cpu := sampleCPU().since(cpu0)
-	if b.cfg.CPUProfile != "" {
-		if err := <-profiled; err != nil {
-			b.rep.problem("cpu profile: " + err.Error())
-		} else {
-			b.rep.CPUProfile = b.cfg.CPUProfile
-		}
-	}
-	b.stopReplicas()
-	if failed > 0 {
-		return fmt.Errorf("%d events failed", failed)
-	}
-	n, err := b.docCount(ctx, b.index)
+	return b.vacuum(ctx)
+}
+
+// checkAndEmptyIndex checks that the daemon's index holds every document,
+// then empties it: the later steps write to an empty index, not to one
+// still merging.
+func (b *bench) checkAndEmptyIndex(ctx context.Context) error {
+	n, err := harness.DocCount(ctx, b.cfg.ElasticURL, b.index)
 	if err != nil {
 		return err
 	}
 	if n != b.cfg.Docs {
 		return fmt.Errorf("index holds %d documents, want %d", n, b.cfg.Docs)
 	}
-	// The later steps write to an empty index, not to one still merging.
-	if err := b.es(ctx, http.MethodDelete, "/"+b.index, nil, nil); err != nil {
+	if err := b.deleteIndex(ctx, b.index); err != nil {
 		return err
 	}
-	if err := b.createIndex(ctx, b.index); err != nil {
-		return err
-	}
-	secs := last.Sub(t0).Seconds()
-	b.rep.EndToEnd = &Throughput{Events: b.cfg.Docs, Seconds: rig.Round3(secs), EventsPerSec: round1(float64(b.cfg.Docs) / secs), CPUSeconds: cpu}
-	b.rep.Memory = &Memory{PeakRSSMB: round1(float64(rss) / (1 << 20))}
-	b.say("end to end: %d events in %.2fs, %.0f events/s, leader peak RSS %.1f MB", b.cfg.Docs, secs, float64(b.cfg.Docs)/secs, float64(rss)/(1<<20))
-	return nil
+	return b.createIndex(ctx, b.index)
 }
 
 // profile saves a CPU profile of the replica taken over seconds.
-func profile(ctx context.Context, r *replica.Replica, path string, seconds int) error {
+func profile(ctx context.Context, r *harness.Replica, path string, seconds int) error {
 	u := "http://127.0.0.1:" + strconv.Itoa(r.HTTPPort) + "/debug/pprof/profile?seconds=" + strconv.Itoa(seconds)
-	body, err := rig.Get(ctx, u)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return err
 	}
-	defer body.Close()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", u, resp.Status)
+	}
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(f, body); err != nil {
+	if _, err := io.Copy(f, resp.Body); err != nil {
 		f.Close()
 		return err
 	}
@@ -229,10 +365,17 @@ func peakRSS(pid int) (int64, error) {
 	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
 }
 
-// ackSink acknowledges every event without sending it anywhere.
-type ackSink struct{}
+// ackSink acknowledges every event without sending it anywhere, and counts
+// them.
+type ackSink struct{ handled atomic.Int64 }
 
-func (ackSink) Handle(_ context.Context, events []outbox.Event) []projection.Result {
+// LatestOnly says that ackSink stands in for the search index, which keeps
+// one version per document: the loop reads and moves the ledger for its
+// events as for the index's (projection.LatestOnly).
+func (*ackSink) LatestOnly() bool { return true }
+
+func (s *ackSink) Handle(_ context.Context, events []outbox.Event) []projection.Result {
+	s.handled.Add(int64(len(events)))
 	results := make([]projection.Result, len(events))
 	for i, e := range events {
 		results[i].ID = e.ID
@@ -240,42 +383,95 @@ func (ackSink) Handle(_ context.Context, events []outbox.Event) []projection.Res
 	return results
 }
 
-// 3. What the daemon's claim and ack cost, next to a bare SQL loop.
+// The variants of step 3, as the report names them.
+const (
+	pgBare     = "bare"
+	pgLedger   = "ledger"
+	pgNoLedger = "no_ledger"
+)
+
+// 3. What the daemon's claim and ack cost, with the ledger and without it,
+// next to a bare SQL loop: the three in turn, every other round in reverse
+// order, then the daemon once more at the bare loop's batch.
 func (b *bench) postgresPath(ctx context.Context) error {
-	pg := &PostgresPath{}
-	bare, err := b.drainWith(ctx, b.bareLoop)
-	if err != nil {
-		return fmt.Errorf("bare loop: %w", err)
-	}
-	bare.Batch = b.cfg.BareBatch
-	pg.Bare = bare
-	for _, batch := range slices.Compact([]int{b.cfg.Batch, b.cfg.BareBatch}) {
-		run, err := b.drainWith(ctx, func(ctx context.Context) error { return b.daemonLoop(ctx, batch) })
-		if err != nil {
-			return fmt.Errorf("daemon loop, batch %d: %w", batch, err)
+	pg := &PostgresPath{Batch: b.cfg.Batch, BareBatch: b.cfg.BareBatch,
+		Bare: &Variant{Batch: b.cfg.BareBatch}, Ledger: &Variant{Batch: b.cfg.Batch}, NoLedger: &Variant{Batch: b.cfg.Batch}}
+	variants := map[string]*Variant{pgBare: pg.Bare, pgLedger: pg.Ledger, pgNoLedger: pg.NoLedger}
+	for round := range b.cfg.PGRounds {
+		order := []string{pgBare, pgLedger, pgNoLedger}
+		if round%2 == 1 {
+			slices.Reverse(order)
 		}
-		run.Batch = batch
-		pg.Daemon = append(pg.Daemon, run)
-		b.say("postgres path: daemon loop, batch %d: %.0f events/s (bare loop, batch %d: %.0f)", batch, run.EventsPerSec, bare.Batch, bare.EventsPerSec)
+		got := map[string]*Throughput{}
+		for _, v := range order {
+			run, err := b.pgRun(ctx, v, b.cfg.Batch)
+			if err != nil {
+				return err
+			}
+			variants[v].Runs = append(variants[v].Runs, run)
+			pg.Order = append(pg.Order, v)
+			got[v] = run
+		}
+		rate := func(v string) float64 { return got[v].EventsPerSec }
+		r := PGRound{LedgerToNoLedger: harness.Round3(rate(pgLedger) / rate(pgNoLedger)),
+			LedgerToBare: harness.Round3(rate(pgLedger) / rate(pgBare)), NoLedgerToBare: harness.Round3(rate(pgNoLedger) / rate(pgBare)),
+			LedgerDatabaseCPU: ratio(got[pgLedger].DatabaseCPUSeconds, got[pgNoLedger].DatabaseCPUSeconds)}
+		pg.Rounds = append(pg.Rounds, r)
+		b.say("postgres path, round %d: bare %.0f, daemon with ledger %.0f, without %.0f events/s: with/without %.3f, with/bare %.3f; database CPU with/without %.3f",
+			round+1, rate(pgBare), rate(pgLedger), rate(pgNoLedger), r.LedgerToNoLedger, r.LedgerToBare, r.LedgerDatabaseCPU)
+	}
+	for _, v := range variants {
+		v.finish()
+	}
+	if b.cfg.BareBatch != b.cfg.Batch {
+		run, err := b.pgRun(ctx, pgLedger, b.cfg.BareBatch)
+		if err != nil {
+			return err
+		}
+		pg.AtBareBatch = run
 	}
 	b.rep.PostgresPath = pg
 	return nil
 }
 
+// pgRun drains the backlog once with one variant of step 3, and checks that
+// the ledger was written by the daemon with it and only then.
+func (b *bench) pgRun(ctx context.Context, variant string, batch int) (*Throughput, error) {
+	drain := b.bareLoop
+	if variant != pgBare {
+		drain = func(ctx context.Context) error { return b.daemonLoop(ctx, batch, variant == pgNoLedger) }
+	}
+	run, err := b.drainWith(ctx, drain)
+	if err != nil {
+		return nil, fmt.Errorf("%s, batch %d: %w", variant, batch, err)
+	}
+	var entries int
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_applied`).Scan(&entries); err != nil {
+		return nil, err
+	}
+	if want := map[bool]int{true: b.cfg.Docs, false: 0}[variant == pgLedger]; entries != want {
+		return nil, fmt.Errorf("%s, batch %d: %d ledger entries after the drain, want %d", variant, batch, entries, want)
+	}
+	if variant == pgBare {
+		batch = b.cfg.BareBatch
+	}
+	run.Batch = batch
+	b.say("postgres path: %s, batch %d: %.0f events/s", variant, batch, run.EventsPerSec)
+	return run, nil
+}
+
 // drainWith loads the documents as pending events and times drain until
 // every one is done, from Postgres' clock before it to the last processed_at.
 func (b *bench) drainWith(ctx context.Context, drain func(context.Context) error) (*Throughput, error) {
-	if err := b.reset(ctx); err != nil {
-		return nil, err
-	}
-	if err := b.loadEvents(ctx, 0, b.cfg.Docs); err != nil {
-		return nil, err
-	}
-	if err := b.vacuum(ctx); err != nil {
+	if err := b.backlog(ctx); err != nil {
 		return nil, err
 	}
 	cpu0 := sampleCPU()
-	t0, err := b.dbNow(ctx)
+	db0, err := b.sampleDBCPU(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t0, err := harness.Now(ctx, b.pool)
 	if err != nil {
 		return nil, err
 	}
@@ -287,6 +483,10 @@ func (b *bench) drainWith(ctx context.Context, drain func(context.Context) error
 		return nil, err
 	}
 	cpu := sampleCPU().since(cpu0)
+	db, err := b.sampleDBCPU(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var done int
 	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE status = 'done'`).Scan(&done); err != nil {
 		return nil, err
@@ -295,7 +495,9 @@ func (b *bench) drainWith(ctx context.Context, drain func(context.Context) error
 		return nil, fmt.Errorf("%d events done and %d failed, want %d done", done, failed, b.cfg.Docs)
 	}
 	secs := last.Sub(t0).Seconds()
-	return &Throughput{Events: b.cfg.Docs, Seconds: rig.Round3(secs), EventsPerSec: round1(float64(b.cfg.Docs) / secs), CPUSeconds: cpu}, nil
+	t := newThroughput(b.cfg.Docs, secs, cpu)
+	t.DatabaseCPUSeconds = db.since(db0)
+	return t, nil
 }
 
 // bareLoop is the reference: one connection, one transaction per batch
@@ -352,22 +554,29 @@ func (b *bench) bareLoop(ctx context.Context) error {
 }
 
 // daemonLoop runs the daemon's consume loop in process, as leader of a
-// name of its own, with the ackSink projection, until the outbox is empty.
-func (b *bench) daemonLoop(ctx context.Context, batch int) error {
+// name of its own, with the ackSink projection, until the outbox is empty;
+// noLedger leaves the ledger's read and write out of the claim and the ack.
+func (b *bench) daemonLoop(ctx context.Context, batch int, noLedger bool) error {
 	const name = "bench-pg"
 	if _, err := b.pool.Exec(ctx, `INSERT INTO outbox_leader (name, holder, epoch) VALUES ($1, $1, 1)`, name); err != nil {
 		return err
 	}
-	store := &outbox.Store{Pool: b.pool, Owner: name, LeaderName: name}
+	store := &outbox.Store{Pool: b.pool, Owner: name, LeaderName: name, NoLedger: noLedger}
+	sink := &ackSink{}
 	loop, err := consume.NewLoop(consume.Config{BulkSize: batch, Concurrency: b.cfg.Concurrency},
-		store, projection.Registry{"search": ackSink{}}, zerolog.Nop())
+		store, projection.Registry{"search": sink}, zerolog.Nop())
 	if err != nil {
 		return err
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); loop.Run(runCtx, 1, nil) }()
-	_, _, err = b.waitDrained(ctx, b.drainTimeout(b.cfg.Docs))
+	err = harness.Poll(ctx, b.drainTimeout(b.cfg.Docs), "the sink to see every event", func(context.Context) (bool, error) {
+		return sink.handled.Load() >= int64(b.cfg.Docs), nil
+	})
+	if err == nil {
+		_, _, err = b.waitDrained(ctx, stepTimeout)
+	}
 	stop()
 	<-done
 	return err
@@ -385,14 +594,16 @@ func (b *bench) latency(ctx context.Context) error {
 	if _, err := waitLeader(ctx, r); err != nil {
 		return err
 	}
-	p := b.startProducer(ctx, b.cfg.Rate, b.cfg.Docs)
-	if err := sleep(ctx, b.cfg.Duration); err != nil {
+	p := b.startProducer(ctx, b.cfg.Rate, b.cfg.Docs, 0)
+	defer p.Stop()
+	if err := harness.Sleep(ctx, b.cfg.Duration); err != nil {
 		return err
 	}
-	produced, perr := p.stop()
-	if perr != nil {
-		return perr
+	p.Stop()
+	if err := p.Err(); err != nil {
+		return err
 	}
+	produced := p.Committed()
 	if _, failed, err := b.waitDrained(ctx, b.drainTimeout(int(produced))); err != nil {
 		return err
 	} else if failed > 0 {
@@ -435,68 +646,29 @@ func (b *bench) failover(ctx context.Context) error {
 	if err := b.reset(ctx); err != nil {
 		return err
 	}
-	live := map[string]*replica.Replica{}
-	var err error
-	if live["a"], err = b.startReplica(ctx, "a"); err != nil {
-		return err
-	}
-	if _, err := waitLeader(ctx, live["a"]); err != nil {
-		return err
-	}
-	if live["b"], err = b.startReplica(ctx, "b"); err != nil {
-		return err
-	}
-	p := b.startProducer(ctx, b.cfg.FailoverRate, b.cfg.Docs)
-	stopped := false
-	defer func() {
-		if !stopped {
-			_, _ = p.stop()
+	live := map[string]*harness.Replica{}
+	for _, name := range []string{"a", "b"} {
+		r, err := b.startReplica(ctx, name)
+		if err != nil {
+			return err
 		}
-	}()
-	settle := time.Second
-	if b.cfg.Smoke {
-		settle = 300 * time.Millisecond
+		live[name] = r
 	}
+	p := b.startProducer(ctx, b.cfg.FailoverRate, b.cfg.Docs, 0)
+	defer p.Stop()
 	var samples []float64
 	for round := range b.cfg.Failovers {
-		if err := sleep(ctx, settle); err != nil {
-			return err
-		}
-		l, err := waitLeader(ctx, live["a"], live["b"])
-		if err != nil {
-			return err
-		}
-		other := live["a"]
-		if l == other {
-			other = live["b"]
-		}
-		if err := b.waitStandby(ctx, other); err != nil {
-			return err
-		}
-		killedAt, err := b.dbNow(ctx)
-		if err != nil {
-			return err
-		}
-		l.Kill()
-		var at *time.Time
-		err = poll(ctx, 30*time.Second, "the first ack of "+other.Name, func() (bool, error) {
-			err := b.pool.QueryRow(ctx, `SELECT min(processed_at) FROM outbox_events
-			                              WHERE status = 'done' AND processed_at > $1 AND locked_by = $2`, killedAt, other.Name).Scan(&at)
-			return err == nil && at != nil, err
-		})
+		secs, err := b.failoverRound(ctx, live)
 		if err != nil {
 			return fmt.Errorf("round %d: %w", round+1, err)
 		}
-		samples = append(samples, at.Sub(killedAt).Seconds())
-		if live[l.Name], err = b.startReplica(ctx, l.Name); err != nil {
-			return err
-		}
+		samples = append(samples, secs)
 	}
-	produced, err := p.stop()
-	stopped = true
-	if err != nil {
+	p.Stop()
+	if err := p.Err(); err != nil {
 		return err
 	}
+	produced := p.Committed()
 	_, failed, err := b.waitDrained(ctx, b.drainTimeout(int(produced)))
 	if err != nil {
 		return err
@@ -509,57 +681,86 @@ func (b *bench) failover(ctx context.Context) error {
 	if failed > 0 || done != produced {
 		return fmt.Errorf("after the failovers %d events done and %d failed, %d produced", done, failed, produced)
 	}
-	b.rep.Failover = &Failover{Rounds: len(samples), Rate: b.cfg.FailoverRate, Seconds: rig.NewStats(samples)}
+	b.rep.Failover = &Failover{Rounds: len(samples), Rate: b.cfg.FailoverRate, Seconds: harness.NewStats(samples)}
 	b.say("failover: min %.3fs median %.3fs max %.3fs over %d kills", b.rep.Failover.Seconds.Min, b.rep.Failover.Seconds.Median, b.rep.Failover.Seconds.Max, len(samples))
 	return nil
 }
 
-func (b *bench) waitStandby(ctx context.Context, r *replica.Replica) error {
-	return poll(ctx, 30*time.Second, r.Name+" as standby", func() (bool, error) {
-		h, err := r.Health()
-		return err == nil && h.Role == "standby", nil
-	})
+// failoverRound kills the leader once its standby is ready, returns the
+// seconds from the kill to the standby's first ack, and restarts the
+// killed one.
+func (b *bench) failoverRound(ctx context.Context, live map[string]*harness.Replica) (float64, error) {
+	settle := time.Second
+	if b.cfg.Smoke {
+		settle = 300 * time.Millisecond
+	}
+	if err := harness.Sleep(ctx, settle); err != nil {
+		return 0, err
+	}
+	l, err := waitLeader(ctx, live["a"], live["b"])
+	if err != nil {
+		return 0, err
+	}
+	other := map[string]*harness.Replica{"a": live["b"], "b": live["a"]}[l.Name]
+	if err := b.waitStandby(ctx, other); err != nil {
+		return 0, err
+	}
+	killedAt, err := harness.Now(ctx, b.pool)
+	if err != nil {
+		return 0, err
+	}
+	l.Kill()
+	at, err := harness.WaitFirstAck(ctx, stepTimeout, b.pool, killedAt, other.Name)
+	if err != nil {
+		return 0, err
+	}
+	if live[l.Name], err = b.startReplica(ctx, l.Name); err != nil {
+		return 0, err
+	}
+	return at.Sub(killedAt).Seconds(), nil
 }
 
 // 6. Median claim time with only the pending rows, then with history.
 func (b *bench) claimCost(ctx context.Context) error {
 	cc := &ClaimCost{Batch: b.cfg.Batch, Samples: b.cfg.ClaimSamples, DoneRows: b.cfg.DoneRows, FailedRows: b.cfg.FailedRows}
 	var err error
-	if cc.EmptyMedianMs, err = b.claimMedian(ctx, false); err != nil {
+	if cc.EmptyMedianMs, _, err = b.claimMedian(ctx, false); err != nil {
 		return err
 	}
-	if cc.ScaleMedianMs, err = b.claimMedian(ctx, true); err != nil {
+	if cc.ScaleMedianMs, cc.LedgerRows, err = b.claimMedian(ctx, true); err != nil {
 		return err
 	}
 	if err := b.pool.QueryRow(ctx, `SELECT pg_total_relation_size('outbox_events')`).Scan(&cc.TableBytes); err != nil {
 		return err
 	}
-	cc.Ratio = rig.Round3(cc.ScaleMedianMs / cc.EmptyMedianMs)
+	cc.Ratio = harness.Round3(cc.ScaleMedianMs / cc.EmptyMedianMs)
 	b.rep.ClaimCost = cc
 	b.say("claim cost: median %.2f ms empty, %.2f ms with %d done and %d failed rows: ratio %.2f",
 		cc.EmptyMedianMs, cc.ScaleMedianMs, cc.DoneRows, cc.FailedRows, cc.Ratio)
 	return nil
 }
 
-func (b *bench) claimMedian(ctx context.Context, history bool) (float64, error) {
+// claimMedian is the median time of one claim, and the ledger entries of
+// the history.
+func (b *bench) claimMedian(ctx context.Context, history bool) (median float64, ledger int64, err error) {
 	const name = "bench-claim"
 	if err := b.reset(ctx); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if history {
-		if err := b.loadHistory(ctx); err != nil {
-			return 0, err
+		if ledger, err = b.loadHistory(ctx); err != nil {
+			return 0, 0, err
 		}
 	}
 	pending := b.cfg.ClaimSamples * b.cfg.Batch
 	if err := b.loadEvents(ctx, 0, pending); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if err := b.vacuum(ctx); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if _, err := b.pool.Exec(ctx, `INSERT INTO outbox_leader (name, holder, epoch) VALUES ($1, $1, 1)`, name); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	store := &outbox.Store{Pool: b.pool, Owner: name, LeaderName: name}
 	var times []float64
@@ -568,27 +769,27 @@ func (b *bench) claimMedian(ctx context.Context, history bool) (float64, error) 
 		events, err := store.Claim(ctx, 1, b.cfg.Batch, time.Minute)
 		elapsed := time.Since(start)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		if len(events) != b.cfg.Batch {
-			return 0, fmt.Errorf("claimed %d events, want %d", len(events), b.cfg.Batch)
+			return 0, 0, fmt.Errorf("claimed %d events, want %d", len(events), b.cfg.Batch)
 		}
 		times = append(times, elapsed.Seconds()*1000)
 		ids := make([]int64, len(events))
 		for i, e := range events {
 			ids[i] = e.ID
 		}
-		if _, err := store.AckDone(ctx, 1, ids); err != nil {
-			return 0, err
+		if _, err := store.AckDone(ctx, 1, ids, ids); err != nil {
+			return 0, 0, err
 		}
 	}
-	return rig.NewStats(times).Median, nil
+	return harness.NewStats(times).Median, ledger, nil
 }
 
 // loadHistory writes the done and failed rows a long-running outbox keeps,
 // with payloads of the same size as the live ones, in chunks so progress
 // shows and no single transaction grows huge.
-func (b *bench) loadHistory(ctx context.Context) error {
+func (b *bench) loadHistory(ctx context.Context) (ledger int64, err error) {
 	const chunk = 250_000
 	reps := max(1, b.cfg.DocBytes/33)
 	for _, part := range []struct {
@@ -609,19 +810,17 @@ func (b *bench) loadHistory(ctx context.Context) error {
 				       CASE WHEN $4 = 'failed' THEN 'strict_dynamic_mapping_exception: mapping set to strict' END,
 				       now() - interval '1 day', now() - interval '1 day'
 				  FROM generate_series($1::int, $2::int - 1) g`, from, to, reps, part.status); err != nil {
-				return err
+				return 0, err
 			}
 			b.say("claim cost: %d of %d %s rows written", to, part.rows, part.status)
 		}
 	}
-	return nil
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(d):
-		return nil
-	}
+	// The claim reads each document's ledger entry: a real outbox's history
+	// comes with one per document applied, as the ledger's backfill writes
+	// them (the claimed documents are new: no entry, in both table states).
+	tag, err := b.pool.Exec(ctx, `
+		INSERT INTO outbox_applied (projection, entity_type, entity_id, version, deleted, event_id, applied_at)
+		SELECT projection, entity_type, entity_id, coalesce(event_version, id), op = 'delete', id, processed_at
+		  FROM outbox_events WHERE status = 'done'`)
+	return tag.RowsAffected(), err
 }

@@ -2,6 +2,8 @@ package classify
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -13,12 +15,17 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/olivere/elastic/v7"
 )
 
 // maxMessage bounds Message: it is stored in last_error and error_history for
 // every failed attempt, and engine reasons can quote long field values.
 const maxMessage = 512
+
+// RetryAfterMax bounds a Retry-After, so that a bogus value cannot overflow
+// or park rows for days.
+const RetryAfterMax = 24 * time.Hour
 
 // Error is a classified failure.
 type Error struct {
@@ -74,7 +81,17 @@ func Classify(err error) *Error {
 	if errors.As(err, &ee) {
 		return fromElastic(ee, err)
 	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return fromPostgres(pe, err)
+	}
+	if ce, ok := postgresTransport(err); ok {
+		return ce
+	}
 	msg := err.Error()
+	if isTLS(err) {
+		return newStatus(TLSError, 0, msg, err)
+	}
 	if isTimeout(err) {
 		return newStatus(Timeout, 0, msg, err)
 	}
@@ -110,8 +127,20 @@ func causeReasons(m map[string]interface{}, acc []string) []string {
 	return acc
 }
 
+// rejectedTypes are the engines' names for work refused under load:
+// Elasticsearch's EsRejectedExecutionException, and OpenSearch's
+// OpenSearchRejectedExecutionException, whose prefix OpenSearch strips.
+var rejectedTypes = map[string]bool{
+	"es_rejected_execution_exception": true,
+	"rejected_execution_exception":    true,
+}
+
+// mappingTypes are the error types of a document that does not fit the
+// mapping; Elasticsearch 8 names the item-level one
+// document_parsing_exception, 7.x and OpenSearch mapper_parsing_exception.
 var mappingTypes = map[string]bool{
 	"mapper_parsing_exception":         true,
+	"document_parsing_exception":       true,
 	"strict_dynamic_mapping_exception": true,
 	"mapper_exception":                 true,
 }
@@ -146,13 +175,15 @@ var mappingHints = []string{
 func fromDetails(status int, typ, reason string, causes []string, err error) *Error {
 	msg := describe(status, typ, reason)
 	switch {
-	case status == http.StatusTooManyRequests || typ == "es_rejected_execution_exception":
+	case status == http.StatusTooManyRequests || rejectedTypes[typ]:
 		if status == 0 {
 			status = http.StatusTooManyRequests
 		}
 		return newStatus(RateLimited, status, msg, err)
 	case status >= 500:
 		return newStatus(ServerError, status, msg, err)
+	case status == http.StatusUnauthorized || (status == http.StatusForbidden && typ == "security_exception"):
+		return newStatus(AuthError, status, msg, err)
 	case mappingTypes[typ]:
 		return newStatus(MappingError, status, msg, err)
 	case typ == "illegal_argument_exception" && aboutMapping(reason, causes):
@@ -203,6 +234,23 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
+// isTLS reports a failed handshake: the engine's certificate not trusted or
+// not for its host, an alert from the engine, or TLS to a plain-http port.
+func isTLS(err error) bool {
+	var (
+		verify   *tls.CertificateVerificationError
+		unknown  x509.UnknownAuthorityError
+		hostname x509.HostnameError
+		invalid  x509.CertificateInvalidError
+		record   tls.RecordHeaderError
+		alert    tls.AlertError
+	)
+	return errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &hostname) ||
+		errors.As(err, &invalid) || errors.As(err, &record) || errors.As(err, &alert) ||
+		// net/http's own error for an https URL on a plain-http port.
+		strings.Contains(err.Error(), "server gave HTTP response to HTTPS client")
+}
+
 var connErrs = []error{
 	elastic.ErrNoClient,
 	syscall.ECONNREFUSED,
@@ -233,10 +281,13 @@ func isConnection(err error) bool {
 // userInfo matches the credentials part of a URL, e.g. "http://u:p@".
 var userInfo = regexp.MustCompile(`([a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#@\s]*@`)
 
+// StripURLCredentials removes the user info of every URL in s.
+func StripURLCredentials(s string) string { return userInfo.ReplaceAllString(s, "${1}") }
+
 // clean removes credentials and bounds the length, so that a message can be
 // stored and logged as is.
 func clean(s string) string {
-	s = userInfo.ReplaceAllString(s, "${1}")
+	s = StripURLCredentials(s)
 	s = strings.TrimSpace(s)
 	if len(s) <= maxMessage {
 		return s

@@ -1,9 +1,7 @@
 package classify
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,7 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,149 +17,13 @@ import (
 	"github.com/olivere/elastic/v7"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wlproj/wlproj/internal/testenv"
+	"github.com/wlproj/wlproj/internal/harness"
 )
-
-// captured is the format of testdata/es/*.json: one engine response and the
-// request that produced it. Files named *.handwritten.json were written by
-// hand in the engine's format, for responses the test engine cannot be made
-// to give.
-type captured struct {
-	Comment string            `json:"comment,omitempty"`
-	Engine  string            `json:"engine,omitempty"`
-	Request string            `json:"request"`
-	Status  int               `json:"status"`
-	Headers map[string]string `json:"headers,omitempty"`
-	Body    json.RawMessage   `json:"body"`
-}
-
-func loadCaptured(t *testing.T, name string) captured {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), "testdata", "es", name))
-	require.NoError(t, err)
-	var c captured
-	require.NoError(t, json.Unmarshal(data, &c), name)
-	require.NotZero(t, c.Status, name)
-	return c
-}
 
 type want struct {
 	class  Class
 	reason string
 	status int
-}
-
-func TestCapturedBulkItems(t *testing.T) {
-	t.Parallel()
-	cases := []struct {
-		file string
-		want want
-	}{
-		{"bulk_strict_dynamic_mapping.json", want{Deterministic, MappingError, 400}},
-		{"bulk_mapper_parsing_date.json", want{Deterministic, MappingError, 400}},
-		{"bulk_mapper_parsing_integer.json", want{Deterministic, MappingError, 400}},
-		{"bulk_array_payload.json", want{Deterministic, MappingError, 400}},
-		{"bulk_total_fields_limit.json", want{Deterministic, MappingError, 400}},
-		// The search handler turns this one into a superseded success before
-		// it gets here; on its own it is a client error.
-		{"bulk_version_conflict.json", want{Deterministic, ClientError, 409}},
-		{"bulk_rejected_execution.handwritten.json", want{Transient, RateLimited, 429}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.file, func(t *testing.T) {
-			t.Parallel()
-			item := singleItem(t, loadCaptured(t, tc.file))
-			require.NotNil(t, item.Error)
-			got := FromBulkItem(item.Status, item.Error.Type, item.Error.Reason)
-			require.Equal(t, tc.want.class, got.Class)
-			require.Equal(t, tc.want.reason, got.Reason)
-			require.Equal(t, tc.want.status, got.Status)
-			require.Contains(t, got.Message, item.Error.Type)
-		})
-	}
-}
-
-// A delete of a missing document is a 404 item without an error object; the
-// search handler relies on exactly this shape to count it as success.
-func TestCapturedDeleteNotFound(t *testing.T) {
-	t.Parallel()
-	item := singleItem(t, loadCaptured(t, "bulk_delete_not_found.json"))
-	require.Equal(t, http.StatusNotFound, item.Status)
-	require.Equal(t, "not_found", item.Result)
-	require.Nil(t, item.Error)
-	got := FromBulkItem(item.Status, "", "")
-	require.Equal(t, ClientError, got.Reason)
-	require.Equal(t, Deterministic, got.Class)
-}
-
-func singleItem(t *testing.T, c captured) *elastic.BulkResponseItem {
-	t.Helper()
-	require.Equal(t, http.StatusOK, c.Status)
-	var resp elastic.BulkResponse
-	require.NoError(t, json.Unmarshal(c.Body, &resp))
-	require.True(t, resp.Errors || len(resp.Items) == 1)
-	require.Len(t, resp.Items, 1)
-	for _, item := range resp.Items[0] {
-		return item
-	}
-	t.Fatal("empty bulk item")
-	return nil
-}
-
-// Whole-request failures go through olivere's own response parsing, as they
-// do in the daemon: a test server replays the captured status and body.
-func TestCapturedRequestErrors(t *testing.T) {
-	t.Parallel()
-	cases := []struct {
-		file string
-		want want
-	}{
-		{"request_malformed_bulk.json", want{Deterministic, ParseError, 400}},
-		{"request_empty_bulk.json", want{Deterministic, ParseError, 400}},
-		{"request_illegal_argument_mapping.json", want{Deterministic, MappingError, 400}},
-		{"request_illegal_argument_parameter.json", want{Deterministic, ClientError, 400}},
-		{"request_validation_negative_version.json", want{Deterministic, ClientError, 400}},
-		{"request_index_not_found.json", want{Deterministic, ClientError, 404}},
-		{"request_unsupported_content_type.json", want{Deterministic, ClientError, 406}},
-		{"request_rejected_execution.handwritten.json", want{Transient, RateLimited, 429}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.file, func(t *testing.T) {
-			t.Parallel()
-			c := loadCaptured(t, tc.file)
-			err := replay(t, c)
-			var ee *elastic.Error
-			require.ErrorAs(t, err, &ee)
-
-			got := Classify(err)
-			require.Equal(t, tc.want.class, got.Class)
-			require.Equal(t, tc.want.reason, got.Reason)
-			require.Equal(t, tc.want.status, got.Status)
-			if ee.Details != nil {
-				require.Contains(t, got.Message, ee.Details.Type)
-			}
-			require.ErrorIs(t, got, err, "the cause stays reachable")
-		})
-	}
-}
-
-func replay(t *testing.T, c captured) error {
-	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		for k, v := range c.Headers {
-			w.Header().Set(k, v)
-		}
-		w.Header().Set("Content-Type", "application/json; charset=UTF-8")
-		w.WriteHeader(c.Status)
-		_, _ = w.Write(c.Body)
-	}))
-	t.Cleanup(srv.Close)
-	client := newClient(t, srv.URL)
-	_, err := client.Bulk().Index("books").
-		Add(elastic.NewBulkIndexRequest().Id("book:1").Doc(json.RawMessage(`{"title":"x"}`))).
-		Do(context.Background())
-	require.Error(t, err)
-	return err
 }
 
 func newClient(t *testing.T, url string) *elastic.Client {
@@ -180,6 +42,12 @@ func TestFromBulkItem(t *testing.T) {
 	}{
 		{429, "es_rejected_execution_exception", "rejected execution", want{Transient, RateLimited, 429}},
 		{0, "es_rejected_execution_exception", "rejected execution", want{Transient, RateLimited, 429}},
+		{0, "rejected_execution_exception", "rejected execution", want{Transient, RateLimited, 429}},
+		{401, "security_exception", "unable to authenticate user [wlproj]", want{Transient, AuthError, 401}},
+		{401, "", "", want{Transient, AuthError, 401}},
+		{403, "security_exception", "action [indices:data/write/bulk] is unauthorized", want{Transient, AuthError, 403}},
+		{403, "cluster_block_exception", "index [books] blocked by: [FORBIDDEN/8/index write (api)]", want{Deterministic, ClientError, 403}},
+		{400, "document_parsing_exception", "[1:46] failed to parse field [position]", want{Deterministic, MappingError, 400}},
 		{429, "circuit_breaking_exception", "[parent] Data too large", want{Transient, RateLimited, 429}},
 		{503, "unavailable_shards_exception", "primary shard is not active", want{Transient, ServerError, 503}},
 		{500, "", "", want{Transient, ServerError, 500}},
@@ -239,6 +107,25 @@ func TestClassifyTransportErrors(t *testing.T) {
 			require.Error(t, err)
 			require.Equal(t, Connection, Classify(err).Reason, err.Error())
 		}
+	})
+
+	t.Run("certificate from another CA", func(t *testing.T) {
+		srv := httptest.NewTLSServer(http.NotFoundHandler())
+		t.Cleanup(srv.Close)
+		_, err := http.Get(srv.URL)
+		require.Error(t, err)
+		got := Classify(err)
+		require.Equal(t, TLSError, got.Reason, err.Error())
+		require.Equal(t, Transient, got.Class)
+		require.Contains(t, got.Message, "certificate")
+	})
+
+	t.Run("https to a plain-http port", func(t *testing.T) {
+		srv := httptest.NewServer(http.NotFoundHandler())
+		t.Cleanup(srv.Close)
+		_, err := http.Get(strings.Replace(srv.URL, "http://", "https://", 1))
+		require.Error(t, err)
+		require.Equal(t, TLSError, Classify(err).Reason, err.Error())
 	})
 
 	t.Run("no client", func(t *testing.T) {
@@ -336,105 +223,5 @@ func TestNewTakesClassFromTable(t *testing.T) {
 // closedURL returns the URL of a port nothing listens on.
 func closedURL(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return "http://" + addr
-}
-
-// TestCaptureEngineResponses regenerates testdata/es from the real engine.
-// Run it with WLPROJ_CAPTURE=1 after an engine upgrade and commit the diff.
-func TestCaptureEngineResponses(t *testing.T) {
-	if os.Getenv("WLPROJ_CAPTURE") != "1" {
-		t.Skip("set WLPROJ_CAPTURE=1 to regenerate testdata/es from the engine")
-	}
-	base := testenv.ElasticURL(t)
-	dir := filepath.Join(testenv.RepoRoot(t), "testdata", "es")
-	require.NoError(t, os.MkdirAll(dir, 0o755))
-	mapping, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), "testdata", "mapping.json"))
-	require.NoError(t, err)
-
-	// Fixed names keep the files stable from one capture to the next.
-	const books, fields, missing = "wlproj-capture-books", "wlproj-capture-fields", "wlproj-capture-missing"
-	do := func(method, path, ctype, body string) (int, []byte) {
-		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
-		require.NoError(t, err)
-		if ctype != "" {
-			req.Header.Set("Content-Type", ctype)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		data, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return resp.StatusCode, data
-	}
-	status, body := do(http.MethodGet, "/", "", "")
-	require.Equal(t, http.StatusOK, status, string(body))
-	var root struct {
-		Version struct {
-			Number string `json:"number"`
-		} `json:"version"`
-	}
-	require.NoError(t, json.Unmarshal(body, &root))
-	engine := "elasticsearch " + root.Version.Number
-
-	cleanup := func() { do(http.MethodDelete, "/"+books+","+fields+"?ignore_unavailable=true", "", "") }
-	cleanup()
-	t.Cleanup(cleanup)
-
-	status, body = do(http.MethodPut, "/"+books, "application/json", string(mapping))
-	require.Equal(t, http.StatusOK, status, string(body))
-	status, body = do(http.MethodPut, "/"+fields, "application/json",
-		`{"settings":{"number_of_shards":1,"number_of_replicas":0,"index.mapping.total_fields.limit":2}}`)
-	require.Equal(t, http.StatusOK, status, string(body))
-	status, body = do(http.MethodPut, "/"+books+"/_doc/book:3?version=5&version_type=external_gte", "application/json",
-		`{"kind":"book","title":"Persuasion"}`)
-	require.Equal(t, http.StatusCreated, status, string(body))
-
-	const ndjson = "application/x-ndjson"
-	ext := func(op, id string, version int64) string {
-		return fmt.Sprintf(`{%q:{"_id":%q,"version":%d,"version_type":"external_gte"}}`, op, id, version) + "\n"
-	}
-	capture := func(file, method, path, ctype, body string) {
-		status, data := do(method, path, ctype, body)
-		var buf bytes.Buffer
-		if json.Valid(data) {
-			require.NoError(t, json.Compact(&buf, data))
-		} else {
-			b, _ := json.Marshal(string(data))
-			buf.Write(b)
-		}
-		out, err := json.MarshalIndent(captured{Engine: engine, Request: method + " " + path, Status: status, Body: buf.Bytes()}, "", "  ")
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(dir, file), append(out, '\n'), 0o644))
-	}
-
-	bulk := "/" + books + "/_bulk"
-	capture("bulk_strict_dynamic_mapping.json", http.MethodPost, bulk, ndjson,
-		ext("index", "book:1", 1)+`{"kind":"book","title":"Dune","isbn":"9780441013593"}`+"\n")
-	capture("bulk_mapper_parsing_date.json", http.MethodPost, bulk, ndjson,
-		ext("index", "book:2", 1)+`{"kind":"book","title":"Emma","updated_at":"last tuesday"}`+"\n")
-	capture("bulk_mapper_parsing_integer.json", http.MethodPost, bulk, ndjson,
-		ext("index", "block:9", 1)+`{"kind":"paragraph","book_id":"2","position":"first"}`+"\n")
-	capture("bulk_array_payload.json", http.MethodPost, bulk, ndjson,
-		ext("index", "block:10", 1)+`[{"kind":"paragraph"}]`+"\n")
-	capture("bulk_version_conflict.json", http.MethodPost, bulk, ndjson,
-		ext("index", "book:3", 3)+`{"kind":"book","title":"Persuasion (draft)"}`+"\n")
-	capture("bulk_delete_not_found.json", http.MethodPost, bulk, ndjson,
-		ext("delete", "book:404", 7))
-	capture("bulk_total_fields_limit.json", http.MethodPost, "/"+fields+"/_bulk", ndjson,
-		ext("index", "book:5", 1)+`{"kind":"book","title":"Ulysses","author":"Joyce"}`+"\n")
-
-	capture("request_malformed_bulk.json", http.MethodPost, bulk, ndjson, "this is not ndjson\n")
-	capture("request_empty_bulk.json", http.MethodPost, bulk, ndjson, "")
-	capture("request_illegal_argument_mapping.json", http.MethodPut, "/"+books+"/_mapping", "application/json",
-		`{"properties":{"title":{"type":"long"}}}`)
-	capture("request_illegal_argument_parameter.json", http.MethodPost, bulk+"?frobnicate=1", ndjson,
-		ext("index", "book:6", 1)+`{"kind":"book"}`+"\n")
-	capture("request_validation_negative_version.json", http.MethodPost, bulk, ndjson,
-		ext("index", "book:7", -1)+`{"kind":"book"}`+"\n")
-	capture("request_index_not_found.json", http.MethodGet, "/"+missing+"/_search", "", "")
-	capture("request_unsupported_content_type.json", http.MethodPut, "/"+books+"/_doc/book:8", "text/plain", "hello")
+	return "http://127.0.0.1:" + strconv.Itoa(harness.Port(t))
 }

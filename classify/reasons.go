@@ -12,10 +12,18 @@ const (
 
 // Reasons, as they appear in error_reason, metrics labels and the runbook.
 const (
-	RateLimited       = "rate_limited"
-	ServerError       = "server_error"
-	Timeout           = "timeout"
-	Connection        = "connection"
+	RateLimited = "rate_limited"
+	ServerError = "server_error"
+	Timeout     = "timeout"
+	Connection  = "connection"
+	// AuthError is a 401 (or a 403 security_exception): the engine refused
+	// the credentials. It is the operator's to fix, not the event's, so it
+	// is retried like a dependency failure and nothing is lost meanwhile.
+	AuthError = "auth_error"
+	// TLSError is a failed TLS handshake with the engine: a certificate the
+	// CA file does not vouch for, a wrong host name, or https against a
+	// plain-http port. Also the operator's to fix.
+	TLSError          = "tls_error"
 	MappingError      = "mapping_error"
 	ParseError        = "parse_error"
 	PayloadInvalid    = "payload_invalid"
@@ -32,6 +40,8 @@ var reasonClass = map[string]Class{
 	ServerError:       Transient,
 	Timeout:           Transient,
 	Connection:        Transient,
+	AuthError:         Transient,
+	TLSError:          Transient,
 	MappingError:      Deterministic,
 	ParseError:        Deterministic,
 	PayloadInvalid:    Deterministic,
@@ -42,7 +52,7 @@ var reasonClass = map[string]Class{
 }
 
 // Reasons lists every reason in a stable order.
-var Reasons = []string{RateLimited, ServerError, Timeout, Connection, MappingError, ParseError,
+var Reasons = []string{RateLimited, ServerError, Timeout, Connection, AuthError, TLSError, MappingError, ParseError,
 	PayloadInvalid, UnknownProjection, ClientError, Unknown, Stuck}
 
 // ClassOf returns the class of a reason; unknown reasons are transient.
@@ -54,5 +64,6 @@ func ClassOf(reason string) Class {
 }
 
 // AutoReplayable lists the reasons the auto-replay policy may revive once the
-// engine is healthy again: failures of the dependency, never of the data.
-var AutoReplayable = []string{RateLimited, ServerError, Timeout, Connection}
+// engine is healthy again: failures of the dependency (or of how wlproj
+// reaches it), never of the data.
+var AutoReplayable = []string{RateLimited, ServerError, Timeout, Connection, AuthError, TLSError}

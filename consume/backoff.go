@@ -3,10 +3,9 @@ package consume
 import (
 	"math/rand/v2"
 	"time"
-)
 
-// retryAfterCap keeps a bogus Retry-After from parking an event for days.
-const retryAfterCap = 24 * time.Hour
+	"github.com/wlproj/wlproj/classify"
+)
 
 // Backoff is the delay before the next try of an event that has failed
 // attempts times before this failure: min(max, base·2^attempts) with equal
@@ -23,9 +22,7 @@ func Backoff(attempts int, base, max, retryAfter time.Duration) time.Duration {
 	}
 	half := d / 2
 	d = half + rand.N(d-half+1)
-	if retryAfter > retryAfterCap {
-		retryAfter = retryAfterCap
-	}
+	retryAfter = min(retryAfter, classify.RetryAfterMax)
 	if retryAfter > d {
 		d = retryAfter
 	}

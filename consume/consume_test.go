@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wlproj/wlproj/classify"
-	"github.com/wlproj/wlproj/internal/testenv"
+	"github.com/wlproj/wlproj/internal/harness"
 	"github.com/wlproj/wlproj/outbox"
 	"github.com/wlproj/wlproj/projection"
 )
@@ -29,13 +29,13 @@ func (f funcHandler) Handle(ctx context.Context, events []outbox.Event) []projec
 }
 
 type bundle struct {
-	db    testenv.DB
+	db    harness.DB
 	store *outbox.Store
 }
 
 func setup(t *testing.T) bundle {
 	t.Helper()
-	db := testenv.NewDatabase(t)
+	db := harness.NewDatabase(t)
 	b := bundle{db: db, store: &outbox.Store{Pool: db.Pool, Owner: "w1", LeaderName: "test"}}
 	_, err := db.Pool.Exec(context.Background(), `INSERT INTO outbox_leader (name, holder, epoch) VALUES ('test', 'w1', 1)`)
 	require.NoError(t, err)
@@ -96,12 +96,20 @@ func TestLoopRecordsEveryOutcome(t *testing.T) {
 		('book','bad','upsert'), ('book','old','upsert')`)
 	b.exec(t, `INSERT INTO outbox_events (projection, entity_type, entity_id, op) VALUES ('chronicle','book','x','upsert')`)
 
-	start(t, b, Config{MaxAttempts: 3, BaseBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
-		PollInterval: 20 * time.Millisecond}, projection.Registry{"search": h})
-
-	testenv.Eventually(t, 10*time.Second, "all events settled", func() bool {
-		return b.count(t, `status IN ('pending','processing')`) == 0
-	})
+	loop, err := NewLoop(Config{MaxAttempts: 3}, b.store, projection.Registry{"search": h}, zerolog.Nop())
+	require.NoError(t, err)
+	// Each round makes the retries due at once instead of waiting out the backoff.
+	round := func() BatchResult {
+		res, err := loop.runOnce(context.Background(), 1)
+		require.NoError(t, err)
+		b.exec(t, `UPDATE outbox_events SET next_retry_at = now() WHERE status = 'pending'`)
+		return res
+	}
+	require.Equal(t, BatchResult{Done: 2, Superseded: 1, Retried: 2, Failed: 2}, round())
+	require.Equal(t, BatchResult{Retried: 2}, round())
+	require.Equal(t, BatchResult{Done: 1, Failed: 1}, round(), "the third attempt is the last")
+	require.Equal(t, BatchResult{}, round(), "nothing left to claim")
+	require.Zero(t, b.count(t, `status IN ('pending','processing')`))
 	type row struct {
 		status, reason, class string
 		attempts, history     int
@@ -159,7 +167,7 @@ func TestClaimsOneBatchAheadAndTheDrainReleasesIt(t *testing.T) {
 		projection.Registry{"search": h})
 	<-entered
 	// One batch in flight, the next claimed and waiting for the slot, no more.
-	testenv.Eventually(t, 5*time.Second, "the next batch claimed", func() bool { return b.count(t, `status = 'processing'`) == 10 })
+	harness.Eventually(t, 5*time.Second, "the next batch claimed", func() bool { return b.count(t, `status = 'processing'`) == 10 })
 	time.Sleep(100 * time.Millisecond)
 	require.Equal(t, 10, b.count(t, `status = 'processing'`))
 	require.Equal(t, 10, b.count(t, `status = 'pending'`))
@@ -198,7 +206,7 @@ func TestNotifyWakesTheLoop(t *testing.T) {
 		return projection.Result{}
 	})
 	start(t, b, Config{PollInterval: time.Minute}, projection.Registry{"search": h})
-	testenv.Eventually(t, 5*time.Second, "listener attached", func() bool {
+	harness.Eventually(t, 5*time.Second, "listener attached", func() bool {
 		var n int
 		require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND query = 'LISTEN outbox_events'`).Scan(&n))
@@ -248,18 +256,43 @@ func TestBackoffGrowsWithJitterAndHonoursRetryAfter(t *testing.T) {
 	require.Equal(t, 30*time.Second, Backoff(0, base, max, 30*time.Second), "Retry-After is a floor")
 }
 
-func TestConfigOutOfRangeNamesTheVariable(t *testing.T) {
+func TestConfigOutOfRangeNamesTheField(t *testing.T) {
 	t.Parallel()
-	for env, cfg := range map[string]Config{
-		"OUTBOX_BULK_SIZE":              {BulkSize: 100000},
-		"OUTBOX_CONCURRENCY":            {Concurrency: -1},
-		"OUTBOX_LEASE_SECONDS":          {Lease: 2 * time.Hour},
-		"OUTBOX_MAX_BACKOFF_SECONDS":    {BaseBackoff: time.Minute, MaxBackoff: time.Second},
-		"OUTBOX_SHUTDOWN_GRACE_SECONDS": {ShutdownGrace: time.Hour},
+	for field, cfg := range map[string]Config{
+		"BulkSize=100000 is out of range":        {BulkSize: 100000},
+		"Concurrency=-1 is out of range":         {Concurrency: -1},
+		"Lease=2h0m0s is out of range":           {Lease: 2 * time.Hour},
+		"MaxBackoff=1s must not be below":        {BaseBackoff: time.Minute, MaxBackoff: time.Second},
+		"ShutdownGrace=1h0m0s is out of range":   {ShutdownGrace: time.Hour},
+		"PollInterval=1ms is out of range [10ms": {PollInterval: time.Millisecond},
 	} {
 		err := cfg.WithDefaults().Validate()
-		require.Error(t, err, env)
-		require.Contains(t, err.Error(), env)
+		require.ErrorContains(t, err, field)
 	}
 	require.NoError(t, Config{}.WithDefaults().Validate())
+}
+
+func TestDecideClassifiesEachResult(t *testing.T) {
+	t.Parallel()
+	cfg := Config{MaxAttempts: 3}.WithDefaults()
+	byID := map[int64]outbox.Event{1: {ID: 1}, 2: {ID: 2}, 3: {ID: 3, Attempts: 2}, 4: {ID: 4}, 5: {ID: 5}}
+	out := decide(byID, []projection.Result{
+		{ID: 1},
+		{ID: 2, Err: classify.New(classify.ServerError, "503")},
+		{ID: 3, Err: classify.New(classify.ServerError, "503")},
+		{ID: 4, Err: classify.New(classify.MappingError, "strict")},
+		{ID: 5, Superseded: true},
+	}, cfg)
+	require.Equal(t, []int64{1, 5}, out.done)
+	require.Equal(t, map[int64]string{5: causeProjection}, out.superseded)
+	require.Equal(t, []int64{1}, out.applied(), "a superseded event moves no ledger entry")
+	require.Len(t, out.failures, 3)
+	retry, last, bad := out.failures[0], out.failures[1], out.failures[2]
+	require.False(t, retry.Terminal, "a transient error with attempts left retries")
+	require.GreaterOrEqual(t, retry.RetryIn, cfg.BaseBackoff/2)
+	require.Equal(t, "server_error", retry.Reason)
+	require.True(t, last.Terminal, "the last attempt is terminal")
+	require.Zero(t, last.RetryIn)
+	require.True(t, bad.Terminal, "a deterministic error is terminal at once")
+	require.Equal(t, "deterministic", bad.Class)
 }

@@ -15,9 +15,6 @@ import (
 	"github.com/wlproj/wlproj/projection"
 )
 
-// notifyChannel is the channel the insert trigger notifies.
-const notifyChannel = "outbox_events"
-
 // releaseTimeout bounds the drain's final write.
 const releaseTimeout = 5 * time.Second
 
@@ -28,7 +25,13 @@ type Loop struct {
 	store    *outbox.Store
 	pool     *pgxpool.Pool
 	handlers projection.Registry
-	log      zerolog.Logger
+	// latest names the projections that opt in to the ledger
+	// (projection.LatestOnly): only their events are dropped as stale, and
+	// only their applied events move the ledger.
+	latest map[string]bool
+	log    zerolog.Logger
+	// order is the current term's; Run starts a new one.
+	order *order
 
 	mu       sync.Mutex
 	inflight map[int64]struct{}
@@ -45,18 +48,47 @@ func NewLoop(cfg Config, store *outbox.Store, handlers projection.Registry, log 
 		names = append(names, name)
 	}
 	initCounters(names)
-	return &Loop{cfg: cfg, store: store, pool: store.Pool, handlers: handlers,
-		log: log.With().Str("component", "consume").Logger(), inflight: map[int64]struct{}{}}, nil
+	return &Loop{cfg: cfg, store: store, pool: store.Pool, handlers: handlers, latest: handlers.LatestOnly(), order: newOrder(),
+		log: log.With().Str("service", "consume").Logger(), inflight: map[int64]struct{}{}}, nil
 }
 
 // Config returns the effective configuration.
 func (l *Loop) Config() Config { return l.cfg }
+
+// Name implements leader.Service.
+func (l *Loop) Name() string { return "consume" }
+
+// runOnce claims one batch and processes it before returning: the loop's
+// work without its pipelining, for tests.
+func (l *Loop) runOnce(ctx context.Context, epoch int64) (BatchResult, error) {
+	f, err := l.claim(ctx, epoch)
+	if err != nil || f == nil {
+		return BatchResult{}, err
+	}
+	defer l.order.finish(f)
+	if err := l.order.wait(ctx, f); err != nil {
+		return BatchResult{}, err
+	}
+	return l.process(ctx, epoch, f.events), nil
+}
+
+// claim takes the next batch, in order with the batches of this term.
+func (l *Loop) claim(ctx context.Context, epoch int64) (*flight, error) {
+	f, err := l.order.claim(func() ([]outbox.Event, error) {
+		return l.store.Claim(ctx, epoch, l.cfg.BulkSize, l.cfg.Lease)
+	})
+	if f != nil {
+		l.track(f.events)
+	}
+	return f, err
+}
 
 // Run drains the outbox as leader of epoch until ctx is cancelled
 // (leadership lost: stop at once, write nothing more) or drain is closed
 // (shutdown: stop claiming, let in-flight bulks finish within the grace
 // period, put the rest back to pending without counting an attempt).
 func (l *Loop) Run(ctx context.Context, epoch int64, drain <-chan struct{}) {
+	l.order = newOrder()
 	wake := make(chan struct{}, 1)
 	listenCtx, stopListen := context.WithCancel(ctx)
 	defer stopListen()
@@ -82,9 +114,8 @@ func (l *Loop) Run(ctx context.Context, epoch int64, drain <-chan struct{}) {
 		// Claim before waiting for a free bulk slot: the next batch is ready
 		// the moment a bulk returns, so the engine never waits on Postgres.
 		// At most one batch waits so, within its lease like the others.
-		events, err := l.store.Claim(ctx, epoch, l.cfg.BulkSize, l.cfg.Lease)
-		if err == nil && len(events) > 0 {
-			l.track(events)
+		f, err := l.claim(ctx, epoch)
+		if f != nil {
 			select {
 			case slots <- struct{}{}:
 			case <-ctx.Done():
@@ -96,26 +127,34 @@ func (l *Loop) Run(ctx context.Context, epoch int64, drain <-chan struct{}) {
 			go func() {
 				defer wg.Done()
 				defer func() { <-slots }()
-				l.process(workCtx, epoch, events)
+				defer l.order.finish(f)
+				if l.order.wait(workCtx, f) == nil {
+					l.process(workCtx, epoch, f.events)
+				}
 			}()
 			continue
 		}
 		if err != nil && ctx.Err() == nil {
 			l.log.Error().Err(err).Msg("claim failed")
 		}
-		if !poll.Stop() {
-			select {
-			case <-poll.C:
-			default:
-			}
-		}
-		poll.Reset(l.cfg.PollInterval)
+		l.idle(ctx, poll, wake, drain)
+	}
+}
+
+// idle waits for a NOTIFY, the poll interval, or the end of the term.
+func (l *Loop) idle(ctx context.Context, poll *time.Timer, wake <-chan struct{}, drain <-chan struct{}) {
+	if !poll.Stop() {
 		select {
-		case <-wake:
 		case <-poll.C:
-		case <-ctx.Done():
-		case <-drain:
+		default:
 		}
+	}
+	poll.Reset(l.cfg.PollInterval)
+	select {
+	case <-wake:
+	case <-poll.C:
+	case <-ctx.Done():
+	case <-drain:
 	}
 }
 
@@ -154,7 +193,7 @@ func (l *Loop) listen(ctx context.Context, wake chan<- struct{}) {
 				return err
 			}
 			defer conn.Release()
-			if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
+			if _, err := conn.Exec(ctx, "LISTEN "+outbox.NotifyChannel); err != nil {
 				return err
 			}
 			// A connection that was LISTENing must not go back to the pool.
@@ -212,98 +251,92 @@ type BatchResult struct {
 	Done, Superseded, Retried, Failed, Fenced int
 }
 
+// outcome is what a batch's results mean for its rows, before any write.
+type outcome struct {
+	done []int64
+	// superseded holds the cause of every done row that changed nothing:
+	// causeLedger (never sent) or causeProjection (the handler said so).
+	superseded map[int64]string
+	failures   []outbox.Failure
+}
+
+// Causes of a superseded event, the label of outbox_superseded_total.
+const (
+	causeLedger     = "ledger"
+	causeProjection = "projection"
+)
+
+// applied is the done rows that changed the projection: the ledger moves
+// forward for these.
+func (o outcome) applied() []int64 {
+	ids := make([]int64, 0, len(o.done))
+	for _, id := range o.done {
+		if o.superseded[id] == "" {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// ledgerEvents are the events of ids the ack actually changed.
+func ledgerEvents(byID map[int64]outbox.Event, acked map[int64]float64, ids []int64) []outbox.Event {
+	events := make([]outbox.Event, 0, len(ids))
+	for _, id := range ids {
+		if _, ok := acked[id]; ok {
+			events = append(events, byID[id])
+		}
+	}
+	return events
+}
+
+// ledgerIDs is the subset of applied of the projections that keep a ledger.
+func (l *Loop) ledgerIDs(byID map[int64]outbox.Event, applied []int64) []int64 {
+	ids := applied[:0:0]
+	for _, id := range applied {
+		if l.latest[byID[id].Projection] {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// splitStale separates the events the ledger already holds a version of
+// (or a newer one) from those to send. Only projections in latest keep one
+// version per document; the events of the others are all sent.
+func splitStale(events []outbox.Event, latest map[string]bool) (fresh []outbox.Event, stale []int64) {
+	fresh = events[:0:0]
+	for _, e := range events {
+		if latest[e.Projection] && e.Stale() {
+			stale = append(stale, e.ID)
+		} else {
+			fresh = append(fresh, e)
+		}
+	}
+	return fresh, stale
+}
+
 // process projects one claimed batch and records every outcome.
 func (l *Loop) process(ctx context.Context, epoch int64, events []outbox.Event) BatchResult {
 	start := time.Now()
-	results := l.project(ctx, events)
+	fresh, stale := splitStale(events, l.latest)
+	results := l.project(ctx, fresh)
 	if ctx.Err() != nil {
 		// Cancelled mid-flight: leadership lost or grace over. The rows stay
 		// tracked; the drain or the next leader puts them back.
 		return BatchResult{}
 	}
-
-	var res BatchResult
 	byID := make(map[int64]outbox.Event, len(events))
 	for _, e := range events {
 		byID[e.ID] = e
 	}
-	var doneIDs []int64
-	var failures []outbox.Failure
-	superseded := map[int64]bool{}
-	for _, r := range results {
-		ev := byID[r.ID]
-		if r.Err == nil {
-			doneIDs = append(doneIDs, r.ID)
-			superseded[r.ID] = r.Superseded
-			continue
-		}
-		ce := classify.Classify(r.Err)
-		f := outbox.Failure{ID: r.ID, Class: string(ce.Class), Reason: ce.Reason, Message: ce.Message}
-		f.Terminal = ce.Class == classify.Deterministic || ev.Attempts+1 >= l.cfg.MaxAttempts
-		if !f.Terminal {
-			f.RetryIn = Backoff(ev.Attempts, l.cfg.BaseBackoff, l.cfg.MaxBackoff, ce.RetryAfter)
-		}
-		failures = append(failures, f)
+	out := decide(byID, results, l.cfg)
+	for _, id := range stale {
+		out.done = append(out.done, id)
+		out.superseded[id] = causeLedger
 	}
-
-	acked, err := l.store.AckDone(ctx, epoch, doneIDs)
-	if err != nil {
-		l.log.Error().Err(err).Int("events", len(doneIDs)).Msg("ack done failed; the lease will bring them back")
-	} else {
-		l.untrack(doneIDs)
-		for _, id := range doneIDs {
-			ev := byID[id]
-			secs, ok := acked[id]
-			if !ok {
-				res.Fenced++
-				continue
-			}
-			res.Done++
-			processedTotal(ev.Projection).Inc()
-			eventLatency.Observe(secs)
-			if superseded[id] {
-				res.Superseded++
-				supersededTotal.Inc()
-			}
-			if e := l.log.Debug(); e.Enabled() {
-				logEvent(e, ev, ev.Attempts).Float64("latency_ms", secs*1000).Bool("superseded", superseded[id]).Msg("event done")
-			}
-		}
-	}
-
-	changed, err := l.store.AckFailed(ctx, epoch, failures)
-	if err != nil {
-		l.log.Error().Err(err).Int("events", len(failures)).Msg("ack failed failed; the lease will bring them back")
-	} else {
-		ids := make([]int64, len(failures))
-		ok := make(map[int64]bool, len(changed))
-		for _, id := range changed {
-			ok[id] = true
-		}
-		for i, f := range failures {
-			ids[i] = f.ID
-			ev := byID[f.ID]
-			if !ok[f.ID] {
-				res.Fenced++
-				continue
-			}
-			failedTotal(ev.Projection, f.Reason).Inc()
-			if f.Terminal {
-				res.Failed++
-				terminalFailedTotal(ev.Projection, f.Reason).Inc()
-			} else {
-				res.Retried++
-				retryScheduledTotal(ev.Projection, f.Reason).Inc()
-			}
-			logEvent(l.log.Warn(), ev, ev.Attempts+1).
-				Str("error_class", f.Class).Str("error_reason", f.Reason).Str("error", f.Message).
-				Bool("terminal", f.Terminal).Dur("retry_in", f.RetryIn).
-				Float64("latency_ms", float64(time.Since(ev.CreatedAt).Microseconds())/1000).
-				Msg("event failed")
-		}
-		l.untrack(ids)
-	}
-
+	var res BatchResult
+	l.ackDone(ctx, epoch, byID, out, &res)
+	l.ackFailed(ctx, epoch, byID, out.failures, &res)
 	fencedAcksTotal.Add(res.Fenced)
 	elapsed := time.Since(start)
 	batchDuration.Observe(elapsed.Seconds())
@@ -311,6 +344,99 @@ func (l *Loop) process(ctx context.Context, epoch int64, events []outbox.Event) 
 		Int("superseded", res.Superseded).Int("retried", res.Retried).Int("failed", res.Failed).
 		Int("fenced", res.Fenced).Float64("duration_ms", float64(elapsed.Microseconds())/1000).Msg("batch")
 	return res
+}
+
+// decide turns each result into done, or a failure with its class, reason
+// and next step: deterministic errors and the last attempt are terminal,
+// the rest retry after a backoff.
+func decide(byID map[int64]outbox.Event, results []projection.Result, cfg Config) outcome {
+	out := outcome{superseded: map[int64]string{}}
+	for _, r := range results {
+		if r.Err == nil {
+			out.done = append(out.done, r.ID)
+			if r.Superseded {
+				out.superseded[r.ID] = causeProjection
+			}
+			continue
+		}
+		ev := byID[r.ID]
+		ce := classify.Classify(r.Err)
+		f := outbox.Failure{ID: r.ID, Class: string(ce.Class), Reason: ce.Reason, Message: ce.Message}
+		f.Terminal = ce.Class == classify.Deterministic || ev.Attempts+1 >= cfg.MaxAttempts
+		if !f.Terminal {
+			f.RetryIn = Backoff(ev.Attempts, cfg.BaseBackoff, cfg.MaxBackoff, ce.RetryAfter)
+		}
+		out.failures = append(out.failures, f)
+	}
+	return out
+}
+
+// ackDone marks the done rows and counts them; a row the fencing guard
+// refused counts as fenced. On a write error the lease brings them back.
+func (l *Loop) ackDone(ctx context.Context, epoch int64, byID map[int64]outbox.Event, out outcome, res *BatchResult) {
+	ledger := l.ledgerIDs(byID, out.applied())
+	acked, err := l.store.AckDone(ctx, epoch, out.done, ledger)
+	if err != nil {
+		l.log.Error().Err(err).Int("events", len(out.done)).Msg("ack done failed; the lease will bring them back")
+		return
+	}
+	l.untrack(out.done)
+	l.order.record(ledgerEvents(byID, acked, ledger))
+	for _, id := range out.done {
+		ev := byID[id]
+		secs, ok := acked[id]
+		if !ok {
+			res.Fenced++
+			continue
+		}
+		res.Done++
+		processedTotal(ev.Projection).Inc()
+		eventLatency.Observe(secs)
+		cause := out.superseded[id]
+		if cause != "" {
+			res.Superseded++
+			supersededTotal(ev.Projection, cause).Inc()
+		}
+		if e := l.log.Debug(); e.Enabled() {
+			logEvent(e, ev, ev.Attempts).Float64("latency_ms", secs*1000).Str("superseded", cause).Msg("event done")
+		}
+	}
+}
+
+// ackFailed records the failures (retry or terminal) and counts them.
+func (l *Loop) ackFailed(ctx context.Context, epoch int64, byID map[int64]outbox.Event, failures []outbox.Failure, res *BatchResult) {
+	changed, err := l.store.AckFailed(ctx, epoch, failures)
+	if err != nil {
+		l.log.Error().Err(err).Int("events", len(failures)).Msg("ack failed failed; the lease will bring them back")
+		return
+	}
+	ok := make(map[int64]bool, len(changed))
+	for _, id := range changed {
+		ok[id] = true
+	}
+	ids := make([]int64, len(failures))
+	for i, f := range failures {
+		ids[i] = f.ID
+		ev := byID[f.ID]
+		if !ok[f.ID] {
+			res.Fenced++
+			continue
+		}
+		failedTotal(ev.Projection, f.Reason).Inc()
+		if f.Terminal {
+			res.Failed++
+			terminalFailedTotal(ev.Projection, f.Reason).Inc()
+		} else {
+			res.Retried++
+			retryScheduledTotal(ev.Projection, f.Reason).Inc()
+		}
+		logEvent(l.log.Warn(), ev, ev.Attempts+1).
+			Str("error_class", f.Class).Str("error_reason", f.Reason).Str("error", f.Message).
+			Bool("terminal", f.Terminal).Dur("retry_in", f.RetryIn).
+			Float64("latency_ms", float64(time.Since(ev.CreatedAt).Microseconds())/1000).
+			Msg("event failed")
+	}
+	l.untrack(ids)
 }
 
 // project groups the batch by projection and calls each handler once.

@@ -6,23 +6,44 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/wlproj/wlproj/classify"
+	"github.com/wlproj/wlproj/internal/metrichelp"
 	"github.com/wlproj/wlproj/internal/promhist"
 )
 
 var (
-	supersededTotal = metrics.NewCounter(`outbox_superseded_total`)
 	fencedAcksTotal = metrics.NewCounter(`outbox_fenced_acks_total`)
 	reclaimedTotal  = metrics.NewCounter(`outbox_reclaimed_total`)
-	batchDuration   = promhist.New(`outbox_batch_duration_seconds`, promhist.LatencyBuckets)
-	eventLatency    = promhist.New(`outbox_event_latency_seconds`, []float64{
+	// ledgerPrunedTotal counts ledger entries of long-deleted documents removed.
+	ledgerPrunedTotal = metrics.NewCounter(`outbox_ledger_pruned_total`)
+	batchDuration     = promhist.New(`outbox_batch_duration_seconds`, promhist.LatencyBuckets)
+	eventLatency      = promhist.New(`outbox_event_latency_seconds`, []float64{
 		0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600})
 )
+
+func init() {
+	metrichelp.Describe(map[string]string{
+		"outbox_processed_total":        "Events acked done, including superseded ones.",
+		"outbox_failed_total":           "Failed attempts, by reason, whether retried or terminal.",
+		"outbox_retry_scheduled_total":  "Failed attempts sent back to pending with a backoff.",
+		"outbox_terminal_failed_total":  "Events that reached the terminal failed state.",
+		"outbox_reclaimed_total":        "Stuck events returned by the reclaimer.",
+		"outbox_superseded_total":       "Events acked without effect: the ledger (never sent) or the projection had this version, a newer one, or this very event.",
+		"outbox_pruned_total":           "Done events deleted after the retention.",
+		"outbox_ledger_pruned_total":    "Ledger entries of long-deleted documents removed.",
+		"outbox_fenced_acks_total":      "Acks refused because the claim token was no longer current.",
+		"outbox_batch_duration_seconds": "Time to project and ack one claimed batch.",
+		"outbox_event_latency_seconds":  "Time from insert to ack of an event.",
+	})
+}
 
 // initCounters creates every labelled series at zero, so that increase()
 // and rate() see the first failure of a kind instead of a new series.
 func initCounters(projections []string) {
 	for _, p := range projections {
 		processedTotal(p)
+		supersededTotal(p, causeLedger)
+		supersededTotal(p, causeProjection)
+		prunedTotal(p)
 		for _, r := range classify.Reasons {
 			failedTotal(p, r)
 			terminalFailedTotal(p, r)
@@ -47,4 +68,12 @@ func retryScheduledTotal(projection, reason string) *metrics.Counter {
 
 func terminalFailedTotal(projection, reason string) *metrics.Counter {
 	return metrics.GetOrCreateCounter(fmt.Sprintf(`outbox_terminal_failed_total{projection=%q,reason=%q}`, projection, reason))
+}
+
+func supersededTotal(projection, cause string) *metrics.Counter {
+	return metrics.GetOrCreateCounter(fmt.Sprintf(`outbox_superseded_total{projection=%q,cause=%q}`, projection, cause))
+}
+
+func prunedTotal(projection string) *metrics.Counter {
+	return metrics.GetOrCreateCounter(fmt.Sprintf(`outbox_pruned_total{projection=%q}`, projection))
 }

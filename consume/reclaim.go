@@ -2,11 +2,11 @@ package consume
 
 import (
 	"context"
-	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/wlproj/wlproj/classify"
+	"github.com/wlproj/wlproj/leader"
 	"github.com/wlproj/wlproj/outbox"
 )
 
@@ -15,32 +15,20 @@ import (
 // soon as a replica becomes leader, so rows the previous leader died with are
 // picked up at once rather than after their lease.
 type Reclaimer struct {
+	leader.Periodic
 	cfg   Config
 	store *outbox.Store
 	log   zerolog.Logger
 }
 
-// NewReclaimer builds a reclaimer; cfg should be the loop's effective config.
+// NewReclaimer builds the reclaimer service; cfg should be the loop's
+// effective config.
 func NewReclaimer(cfg Config, store *outbox.Store, log zerolog.Logger) *Reclaimer {
-	return &Reclaimer{cfg: cfg.WithDefaults(), store: store, log: log.With().Str("component", "reclaim").Logger()}
-}
-
-// Run reclaims every ReclaimInterval until ctx is cancelled or drain closes.
-func (r *Reclaimer) Run(ctx context.Context, epoch int64, drain <-chan struct{}) {
-	ticker := time.NewTicker(r.cfg.ReclaimInterval)
-	defer ticker.Stop()
-	for {
-		if _, err := r.runOnce(ctx, epoch); err != nil && ctx.Err() == nil {
-			r.log.Error().Err(err).Msg("reclaim failed")
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-drain:
-			return
-		case <-ticker.C:
-		}
-	}
+	cfg = cfg.WithDefaults()
+	r := &Reclaimer{cfg: cfg, store: store, log: log.With().Str("service", "reclaim").Logger()}
+	r.Periodic = leader.Periodic{ServiceName: "reclaim", Interval: cfg.ReclaimInterval, Log: log,
+		Once: func(ctx context.Context, epoch int64) error { _, err := r.runOnce(ctx, epoch); return err }}
+	return r
 }
 
 func (r *Reclaimer) runOnce(ctx context.Context, epoch int64) (outbox.ReclaimResult, error) {

@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/wlproj/wlproj/internal/testenv"
+	"github.com/wlproj/wlproj/internal/harness"
 )
 
 const (
@@ -483,7 +483,7 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 	// the real binary; everything else is verified as shipped.
 	const execStart = "ExecStart=/usr/local/bin/wlproj run"
 	require.Contains(t, text, execStart)
-	text = strings.Replace(text, execStart, "ExecStart="+testenv.Binary(t)+" run", 1)
+	text = strings.Replace(text, execStart, "ExecStart="+harness.Binary(t)+" run", 1)
 	require.Empty(t, verifyUnit(t, text), "systemd-analyze verify complains about the unit")
 
 	// The filter must not hide real problems: a typo is reported as ours.
@@ -526,7 +526,7 @@ var (
 // runFlagDefaults reads `wlproj run --help`: env var → default as printed.
 func runFlagDefaults(t *testing.T) map[string]string {
 	t.Helper()
-	cmd := exec.Command(testenv.Binary(t), "run", "--help")
+	cmd := exec.Command(harness.Binary(t), "run", "--help")
 	cmd.Env = append(os.Environ(), "COLUMNS=200")
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)

@@ -2,36 +2,35 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/wlproj/wlproj/internal/faultproxy"
-	"github.com/wlproj/wlproj/internal/replica"
-	"github.com/wlproj/wlproj/internal/rig"
+	"github.com/wlproj/wlproj/internal/harness"
 	"github.com/wlproj/wlproj/internal/tcpproxy"
+	"github.com/wlproj/wlproj/leader"
 )
 
 const (
 	rateDefault         = 200
 	entitiesDefault     = 500
 	killsDefault        = 5
+	replaysDefault      = 5
 	outageDefault       = 60 * time.Second
 	settleDefault       = 2 * time.Second
 	drainTimeoutDefault = 2 * time.Minute
@@ -52,9 +51,11 @@ const (
 	// stepTimeout bounds every wait for one thing to happen (a leader, an
 	// ack, a standby); a drill step that takes longer has failed.
 	stepTimeout = 30 * time.Second
-	pollEvery   = 20 * time.Millisecond
-
-	msgLostLeadership = "lost leadership; stopped writing"
+	// scrapeEvery is how often each replica's counters are read: a killed
+	// process loses what it counted since.
+	scrapeEvery = 250 * time.Millisecond
+	// ledgerMetric counts the events the ledger dropped unsent.
+	ledgerMetric = `outbox_superseded_total{projection="search",cause="ledger"}`
 )
 
 // Config is what one drill run needs.
@@ -65,6 +66,9 @@ type Config struct {
 	Entities int
 	// Kills is the number of kill -9 rounds.
 	Kills int
+	// Replays is the number of books of each story of the replay scenario;
+	// zero skips it.
+	Replays int
 	// Outage is how long the engine is down.
 	Outage time.Duration
 	// PGRestart runs the Postgres restart scenario; it restarts the whole
@@ -105,6 +109,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("-entities %d: must be at least 1", c.Entities)
 	case c.Kills < 0:
 		return fmt.Errorf("-kills %d: must not be negative", c.Kills)
+	case c.Replays < 0 || c.Replays > 1000:
+		return fmt.Errorf("-replays %d: out of range [0, 1000]", c.Replays)
 	case c.Outage < time.Second:
 		return fmt.Errorf("-outage %s: must be at least 1s", c.Outage)
 	case c.MaxAttempts < 1 || c.MaxAttempts > 1000:
@@ -165,21 +171,15 @@ type drill struct {
 	cfg     Config
 	start   time.Time
 	rep     *Report
-	root    string
-	tmp     string
+	s       *harness.Session
 	logsDir string
-	bin     string
 
-	dbName, dbURL   string
-	owner, runtime  string
 	runtimePassword string
-	index           string
-	admin           *pgxpool.Pool
 	engine          *faultproxy.Proxy
 	slots           []*slot
-	prod            *producer
+	prod            *producers
+	seeded          []seedBook
 	pgRestarted     bool
-	cleanups        []func()
 	procsMu         sync.Mutex
 	procs           []*proc
 }
@@ -195,34 +195,16 @@ type slot struct {
 
 // proc is one `wlproj run` process.
 type proc struct {
-	r            *replica.Replica
-	watch        *logWatch
-	file         *os.File
-	fencedMetric int64 // last scraped outbox_fenced_acks_total
+	r      *harness.Replica
+	fenced *harness.Peak // outbox_fenced_acks_total
+	ledger *harness.Peak // ledgerMetric
+	file   *os.File
 }
 
-func (p *proc) alive() bool {
-	select {
-	case <-p.r.Exited():
-		return false
-	default:
-		return true
-	}
-}
-
-// scrape keeps the process's fencing counter; a killed process loses it.
+// scrape reads the process's counters now: just before a kill, say.
 func (p *proc) scrape() {
-	code, body, err := p.r.Get("/metrics")
-	if err != nil || code != http.StatusOK {
-		return
-	}
-	for _, line := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, "outbox_fenced_acks_total "); ok {
-			if n, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
-				p.fencedMetric = int64(n)
-			}
-		}
-	}
+	p.fenced.Scrape()
+	p.ledger.Scrape()
 }
 
 // Run runs the drill and returns its report; a nil report means it could
@@ -231,21 +213,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Out == nil {
-		cfg.Out = io.Discard
-	}
-	if cfg.Settle <= 0 {
-		cfg.Settle = settleDefault
-	}
-	if cfg.DrainTimeout <= 0 {
-		cfg.DrainTimeout = drainTimeoutDefault
-	}
+	cfg.Out = cmp.Or[io.Writer](cfg.Out, io.Discard)
+	cfg.Settle = cmp.Or(cfg.Settle, settleDefault)
+	cfg.DrainTimeout = cmp.Or(cfg.DrainTimeout, drainTimeoutDefault)
 	d := &drill{cfg: cfg, start: time.Now(), rep: &Report{
-		StartedAt: time.Now().UTC(),
-		Settings: Settings{Rate: cfg.Rate, Entities: cfg.Entities, Kills: cfg.Kills, OutageSeconds: cfg.Outage.Seconds(),
+		RunReport: harness.RunReport{StartedAt: time.Now().UTC()},
+		Settings: Settings{Rate: cfg.Rate, Entities: cfg.Entities, Kills: cfg.Kills, Replays: cfg.Replays, OutageSeconds: cfg.Outage.Seconds(),
 			PGRestart: cfg.PGRestart, MaxAttempts: cfg.MaxAttempts, KeepaliveWindow: keepaliveWindow.Seconds()},
 	}}
-	defer d.cleanup()
+	defer d.close()
 	if err := d.setup(ctx); err != nil {
 		return nil, fmt.Errorf("setup: %w", err)
 	}
@@ -253,15 +229,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if ctx.Err() == nil {
 		d.finish(ctx)
 	} else {
-		d.problem("interrupted")
+		d.rep.Problem("interrupted")
 	}
+	d.rep.DurationSeconds = harness.Elapsed(d.start)
 	d.rep.OK = len(d.rep.Problems) == 0
-	d.rep.DurationSeconds = rig.Round3(time.Since(d.start).Seconds())
 	if !d.rep.OK {
 		d.rep.LogsDir = d.logsDir
+		d.s.KeepDir()
 	}
-	if err := d.rep.write(cfg.ReportPath); err != nil {
-		d.problem("write report: " + err.Error())
+	if err := harness.WriteJSON(cfg.ReportPath, d.rep); err != nil {
+		d.rep.Problem("write report: " + err.Error())
 		d.rep.OK = false
 	}
 	d.rep.summary(cfg.Out, cfg.ReportPath)
@@ -272,58 +249,78 @@ func (d *drill) say(format string, args ...any) {
 	fmt.Fprintf(d.cfg.Out, "[%6.1fs] %s\n", time.Since(d.start).Seconds(), fmt.Sprintf(format, args...))
 }
 
-func (d *drill) problem(p string) { d.rep.Problems = append(d.rep.Problems, p) }
-
-func (d *drill) onCleanup(f func()) { d.cleanups = append(d.cleanups, f) }
-
-// cleanup undoes setup in reverse, each step on its own deadline, so that
-// a Ctrl-C or a failed step still leaves nothing behind.
-func (d *drill) cleanup() {
-	for i := len(d.cleanups) - 1; i >= 0; i-- {
-		d.cleanups[i]()
-	}
-	if d.tmp != "" && (d.rep.OK || d.rep.LogsDir == "") {
-		_ = os.RemoveAll(d.tmp)
+func (d *drill) close() {
+	if d.s != nil {
+		d.s.Close()
 	}
 }
 
 func (d *drill) setup(ctx context.Context) error {
-	var err error
-	if d.root, err = rig.RepoRoot(); err != nil {
+	s, err := harness.Open(ctx, harness.SessionConfig{AdminURL: d.cfg.AdminURL, ElasticURL: d.cfg.ElasticURL,
+		Name: "drill", Bin: d.cfg.Bin, Roles: true, Log: d.say})
+	if err != nil {
 		return err
 	}
-	if d.tmp, err = os.MkdirTemp("", "wlproj-drill-"); err != nil {
-		return err
-	}
-	d.logsDir = filepath.Join(d.tmp, "logs")
+	d.s = s
+	// Registered first, so it runs last of ours: just before the session
+	// drops the database, which needs Postgres up.
+	s.OnClose(d.ensurePostgres)
+	d.rep.Versions, d.rep.Database, d.rep.Index = s.Versions, s.DB.Name, s.Index
+	d.rep.Roles = Roles{Owner: s.Owner, Runtime: s.Runtime}
+	d.logsDir = filepath.Join(s.Dir, "logs")
 	if err := os.MkdirAll(d.logsDir, 0o755); err != nil {
 		return err
 	}
-	d.bin = d.cfg.Bin
-	if d.bin == "" {
-		d.say("building wlproj")
-		if d.bin, err = rig.Build(ctx, d.root, d.tmp); err != nil {
-			return err
-		}
-	}
-
-	id := rig.RandomHex(4)
-	d.dbName, d.index = "wlproj_drill_"+id, "wlproj-drill-"+id
-	d.owner, d.runtime = "wlproj_owner_drill_"+id, "wlproj_runtime_drill_"+id
-	d.runtimePassword = rig.RandomHex(12)
-	d.rep.Database, d.rep.Index = d.dbName, d.index
-	d.rep.Roles = Roles{Owner: d.owner, Runtime: d.runtime}
-	if err := d.setupDatabase(ctx); err != nil {
+	if err := d.applyRoles(ctx); err != nil {
 		return err
 	}
-	if err := d.setupIndex(ctx); err != nil {
+	if err := d.setupProxies(); err != nil {
 		return err
 	}
+	// Replicas stop before the proxies close, so they exit on their own terms.
+	s.OnClose(d.stopReplicas)
 
+	d.say("database %s, index %s, replicas as role %s; starting replicas a and b", s.DB.Name, s.Index, s.Runtime)
+	if err := d.repair(ctx); err != nil {
+		return err
+	}
+	d.prod = newProducers(context.WithoutCancel(ctx), s.DB.Pool, d.cfg.Rate, d.cfg.Entities)
+	d.prod.resume()
+	s.OnClose(d.prod.pause)
+	d.say("producer: %d events/s over %d books, %.0f%% of the versions late; %d books without versions",
+		d.cfg.Rate, d.cfg.Entities, lateShare*100, unversionedBooks)
+	if _, err := harness.WaitFirstAck(ctx, stepTimeout, s.DB.Pool, time.Time{}, ""); err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
+	return nil
+}
+
+// applyRoles applies roles.sql, which hands the schema to the owner role
+// and grants the runtime role what the daemon needs.
+func (d *drill) applyRoles(ctx context.Context) error {
+	psql := "psql"
+	if d.cfg.PG.BinDir != "" {
+		psql = filepath.Join(d.cfg.PG.BinDir, "psql")
+	}
+	d.runtimePassword = harness.UniqueName("")
+	cmd := exec.CommandContext(ctx, psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-v", "dbname="+d.s.DB.Name,
+		"-v", "owner_role="+d.s.Owner, "-v", "runtime_role="+d.s.Runtime,
+		"-v", "owner_password="+harness.UniqueName(""), "-v", "runtime_password="+d.runtimePassword,
+		"-f", filepath.Join(d.s.Root, "deploy", "sql", "roles.sql"), d.s.DB.URL)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("roles.sql: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// setupProxies puts the engine behind a fault proxy and gives each slot a
+// path to Postgres of its own.
+func (d *drill) setupProxies() error {
+	var err error
 	if d.engine, err = faultproxy.New(d.cfg.ElasticURL); err != nil {
 		return err
 	}
-	d.onCleanup(func() { _ = d.engine.Close() })
+	d.s.OnClose(func() { _ = d.engine.Close() })
 	pgCfg, err := pgx.ParseConfig(d.cfg.AdminURL)
 	if err != nil {
 		return fmt.Errorf("DATABASE_URL: %w", err)
@@ -334,154 +331,38 @@ func (d *drill) setup(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		d.onCleanup(func() { _ = p.Close() })
+		d.s.OnClose(func() { _ = p.Close() })
 		d.slots = append(d.slots, &slot{name: name, proxy: p})
 	}
-	// Replicas stop before the proxies close, so they exit on their own terms.
-	d.onCleanup(d.stopReplicas)
-
-	d.say("database %s, index %s, replicas as role %s; starting replicas a and b", d.dbName, d.index, d.runtime)
-	if err := d.startProc(ctx, d.slots[0]); err != nil {
-		return err
-	}
-	if _, _, err := d.waitLeader(ctx, 0); err != nil {
-		return err
-	}
-	if err := d.startProc(ctx, d.slots[1]); err != nil {
-		return err
-	}
-	if err := d.waitStandby(ctx, d.slots[1]); err != nil {
-		return err
-	}
-
-	d.prod = startProducer(context.WithoutCancel(ctx), d.admin, d.cfg.Rate, d.cfg.Entities)
-	d.onCleanup(d.prod.stop)
-	d.say("producer: %d events/s over %d books", d.cfg.Rate, d.cfg.Entities)
-	if _, err := d.firstAck(ctx, time.Time{}, ""); err != nil {
-		return fmt.Errorf("warm-up: %w", err)
-	}
 	return nil
 }
 
-// setupDatabase creates the database, migrates it as the admin and applies
-// roles.sql, which hands the schema to the owner role and grants the
-// runtime role what the daemon needs.
-func (d *drill) setupDatabase(ctx context.Context) error {
-	conn, err := pgx.Connect(ctx, d.cfg.AdminURL)
-	if err != nil {
-		return fmt.Errorf("connect as admin: %w", err)
-	}
-	defer conn.Close(ctx)
-	var ver string
-	if err := conn.QueryRow(ctx, `SHOW server_version`).Scan(&ver); err != nil {
-		return err
-	}
-	d.rep.Versions.Postgres = ver
-	// Registered before anything exists, so that it runs last: roles that
-	// still own objects in the database cannot be dropped before it.
-	d.onCleanup(d.dropDatabaseAndRoles)
-	if d.dbURL, err = rig.CreateDatabase(ctx, conn, d.cfg.AdminURL, d.dbName); err != nil {
-		return err
-	}
-	psql := "psql"
-	if p := filepath.Join(d.cfg.PG.BinDir, "psql"); d.cfg.PG.BinDir != "" {
-		psql = p
-	}
-	cmd := exec.CommandContext(ctx, psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-v", "dbname="+d.dbName,
-		"-v", "owner_role="+d.owner, "-v", "runtime_role="+d.runtime,
-		"-v", "owner_password="+rig.RandomHex(12), "-v", "runtime_password="+d.runtimePassword,
-		"-f", filepath.Join(d.root, "deploy", "sql", "roles.sql"), d.dbURL)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("roles.sql: %w\n%s", err, out)
-	}
-	d.admin, err = pgxpool.New(ctx, d.dbURL)
-	if err != nil {
-		return err
-	}
-	d.onCleanup(d.admin.Close)
-	return nil
-}
-
-func (d *drill) dropDatabaseAndRoles() {
-	if d.pgRestarted {
-		if err := d.cfg.PG.ensureRunning(); err != nil {
-			d.say("cleanup: Postgres is not running and would not start: %v", err)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var conn *pgx.Conn
-	var err error
-	// Right after a restart the first connection may still be refused.
-	for range 50 {
-		if conn, err = pgx.Connect(ctx, d.cfg.AdminURL); err == nil {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	if err != nil {
-		d.say("cleanup: connect as admin: %v; drop database %s and roles %s, %s by hand", err, d.dbName, d.owner, d.runtime)
+func (d *drill) ensurePostgres() {
+	if !d.pgRestarted {
 		return
 	}
-	defer conn.Close(ctx)
-	for _, stmt := range []string{
-		"DROP DATABASE IF EXISTS " + pgx.Identifier{d.dbName}.Sanitize() + " WITH (FORCE)",
-		"DROP ROLE IF EXISTS " + pgx.Identifier{d.runtime}.Sanitize(),
-		"DROP ROLE IF EXISTS " + pgx.Identifier{d.owner}.Sanitize(),
-	} {
-		if _, err := conn.Exec(ctx, stmt); err != nil {
-			d.say("cleanup: %s: %v", stmt, err)
-		}
+	if err := d.cfg.PG.ensureRunning(); err != nil {
+		d.say("cleanup: Postgres is not running and would not start: %v", err)
 	}
-}
-
-func (d *drill) setupIndex(ctx context.Context) error {
-	var root struct {
-		Version struct{ Number string } `json:"version"`
-	}
-	if err := rig.ES(ctx, d.cfg.ElasticURL, http.MethodGet, "/", nil, &root); err != nil {
-		return fmt.Errorf("engine: %w", err)
-	}
-	d.rep.Versions.Elasticsearch = root.Version.Number
-	mapping, err := os.ReadFile(filepath.Join(d.root, "testdata", "mapping.json"))
-	if err != nil {
-		return err
-	}
-	d.onCleanup(func() {
-		_ = rig.ES(context.Background(), d.cfg.ElasticURL, http.MethodDelete, "/"+d.index+"?ignore_unavailable=true", nil, nil)
-	})
-	if err := rig.ES(ctx, d.cfg.ElasticURL, http.MethodPut, "/"+d.index, mapping, nil); err != nil {
-		return fmt.Errorf("create index %s: %w", d.index, err)
-	}
-	return nil
 }
 
 // env is a replica's environment: the runtime role through the slot's own
 // proxy, the engine through the fault proxy, and fast failover settings.
 func (d *drill) env(s *slot) []string {
-	u, _ := url.Parse(d.dbURL)
-	u.User = url.UserPassword(d.runtime, d.runtimePassword)
+	u, _ := url.Parse(d.s.DB.URL)
+	u.User = url.UserPassword(d.s.Runtime, d.runtimePassword)
 	u.Host = s.proxy.Addr()
-	return []string{
-		"DATABASE_URL=" + u.String(),
-		"ELASTIC_URL=" + d.engine.URL(),
-		"ELASTIC_INDEX=" + d.index,
-		"ELASTIC_TIMEOUT_SECONDS=5",
-		"OUTBOX_LEADER_NAME=" + d.index,
+	return harness.ReplicaEnv(u.String(), d.engine.URL(), d.s.Index, slices.Concat(harness.Quick, []string{
 		"OUTBOX_LEADER_CHECK_INTERVAL_SECONDS=0.25",
 		"OUTBOX_TCP_KEEPALIVES_IDLE=" + strconv.Itoa(keepalivesIdle),
 		"OUTBOX_TCP_KEEPALIVES_INTERVAL=" + strconv.Itoa(keepalivesInterval),
 		"OUTBOX_TCP_KEEPALIVES_COUNT=" + strconv.Itoa(keepalivesCount),
-		"OUTBOX_BASE_BACKOFF_SECONDS=0.2",
 		"OUTBOX_MAX_BACKOFF_SECONDS=2",
 		"OUTBOX_MAX_ATTEMPTS=" + strconv.Itoa(d.cfg.MaxAttempts),
-		"OUTBOX_POLL_INTERVAL_SECONDS=0.2",
-		"OUTBOX_RECLAIM_INTERVAL_SECONDS=0.5",
 		"OUTBOX_LEASE_SECONDS=10",
 		"OUTBOX_SHUTDOWN_GRACE_SECONDS=" + strconv.Itoa(int(shutdownGrace.Seconds())),
 		"LOG_FORMAT=json",
-		"LOG_LEVEL=info",
-	}
+	})...)
 }
 
 func (d *drill) startProc(ctx context.Context, s *slot) error {
@@ -490,16 +371,17 @@ func (d *drill) startProc(ctx context.Context, s *slot) error {
 	if err != nil {
 		return err
 	}
-	w := &logWatch{file: f}
+	var w io.Writer = f
 	if d.cfg.Verbose {
-		w.tee = os.Stderr
+		w = io.MultiWriter(f, os.Stderr)
 	}
-	r, err := replica.Start(d.bin, s.name, d.env(s), w)
+	r, err := harness.Start(d.s.Bin, s.name, d.env(s), w)
 	if err != nil {
 		f.Close()
 		return err
 	}
-	p := &proc{r: r, watch: w, file: f}
+	p := &proc{r: r, fenced: r.WatchPeak("outbox_fenced_acks_total", scrapeEvery),
+		ledger: r.WatchPeak(ledgerMetric, scrapeEvery), file: f}
 	d.procsMu.Lock()
 	d.procs = append(d.procs, p)
 	d.procsMu.Unlock()
@@ -512,10 +394,9 @@ func (d *drill) startProc(ctx context.Context, s *slot) error {
 func (d *drill) stopReplicas() {
 	var wg sync.WaitGroup
 	for _, s := range d.slots {
-		if s.cur != nil && s.cur.alive() {
+		if s.cur != nil && s.cur.r.Alive() {
 			s.cur.scrape()
-			wg.Add(1)
-			go func() { defer wg.Done(); s.cur.r.Stop(shutdownGrace + 10*time.Second) }()
+			wg.Go(func() { s.cur.r.Stop(shutdownGrace + 10*time.Second) })
 		}
 	}
 	wg.Wait()
@@ -534,197 +415,36 @@ func (d *drill) other(s *slot) *slot {
 }
 
 // waitLeader waits until exactly one live replica says it leads, with an
-// epoch of at least minEpoch, and returns it.
+// epoch of at least minEpoch, and returns its slot.
 func (d *drill) waitLeader(ctx context.Context, minEpoch int64) (*slot, int64, error) {
-	deadline := time.Now().Add(stepTimeout)
-	for {
-		var leaders []*slot
-		var epoch int64
-		for _, s := range d.slots {
-			if s.cur == nil || !s.cur.alive() {
-				continue
-			}
-			if h, err := s.cur.r.Health(); err == nil && h.Role == "leader" {
-				leaders = append(leaders, s)
-				epoch = h.Epoch
-			}
-		}
-		if len(leaders) == 1 && epoch >= minEpoch {
-			return leaders[0], epoch, nil
-		}
-		if time.Now().After(deadline) {
-			return nil, 0, fmt.Errorf("no single leader with epoch >= %d after %s (%d claim to lead)", minEpoch, stepTimeout, len(leaders))
-		}
-		if err := pause(ctx, pollEvery); err != nil {
-			return nil, 0, err
+	rs := make([]*harness.Replica, len(d.slots))
+	for i, s := range d.slots {
+		if s.cur != nil {
+			rs[i] = s.cur.r
 		}
 	}
-}
-
-// waitStandby waits until the slot's replica holds a lock connection that
-// waits for the advisory lock: a standby ready to take over.
-func (d *drill) waitStandby(ctx context.Context, s *slot) error {
-	return d.poll(ctx, "replica "+s.name+" waiting for the lock", func(ctx context.Context) (bool, error) {
-		if !s.cur.alive() {
-			return false, fatal{fmt.Errorf("replica %s exited", s.name)}
-		}
-		var n int
-		err := d.admin.QueryRow(ctx, `
-			SELECT count(*) FROM pg_stat_activity
-			 WHERE datname = $1 AND application_name = $2 AND wait_event_type = 'Lock' AND wait_event = 'advisory'`,
-			d.dbName, "wlproj-leader:"+s.name).Scan(&n)
-		return n > 0, err
-	})
-}
-
-// poll calls cond until it holds, for at most stepTimeout. Errors are
-// retried (Postgres may be restarting) unless wrapped in fatal.
-func (d *drill) poll(ctx context.Context, what string, cond func(ctx context.Context) (bool, error)) error {
-	deadline := time.Now().Add(stepTimeout)
-	var lastErr error
-	for {
-		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		ok, err := cond(qctx)
-		cancel()
-		if ok {
-			return nil
-		}
-		var f fatal
-		if errors.As(err, &f) {
-			return f.error
-		}
-		if err != nil {
-			lastErr = err
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out after %s waiting for %s (last error: %v)", stepTimeout, what, lastErr)
-		}
-		if err := pause(ctx, pollEvery); err != nil {
-			return err
-		}
-	}
-}
-
-// fatal stops a poll at once.
-type fatal struct{ error }
-
-func pause(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
-// dbNow is Postgres' clock, the one processed_at is on.
-func (d *drill) dbNow(ctx context.Context) (time.Time, error) {
-	var t time.Time
-	err := d.poll(ctx, "the database clock", func(ctx context.Context) (bool, error) {
-		err := d.admin.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&t)
-		return err == nil, err
-	})
-	return t, err
-}
-
-// firstAck waits for the earliest ack after after, by the replica named by
-// (any if empty), and returns its processed_at.
-func (d *drill) firstAck(ctx context.Context, after time.Time, by string) (time.Time, error) {
-	var at *time.Time
-	err := d.poll(ctx, "an ack after the fault", func(ctx context.Context) (bool, error) {
-		err := d.admin.QueryRow(ctx, `
-			SELECT min(processed_at) FROM outbox_events
-			 WHERE status = 'done' AND processed_at > $1 AND ($2 = '' OR locked_by = $2)`, after, by).Scan(&at)
-		return err == nil && at != nil, err
-	})
+	r, epoch, err := harness.WaitLeader(ctx, stepTimeout, minEpoch, rs...)
 	if err != nil {
-		return time.Time{}, err
+		return nil, 0, err
 	}
-	return *at, nil
+	return d.slots[slices.Index(rs, r)], epoch, nil
+}
+
+// waitStandby waits until the slot's replica is a ready standby.
+func (d *drill) waitStandby(ctx context.Context, s *slot) error {
+	return harness.WaitStandby(ctx, stepTimeout, d.s.DB.Pool, s.cur.r, leader.LockSessionName(s.name))
+}
+
+// poll waits for cond for at most a step.
+func (d *drill) poll(ctx context.Context, what string, cond func(ctx context.Context) (bool, error)) error {
+	return harness.Poll(ctx, stepTimeout, what, cond)
 }
 
 func (d *drill) backlog(ctx context.Context) (int64, error) {
 	var n int64
 	err := d.poll(ctx, "the backlog", func(ctx context.Context) (bool, error) {
-		err := d.admin.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE status IN ('pending', 'processing')`).Scan(&n)
+		err := d.s.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE status IN ('pending', 'processing')`).Scan(&n)
 		return err == nil, err
 	})
 	return n, err
-}
-
-// logWatch reads a replica's JSON log lines as they arrive: the arrival
-// time is the measure (the log's own timestamps have one-second precision).
-type logWatch struct {
-	file io.Writer
-	tee  io.Writer
-
-	mu         sync.Mutex
-	partial    []byte
-	fenced     int64
-	permission int
-	seen       []logLine
-}
-
-type logLine struct {
-	at  time.Time
-	msg string
-}
-
-func (w *logWatch) Write(p []byte) (int, error) {
-	now := time.Now()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	_, _ = w.file.Write(p)
-	if w.tee != nil {
-		_, _ = w.tee.Write(p)
-	}
-	w.partial = append(w.partial, p...)
-	for {
-		i := bytes.IndexByte(w.partial, '\n')
-		if i < 0 {
-			break
-		}
-		w.line(now, w.partial[:i])
-		w.partial = w.partial[i+1:]
-	}
-	return len(p), nil
-}
-
-func (w *logWatch) line(at time.Time, b []byte) {
-	if bytes.Contains(b, []byte("permission denied")) {
-		w.permission++
-	}
-	var l struct {
-		Message string `json:"message"`
-		Fenced  int64  `json:"fenced"`
-	}
-	if json.Unmarshal(b, &l) != nil {
-		return
-	}
-	switch l.Message {
-	case "batch":
-		w.fenced += l.Fenced
-	case msgLostLeadership, "became leader":
-		w.seen = append(w.seen, logLine{at: at, msg: l.Message})
-	}
-}
-
-// after returns when msg was first logged after t.
-func (w *logWatch) after(msg string, t time.Time) (time.Time, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, l := range w.seen {
-		if l.msg == msg && l.at.After(t) {
-			return l.at, true
-		}
-	}
-	return time.Time{}, false
-}
-
-func (w *logWatch) counts() (fenced int64, permission int) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.fenced, w.permission
 }

@@ -11,11 +11,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/wlproj/wlproj/internal/testenv"
+	"github.com/wlproj/wlproj/internal/harness"
 )
 
 // TestDrillSmoke runs every scenario but the Postgres restart on tiny sizes,
-// so the drill cannot rot between `make drill` runs. The restart is left out
+// the replay after deletes included, so the drill cannot rot between
+// `make drill` runs. The restart is left out
 // because the cluster is shared with the tests running beside this one.
 func TestDrillSmoke(t *testing.T) {
 	if testing.Short() {
@@ -23,13 +24,13 @@ func TestDrillSmoke(t *testing.T) {
 	}
 	var out bytes.Buffer
 	cfg := Config{
-		Rate: 100, Entities: 50, Kills: 1, Outage: 2 * time.Second,
+		Rate: 100, Entities: 50, Kills: 1, Replays: 2, Outage: 2 * time.Second,
 		Settle: 500 * time.Millisecond, DrainTimeout: time.Minute,
 		MaxAttempts: maxAttemptsDefault,
 		ReportPath:  filepath.Join(t.TempDir(), "report.json"),
-		Bin:         testenv.Binary(t),
-		AdminURL:    testenv.AdminDatabaseURL(t),
-		ElasticURL:  testenv.ElasticURL(t),
+		Bin:         harness.Binary(t),
+		AdminURL:    harness.AdminDatabaseURL(t),
+		ElasticURL:  harness.ElasticURL(t),
 		Out:         &out,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -47,11 +48,15 @@ func TestDrillSmoke(t *testing.T) {
 	require.Positive(t, got.Events.Produced)
 	require.Zero(t, got.Events.Lost)
 	require.Zero(t, got.Regressed)
+	require.Zero(t, got.Resurrected)
+	require.Zero(t, got.LedgerMismatch)
 	require.Equal(t, got.Events.Produced, got.Events.Done+got.Events.Failed)
+	require.EqualValues(t, 2*len(stories), got.ReplayedRows)
 	names := map[string]bool{}
 	for _, sc := range got.Scenarios {
 		require.True(t, sc.OK, "scenario %s: %s", sc.Name, sc.Error)
 		names[sc.Name] = true
 	}
-	require.Equal(t, map[string]bool{"kill-9": true, "engine-down": true, "network-cut": true, "rolling-sigterm": true}, names)
+	require.Equal(t, map[string]bool{"kill-9": true, "engine-down": true, "network-cut": true, "rolling-sigterm": true,
+		"replay-after-delete": true}, names)
 }

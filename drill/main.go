@@ -19,7 +19,15 @@
 // replicas a and b logged in as the runtime role, each through its own TCP
 // proxy to Postgres, both through one HTTP fault proxy to the engine. A
 // producer inserts -rate events per second as the admin: upserts (and a few
-// deletes) of -entities books, each with increasing versions.
+// deletes) of -entities books, each with increasing versions, of which 5%
+// are written late, after the next version of their book; and a few books
+// are written without a version, the outbox id ordering them.
+//
+// Before the scenarios, the replay scenario's books are seeded: -replays
+// books per story get an upsert the strict mapping refuses (it has an
+// isbn), which fails; then each book is deleted (versioned or not),
+// upserted at a newer version, or left alone. The failed rows wait through
+// the other scenarios.
 //
 // Scenarios, in order:
 //
@@ -31,10 +39,18 @@
 //     would; then the path is restored.
 //  5. rolling-sigterm: SIGTERM the standby then the leader, each restarted
 //     and back as standby before the next; each must exit 0.
+//  6. replay-after-delete: the producer pauses, the outbox drains, and the
+//     engine forgets its deletes' versions (index.gc_deletes at 0 for a
+//     refresh and a flush, proven on a canary document); the producer
+//     resumes, the mapping gets the isbn, `wlproj replay --ids` returns the
+//     seeded failures to pending as the runtime role, and the leader is
+//     killed at once. Every replayed row must end done; the ledger must
+//     have dropped all but the left-alone books' unsent.
 //
-// Then the producer stops, the outbox drains, and internal/verify checks that
+// Then the producer stops, the outbox drains, and harness.Verify checks that
 // every event is done with its document at the newest version, or failed
-// with a reason. The drill writes -report (JSON) and prints a summary.
+// with a reason, and the ledger at the newest version and op of every
+// document. The drill writes -report (JSON) and prints a summary.
 //
 // Measures:
 //   - takeover: from the fault to the first ack after it by the new leader,
@@ -46,12 +62,16 @@
 //     killed, cut off or restarted mid-batch) and then sent again. An upper
 //     bound: the first leader may have died before sending.
 //   - acks refused by fencing: outbox_fenced_acks_total scraped from each
-//     replica process before it is stopped or killed, and, since a killed
-//     process takes its last increments along, the sum of "fenced" over the
-//     "batch" log lines of every process.
+//     replica process every 250 ms while it lives and just before it is
+//     stopped or killed, its highest value summed over the processes.
+//   - events the ledger dropped unsent: outbox_superseded_total
+//     {cause="ledger"}, scraped the same way; replayed rows: replay_count > 0.
+//   - network-cut's stop-writing time: from the cut until the cut leader's
+//     /healthz says standby, which the elector says only once its services
+//     have stopped.
 //
 // Exit status: 0 when every scenario passed and nothing was lost, regressed,
-// missing or resurrected; 1 otherwise; 2 when the drill could not start.
+// missing or resurrected, and the ledger agreed; 1 otherwise; 2 when the drill could not start.
 // Ctrl-C stops the drill and cleans up: replicas, proxies, database, roles,
 // index, and Postgres is started again if the drill had restarted it.
 package main
@@ -72,6 +92,7 @@ func main() {
 	fs.IntVar(&cfg.Rate, "rate", rateDefault, "events per second written by the producer")
 	fs.IntVar(&cfg.Entities, "entities", entitiesDefault, "books the producer writes versions of")
 	fs.IntVar(&cfg.Kills, "kills", killsDefault, "kill -9 rounds in the first scenario")
+	fs.IntVar(&cfg.Replays, "replays", replaysDefault, "books per story of the replay scenario (0 skips it)")
 	fs.DurationVar(&cfg.Outage, "outage", outageDefault, "how long the engine is down")
 	fs.BoolVar(&cfg.PGRestart, "pg-restart", true, "run the Postgres restart scenario (restarts the stack's Postgres)")
 	fs.DurationVar(&cfg.Settle, "settle", settleDefault, "pause before each fault, so the leader is mid-stream")

@@ -1,25 +1,19 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/wlproj/wlproj/internal/rig"
+	"github.com/wlproj/wlproj/internal/harness"
 )
 
 // Report is drill/report.json.
 type Report struct {
-	OK              bool      `json:"ok"`
-	Problems        []string  `json:"problems,omitempty"`
-	StartedAt       time.Time `json:"started_at"`
-	DurationSeconds float64   `json:"duration_seconds"`
-	Settings        Settings  `json:"settings"`
-	Versions        Versions  `json:"versions"`
+	OK bool `json:"ok"`
+	harness.RunReport
+	Settings Settings `json:"settings"`
 
 	Scenarios []*Scenario `json:"scenarios"`
 
@@ -28,22 +22,33 @@ type Report struct {
 	Regressed int    `json:"documents_regressed"`
 	// Missing and Resurrected are the other two ways a document can be wrong:
 	// absent though its newest event is an upsert, present though it is a delete.
-	Missing     int      `json:"documents_missing"`
-	Resurrected int      `json:"documents_resurrected"`
-	BadSamples  []string `json:"bad_documents_sample,omitempty"`
+	Missing     int `json:"documents_missing"`
+	Resurrected int `json:"documents_resurrected"`
+	// LedgerMismatch documents have a ledger entry other than their newest
+	// done event's version and op, or none.
+	LedgerMismatch int      `json:"documents_ledger_mismatch"`
+	BadSamples     []string `json:"bad_documents_sample,omitempty"`
+
+	// ReplayedRows are the events returned from failed to pending by a
+	// replay (replay_count > 0).
+	ReplayedRows int64 `json:"replayed_rows"`
+	// SupersededByLedger are events acked without being sent because the
+	// ledger held their version or a newer one: outbox_superseded_total
+	// {cause="ledger"} scraped like FencedAcks, so a lower bound.
+	SupersededByLedger int64 `json:"superseded_by_ledger"`
 
 	// DuplicateSends counts events claimed again after a claim whose outcome
 	// was never recorded; see the package doc.
-	DuplicateSends int64      `json:"duplicate_sends"`
-	FencedAcks     FencedAcks `json:"fenced_acks"`
+	DuplicateSends int64 `json:"duplicate_sends"`
+	// FencedAcks are acks the fencing guard refused: outbox_fenced_acks_total
+	// scraped from each replica while it lived, its highest value per process.
+	FencedAcks int64 `json:"fenced_acks"`
 	// PermissionErrors counts replica log lines with "permission denied":
 	// the runtime role must have every privilege the daemon uses.
 	PermissionErrors int `json:"permission_errors"`
 
-	Roles    Roles  `json:"roles"`
-	Database string `json:"database"`
-	Index    string `json:"index"`
-	LogsDir  string `json:"logs_dir,omitempty"`
+	Roles   Roles  `json:"roles"`
+	LogsDir string `json:"logs_dir,omitempty"`
 }
 
 // Settings are the sizes the drill ran with.
@@ -51,16 +56,11 @@ type Settings struct {
 	Rate            int     `json:"rate_per_second"`
 	Entities        int     `json:"entities"`
 	Kills           int     `json:"kills"`
+	Replays         int     `json:"replay_books_per_story"`
 	OutageSeconds   float64 `json:"outage_seconds"`
 	PGRestart       bool    `json:"pg_restart"`
 	MaxAttempts     int     `json:"max_attempts"`
 	KeepaliveWindow float64 `json:"keepalive_window_seconds"`
-}
-
-// Versions of the servers the drill ran against.
-type Versions struct {
-	Postgres      string `json:"postgres"`
-	Elasticsearch string `json:"elasticsearch"`
 }
 
 // Events are the outbox totals after the drain.
@@ -74,12 +74,13 @@ type Events struct {
 	// inserts that failed while Postgres restarted wrote nothing.
 	ProducerCommitted int64 `json:"producer_committed"`
 	ProducerErrors    int64 `json:"producer_failed_inserts"`
-}
-
-// FencedAcks are acks the fencing guard refused, counted two ways.
-type FencedAcks struct {
-	Metrics int64 `json:"metrics"`
-	Logs    int64 `json:"logs"`
+	// Late are the versions handed to the producer after the next version
+	// of their book (a failed insert loses some); Unversioned are the events
+	// committed without an event_version, part of ProducerCommitted. The
+	// replay scenario's rows are written by the drill itself, not counted
+	// here.
+	Late        int64 `json:"late_versions"`
+	Unversioned int64 `json:"unversioned"`
 }
 
 // Roles are the roles roles.sql created for the run.
@@ -95,7 +96,7 @@ type Scenario struct {
 	Error           string  `json:"error,omitempty"`
 	DurationSeconds float64 `json:"duration_seconds"`
 	// Takeover is fault → first ack by the new leader, per repetition.
-	Takeover *rig.Stats `json:"takeover_seconds,omitempty"`
+	Takeover *harness.Stats `json:"takeover_seconds,omitempty"`
 
 	// engine-down
 	BacklogBefore   *int64   `json:"backlog_before,omitempty"`
@@ -109,6 +110,13 @@ type Scenario struct {
 	StopWritingSeconds *float64 `json:"cut_leader_stopped_writing_seconds,omitempty"`
 	// rolling-sigterm
 	ExitCodes []int `json:"exit_codes,omitempty"`
+	// replay-after-delete: the rows replayed, of which behind the ledger
+	// (a delete or a newer upsert of their book was applied since they
+	// failed), and whether a canary proved the engine had forgotten its
+	// deletes' versions first.
+	Replayed            *int  `json:"replayed,omitempty"`
+	ReplayedBehind      *int  `json:"replayed_behind_ledger,omitempty"`
+	EngineForgotDeletes *bool `json:"engine_forgot_deletes,omitempty"`
 
 	Leaders   []string `json:"leaders,omitempty"` // who led after each fault
 	takeovers []float64
@@ -116,28 +124,15 @@ type Scenario struct {
 
 func ptr[T any](v T) *T { return &v }
 
-func (r *Report) write(path string) error {
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	if dir := filepath.Dir(path); dir != "" {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
-}
-
 // summary prints what an operator reads first; the JSON has the rest.
 func (r *Report) summary(w io.Writer, path string) {
 	verdict := "PASS"
 	if !r.OK {
 		verdict = "FAIL"
 	}
-	fmt.Fprintf(w, "\nwlproj drill: %s in %s (postgres %s, elasticsearch %s)\n", verdict,
-		(time.Duration(r.DurationSeconds) * time.Second).String(), r.Versions.Postgres, r.Versions.Elasticsearch)
-	fmt.Fprintf(w, "%-18s %-4s %-28s %s\n", "scenario", "ok", "takeover s min/median/max", "notes")
+	fmt.Fprintf(w, "\nwlproj drill: %s in %s (postgres %s, %s)\n", verdict,
+		(time.Duration(r.DurationSeconds) * time.Second).String(), r.Versions.Postgres, r.Versions.Engine)
+	fmt.Fprintf(w, "%-20s %-4s %-28s %s\n", "scenario", "ok", "takeover s min/median/max", "notes")
 	for _, s := range r.Scenarios {
 		ok := "yes"
 		if !s.OK {
@@ -147,13 +142,16 @@ func (r *Report) summary(w io.Writer, path string) {
 		if s.Takeover != nil {
 			take = fmt.Sprintf("%.2f / %.2f / %.2f (n=%d)", s.Takeover.Min, s.Takeover.Median, s.Takeover.Max, len(s.Takeover.Samples))
 		}
-		fmt.Fprintf(w, "%-18s %-4s %-28s %s\n", s.Name, ok, take, s.notes())
+		fmt.Fprintf(w, "%-20s %-4s %-28s %s\n", s.Name, ok, take, s.notes())
 	}
 	e := r.Events
 	fmt.Fprintf(w, "events: produced %d, done %d, failed %d, lost %d\n", e.Produced, e.Done, e.Failed, e.Lost)
-	fmt.Fprintf(w, "documents: %d books, regressed %d (missing %d, resurrected %d)\n", r.Entities, r.Regressed, r.Missing, r.Resurrected)
+	fmt.Fprintf(w, "out of order: %d versions written late, %d events without a version\n", e.Late, e.Unversioned)
+	fmt.Fprintf(w, "documents: %d books, regressed %d (missing %d, resurrected %d); ledger mismatches %d\n",
+		r.Entities, r.Regressed, r.Missing, r.Resurrected, r.LedgerMismatch)
+	fmt.Fprintf(w, "replayed rows: %d; events the ledger dropped unsent: %d\n", r.ReplayedRows, r.SupersededByLedger)
 	fmt.Fprintf(w, "duplicate sends: %d (events re-claimed after an unrecorded claim: at most sent twice)\n", r.DuplicateSends)
-	fmt.Fprintf(w, "acks refused by fencing: %d by the metrics, %d by the logs\n", r.FencedAcks.Metrics, r.FencedAcks.Logs)
+	fmt.Fprintf(w, "acks refused by fencing: %d\n", r.FencedAcks)
 	fmt.Fprintf(w, "replicas ran as %s (no permission errors: %t)\n", r.Roles.Runtime, r.PermissionErrors == 0)
 	for _, p := range r.Problems {
 		fmt.Fprintf(w, "PROBLEM: %s\n", p)
@@ -186,6 +184,12 @@ func (s *Scenario) notes() string {
 	}
 	if s.ExitCodes != nil {
 		n = append(n, fmt.Sprintf("exit codes %v", s.ExitCodes))
+	}
+	if s.Replayed != nil {
+		n = append(n, fmt.Sprintf("replayed %d rows, %d behind the ledger", *s.Replayed, deref(s.ReplayedBehind)))
+	}
+	if s.EngineForgotDeletes != nil {
+		n = append(n, fmt.Sprintf("engine forgot the deletes: %t", *s.EngineForgotDeletes))
 	}
 	if s.Error != "" {
 		n = append(n, "error: "+s.Error)

@@ -3,12 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/wlproj/wlproj/internal/faultproxy"
-	"github.com/wlproj/wlproj/internal/rig"
-	"github.com/wlproj/wlproj/internal/verify"
+	"github.com/wlproj/wlproj/internal/harness"
 )
 
 // catchUpTimeout bounds how long the backlog of an outage may take to drain.
@@ -16,8 +16,15 @@ const catchUpTimeout = 3 * time.Minute
 
 // run plays the scenarios in order. A failed scenario is recorded and the
 // next one starts from a repaired cluster, so one failure does not hide the
-// others.
+// others. The replay scenario's failed upserts and their deletes are
+// written first, so they wait through every other fault.
 func (d *drill) run(ctx context.Context) {
+	if d.cfg.Replays > 0 {
+		if err := d.seed(ctx); err != nil {
+			d.rep.Problem("replay seed: " + err.Error())
+			d.say("replay seed: FAILED: %v", err)
+		}
+	}
 	steps := []struct {
 		name string
 		skip bool
@@ -28,6 +35,7 @@ func (d *drill) run(ctx context.Context) {
 		{"postgres-restart", !d.cfg.PGRestart, d.pgRestart},
 		{"network-cut", false, d.networkCut},
 		{"rolling-sigterm", false, d.rollingSigterm},
+		{"replay-after-delete", d.cfg.Replays == 0, d.replayAfterDelete},
 	}
 	for _, st := range steps {
 		if st.skip || ctx.Err() != nil {
@@ -41,12 +49,12 @@ func (d *drill) run(ctx context.Context) {
 			d.say("%s: start", st.name)
 			err = st.fn(ctx, sc)
 		}
-		sc.DurationSeconds = rig.Round3(time.Since(start).Seconds())
-		sc.Takeover = rig.NewStats(sc.takeovers)
+		sc.DurationSeconds = harness.Elapsed(start)
+		sc.Takeover = harness.NewStats(sc.takeovers)
 		sc.OK = err == nil
 		if err != nil {
 			sc.Error = err.Error()
-			d.problem(fmt.Sprintf("scenario %s: %v", st.name, err))
+			d.rep.Problem(fmt.Sprintf("scenario %s: %v", st.name, err))
 			d.say("%s: FAILED: %v", st.name, err)
 		} else {
 			d.say("%s: ok", st.name)
@@ -60,7 +68,7 @@ func (d *drill) repair(ctx context.Context) error {
 	d.engine.Clear()
 	for _, s := range d.slots {
 		s.proxy.Restore()
-		if !s.cur.alive() {
+		if s.cur == nil || !s.cur.r.Alive() {
 			if err := d.startProc(ctx, s); err != nil {
 				return err
 			}
@@ -73,43 +81,58 @@ func (d *drill) repair(ctx context.Context) error {
 	return d.waitStandby(ctx, d.other(l))
 }
 
-// takeover records fault → first ack by the new leader after after.
-func (d *drill) takeover(ctx context.Context, sc *Scenario, fault, after time.Time, by *slot) (float64, error) {
-	ack, err := d.firstAck(ctx, after, by.name)
-	if err != nil {
-		return 0, fmt.Errorf("first ack by %s: %w", by.name, err)
+// settled pauses before a fault, so the leader is mid-stream, and returns
+// the leader, its epoch and the time on Postgres' clock.
+func (d *drill) settled(ctx context.Context) (*slot, int64, time.Time, error) {
+	if err := harness.Sleep(ctx, d.cfg.Settle); err != nil {
+		return nil, 0, time.Time{}, err
 	}
-	secs := rig.Round3(ack.Sub(fault).Seconds())
-	sc.takeovers = append(sc.takeovers, secs)
-	sc.Leaders = append(sc.Leaders, by.name)
-	return secs, nil
+	l, epoch, err := d.waitLeader(ctx, 0)
+	if err != nil {
+		return nil, 0, time.Time{}, err
+	}
+	now, err := harness.Now(ctx, d.s.DB.Pool)
+	return l, epoch, now, err
+}
+
+// handover is who took over after a fault, and how fast.
+type handover struct {
+	next  *slot
+	epoch int64
+	secs  float64
+}
+
+// takeover waits for a leader past epoch and records fault → its first ack
+// after after.
+func (d *drill) takeover(ctx context.Context, sc *Scenario, epoch int64, fault, after time.Time) (handover, error) {
+	next, nextEpoch, err := d.waitLeader(ctx, epoch+1)
+	if err != nil {
+		return handover{}, err
+	}
+	ack, err := harness.WaitFirstAck(ctx, stepTimeout, d.s.DB.Pool, after, next.name)
+	if err != nil {
+		return handover{}, fmt.Errorf("first ack by %s: %w", next.name, err)
+	}
+	h := handover{next: next, epoch: nextEpoch, secs: harness.Round3(ack.Sub(fault).Seconds())}
+	sc.takeovers = append(sc.takeovers, h.secs)
+	sc.Leaders = append(sc.Leaders, next.name)
+	return h, nil
 }
 
 func (d *drill) kill9(ctx context.Context, sc *Scenario) error {
 	for i := 1; i <= d.cfg.Kills; i++ {
-		if err := pause(ctx, d.cfg.Settle); err != nil {
-			return err
-		}
-		old, epoch, err := d.waitLeader(ctx, 0)
+		old, epoch, t0, err := d.settled(ctx)
 		if err != nil {
 			return err
 		}
 		old.cur.scrape()
-		t0, err := d.dbNow(ctx)
-		if err != nil {
-			return err
-		}
 		old.cur.r.Kill()
-		next, nextEpoch, err := d.waitLeader(ctx, epoch+1)
-		if err != nil {
-			return fmt.Errorf("round %d: %w", i, err)
-		}
-		secs, err := d.takeover(ctx, sc, t0, t0, next)
+		h, err := d.takeover(ctx, sc, epoch, t0, t0)
 		if err != nil {
 			return fmt.Errorf("round %d: %w", i, err)
 		}
 		d.say("kill-9 %d/%d: killed %s (epoch %d); %s led at epoch %d and acked %.3f s after the kill",
-			i, d.cfg.Kills, old.name, epoch, next.name, nextEpoch, secs)
+			i, d.cfg.Kills, old.name, epoch, h.next.name, h.epoch, h.secs)
 		if err := d.startProc(ctx, old); err != nil {
 			return err
 		}
@@ -121,7 +144,7 @@ func (d *drill) kill9(ctx context.Context, sc *Scenario) error {
 }
 
 func (d *drill) engineDown(ctx context.Context, sc *Scenario) error {
-	if err := pause(ctx, d.cfg.Settle); err != nil {
+	if err := harness.Sleep(ctx, d.cfg.Settle); err != nil {
 		return err
 	}
 	var before int64
@@ -131,74 +154,36 @@ func (d *drill) engineDown(ctx context.Context, sc *Scenario) error {
 			return err
 		}
 		before = max(before, n)
-		if err := pause(ctx, 100*time.Millisecond); err != nil {
+		if err := harness.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return err
 		}
 	}
-	sc.BacklogBefore = ptr(before)
-	peak := before
-	sample := func() (int64, error) {
-		n, err := d.backlog(ctx)
-		peak = max(peak, n)
-		return n, err
-	}
+	sc.BacklogBefore, sc.BacklogPeak = ptr(before), ptr(before)
 
 	d.engine.Set(faultproxy.Fault{Refuse: true})
 	d.say("engine-down: the engine refuses connections for %s", d.cfg.Outage)
 	for end := time.Now().Add(d.cfg.Outage); time.Now().Before(end); {
-		if _, err := sample(); err != nil {
+		if err := d.sampleBacklog(ctx, sc); err != nil {
 			return err
 		}
-		if err := pause(ctx, 250*time.Millisecond); err != nil {
+		if err := harness.Sleep(ctx, 250*time.Millisecond); err != nil {
 			return err
 		}
 	}
-	t0, err := d.dbNow(ctx)
+	t0, err := harness.Now(ctx, d.s.DB.Pool)
 	if err != nil {
 		return err
 	}
 	d.engine.Clear()
-	back := time.Now()
-	d.say("engine-down: engine back; backlog peaked at %d", peak)
-
-	// Caught up: every event written before the engine came back is out of
-	// the backlog. Comparing the backlog with its level before the outage
-	// would instead measure the steady-state lag, which a loaded machine
-	// raises.
-	var lastID int64
-	if err := d.admin.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM outbox_events`).Scan(&lastID); err != nil {
+	d.say("engine-down: engine back; backlog peaked at %d", *sc.BacklogPeak)
+	if err := d.catchUp(ctx, sc, t0); err != nil {
 		return err
 	}
-	var firstAck *time.Time
-	for {
-		if _, err := sample(); err != nil {
-			return err
-		}
-		var n int64
-		if err := d.admin.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE id <= $1 AND status IN ('pending', 'processing')`, lastID).Scan(&n); err != nil {
-			return err
-		}
-		if firstAck == nil {
-			var at *time.Time
-			if err := d.admin.QueryRow(ctx, `SELECT min(processed_at) FROM outbox_events WHERE status = 'done' AND processed_at > $1`, t0).Scan(&at); err == nil && at != nil {
-				firstAck = at
-				sc.FirstAckSeconds = ptr(rig.Round3(at.Sub(t0).Seconds()))
-			}
-		}
-		if firstAck != nil && n == 0 {
-			sc.CatchUpSeconds = ptr(rig.Round3(time.Since(back).Seconds()))
-			break
-		}
-		if time.Since(back) > catchUpTimeout {
-			return fmt.Errorf("%d events from before the engine came back still not done after %s", n, catchUpTimeout)
-		}
-		if err := pause(ctx, 100*time.Millisecond); err != nil {
-			return err
-		}
-	}
-	sc.BacklogPeak = ptr(peak)
+	// The replay scenario's upserts failed on purpose, and at once.
 	var maxAttempts, failed int64
-	if err := d.admin.QueryRow(ctx, `SELECT coalesce(max(attempts), 0), count(*) FILTER (WHERE status = 'failed') FROM outbox_events`).Scan(&maxAttempts, &failed); err != nil {
+	if err := d.s.DB.Pool.QueryRow(ctx, `
+		SELECT coalesce(max(attempts), 0), count(*) FILTER (WHERE status = 'failed' AND error_class = 'transient')
+		  FROM outbox_events`).Scan(&maxAttempts, &failed); err != nil {
 		return err
 	}
 	sc.MaxAttempts = ptr(maxAttempts)
@@ -209,15 +194,51 @@ func (d *drill) engineDown(ctx context.Context, sc *Scenario) error {
 	return nil
 }
 
+// sampleBacklog keeps the backlog's peak.
+func (d *drill) sampleBacklog(ctx context.Context, sc *Scenario) error {
+	n, err := d.backlog(ctx)
+	sc.BacklogPeak = ptr(max(*sc.BacklogPeak, n))
+	return err
+}
+
+// catchUp waits until every event written before the engine came back at
+// t0 is out of the backlog. Comparing the backlog with its level before the
+// outage would instead measure the steady-state lag, which a loaded machine
+// raises.
+func (d *drill) catchUp(ctx context.Context, sc *Scenario, t0 time.Time) error {
+	back := time.Now()
+	var lastID int64
+	if err := d.s.DB.Pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM outbox_events`).Scan(&lastID); err != nil {
+		return err
+	}
+	for {
+		if err := d.sampleBacklog(ctx, sc); err != nil {
+			return err
+		}
+		var n int64
+		if err := d.s.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE id <= $1 AND status IN ('pending', 'processing')`, lastID).Scan(&n); err != nil {
+			return err
+		}
+		if sc.FirstAckSeconds == nil {
+			if at, ok, err := harness.AckedAfter(ctx, d.s.DB.Pool, t0, ""); err == nil && ok {
+				sc.FirstAckSeconds = ptr(harness.Round3(at.Sub(t0).Seconds()))
+			}
+		}
+		if sc.FirstAckSeconds != nil && n == 0 {
+			sc.CatchUpSeconds = ptr(harness.Elapsed(back))
+			return nil
+		}
+		if time.Since(back) > catchUpTimeout {
+			return fmt.Errorf("%d events from before the engine came back still not done after %s", n, catchUpTimeout)
+		}
+		if err := harness.Sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
 func (d *drill) pgRestart(ctx context.Context, sc *Scenario) error {
-	if err := pause(ctx, d.cfg.Settle); err != nil {
-		return err
-	}
-	_, epoch, err := d.waitLeader(ctx, 0)
-	if err != nil {
-		return err
-	}
-	t0, err := d.dbNow(ctx)
+	_, epoch, t0, err := d.settled(ctx)
 	if err != nil {
 		return err
 	}
@@ -227,113 +248,78 @@ func (d *drill) pgRestart(ctx context.Context, sc *Scenario) error {
 	if err := d.cfg.PG.restart(); err != nil {
 		return err
 	}
-	sc.PGDownSeconds = ptr(rig.Round3(time.Since(start).Seconds()))
+	sc.PGDownSeconds = ptr(harness.Elapsed(start))
 	var started time.Time
 	if err := d.poll(ctx, "Postgres back", func(ctx context.Context) (bool, error) {
-		err := d.admin.QueryRow(ctx, `SELECT pg_postmaster_start_time()`).Scan(&started)
+		err := d.s.DB.Pool.QueryRow(ctx, `SELECT pg_postmaster_start_time()`).Scan(&started)
 		return err == nil, err
 	}); err != nil {
 		return err
 	}
-	next, nextEpoch, err := d.waitLeader(ctx, epoch+1)
+	h, err := d.takeover(ctx, sc, epoch, t0, started)
 	if err != nil {
 		return err
 	}
-	secs, err := d.takeover(ctx, sc, t0, started, next)
-	if err != nil {
-		return err
-	}
-	d.say("postgres-restart: %s led at epoch %d and acked %.3f s after the restart began", next.name, nextEpoch, secs)
+	d.say("postgres-restart: %s led at epoch %d and acked %.3f s after the restart began", h.next.name, h.epoch, h.secs)
 	// Both replicas must find their way back without help.
-	return d.waitStandby(ctx, d.other(next))
+	return d.waitStandby(ctx, d.other(h.next))
 }
 
 func (d *drill) networkCut(ctx context.Context, sc *Scenario) error {
-	if err := pause(ctx, d.cfg.Settle); err != nil {
-		return err
-	}
-	old, epoch, err := d.waitLeader(ctx, 0)
-	if err != nil {
-		return err
-	}
-	t0, err := d.dbNow(ctx)
+	old, epoch, t0, err := d.settled(ctx)
 	if err != nil {
 		return err
 	}
 	old.proxy.Blackhole()
 	cut := time.Now()
+	stepped := d.stepDown(ctx, old.cur.r)
 	d.say("network-cut: %s's path to Postgres blackholed; resetting the server side in %s", old.name, keepaliveWindow)
-	if err := pause(ctx, time.Until(cut.Add(keepaliveWindow))); err != nil {
+	if err := harness.Sleep(ctx, time.Until(cut.Add(keepaliveWindow))); err != nil {
 		return err
 	}
 	// Postgres' keepalive would now give up on the session and free the lock.
 	old.proxy.DropUpstream()
-	next, nextEpoch, err := d.waitLeader(ctx, epoch+1)
+	h, err := d.takeover(ctx, sc, epoch, t0, t0)
 	if err != nil {
 		return err
 	}
-	if next == old {
+	if h.next == old {
 		return fmt.Errorf("%s still leads though cut off", old.name)
 	}
-	secs, err := d.takeover(ctx, sc, t0, t0, next)
-	if err != nil {
-		return err
-	}
-	lost, ok := old.cur.watch.after(msgLostLeadership, cut)
+	at, ok := <-stepped
 	if !ok {
-		return fmt.Errorf("the cut leader %s never logged %q", old.name, msgLostLeadership)
+		return fmt.Errorf("the cut leader %s never said standby on /healthz", old.name)
 	}
-	sc.StopWritingSeconds = ptr(rig.Round3(lost.Sub(cut).Seconds()))
+	sc.StopWritingSeconds = ptr(harness.Round3(at.Sub(cut).Seconds()))
 	d.say("network-cut: %s stopped writing %.3f s after the cut; %s led at epoch %d and acked %.3f s after it",
-		old.name, *sc.StopWritingSeconds, next.name, nextEpoch, secs)
+		old.name, *sc.StopWritingSeconds, h.next.name, h.epoch, h.secs)
 	old.proxy.Restore()
 	return d.waitStandby(ctx, old)
 }
 
+// stepDown watches a cut leader's /healthz from now on and sends when it
+// says standby, which it does once its services have stopped writing; the
+// channel is closed without a value if it never does.
+func (d *drill) stepDown(ctx context.Context, r *harness.Replica) <-chan time.Time {
+	stepped := make(chan time.Time, 1)
+	go func() {
+		defer close(stepped)
+		if r.WaitRole(ctx, keepaliveWindow+stepTimeout, harness.RoleStandby) == nil {
+			stepped <- time.Now()
+		}
+	}()
+	return stepped
+}
+
 func (d *drill) rollingSigterm(ctx context.Context, sc *Scenario) error {
-	if err := pause(ctx, d.cfg.Settle); err != nil {
-		return err
-	}
-	l, _, err := d.waitLeader(ctx, 0)
+	l, _, _, err := d.settled(ctx)
 	if err != nil {
 		return err
 	}
 	// Standby first, as an operator would: the leader moves only once.
 	for _, s := range []*slot{d.other(l), l} {
-		_, epoch, err := d.waitLeader(ctx, 0)
-		if err != nil {
+		if err := d.sigterm(ctx, sc, s, s == l); err != nil {
 			return err
-		}
-		p := s.cur
-		p.scrape()
-		t0, err := d.dbNow(ctx)
-		if err != nil {
-			return err
-		}
-		if err := p.r.Signal(syscall.SIGTERM); err != nil {
-			return err
-		}
-		code, err := p.r.ExitCode(shutdownGrace + 20*time.Second)
-		sc.ExitCodes = append(sc.ExitCodes, code)
-		if err != nil {
-			p.r.Kill()
-			return err
-		}
-		if code != 0 {
-			return fmt.Errorf("%s exited %d on SIGTERM", s.name, code)
-		}
-		if s == l {
-			next, _, err := d.waitLeader(ctx, epoch+1)
-			if err != nil {
-				return err
-			}
-			secs, err := d.takeover(ctx, sc, t0, t0, next)
-			if err != nil {
-				return err
-			}
-			d.say("rolling-sigterm: leader %s exited 0; %s acked %.3f s after the SIGTERM", s.name, next.name, secs)
-		} else {
-			d.say("rolling-sigterm: standby %s exited 0", s.name)
 		}
 		if err := d.startProc(ctx, s); err != nil {
 			return err
@@ -345,67 +331,107 @@ func (d *drill) rollingSigterm(ctx context.Context, sc *Scenario) error {
 	return nil
 }
 
+// sigterm stops s's replica with SIGTERM, which must exit 0; if it led, the
+// other takes over.
+func (d *drill) sigterm(ctx context.Context, sc *Scenario, s *slot, leads bool) error {
+	_, epoch, err := d.waitLeader(ctx, 0)
+	if err != nil {
+		return err
+	}
+	p := s.cur
+	p.scrape()
+	t0, err := harness.Now(ctx, d.s.DB.Pool)
+	if err != nil {
+		return err
+	}
+	if err := p.r.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	code, err := p.r.ExitCode(shutdownGrace + 20*time.Second)
+	sc.ExitCodes = append(sc.ExitCodes, code)
+	if err != nil {
+		p.r.Kill()
+		return err
+	}
+	if code != 0 {
+		return fmt.Errorf("%s exited %d on SIGTERM", s.name, code)
+	}
+	if !leads {
+		d.say("rolling-sigterm: standby %s exited 0", s.name)
+		return nil
+	}
+	h, err := d.takeover(ctx, sc, epoch, t0, t0)
+	if err != nil {
+		return err
+	}
+	d.say("rolling-sigterm: leader %s exited 0; %s acked %.3f s after the SIGTERM", s.name, h.next.name, h.secs)
+	return nil
+}
+
 // finish stops the producer, waits for the drain and checks every event.
 func (d *drill) finish(ctx context.Context) {
-	d.prod.stop()
+	d.prod.pause()
 	d.say("producer stopped; draining")
 	if err := d.repair(ctx); err != nil {
-		d.problem("before the drain: " + err.Error())
+		d.rep.Problem("before the drain: " + err.Error())
 	}
-	deadline := time.Now().Add(d.cfg.DrainTimeout)
-	for {
-		n, err := d.backlog(ctx)
-		if err == nil && n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			d.problem(fmt.Sprintf("the outbox did not drain within %s (backlog %d, %v)", d.cfg.DrainTimeout, n, err))
-			break
-		}
-		if pause(ctx, 200*time.Millisecond) != nil {
-			d.problem("interrupted during the drain")
+	if err := harness.WaitDrained(ctx, d.cfg.DrainTimeout, d.s.DB.Pool); err != nil {
+		d.rep.Problem("the outbox did not drain: " + err.Error())
+		if ctx.Err() != nil {
 			return
 		}
 	}
-
-	rep, err := verify.Check(ctx, d.admin, d.cfg.ElasticURL, d.index)
+	v, err := harness.Verify(ctx, d.s.DB.Pool, d.cfg.ElasticURL, d.s.Index)
 	if err != nil {
-		d.problem("verify: " + err.Error())
+		d.rep.Problem("verify: " + err.Error())
 		return
 	}
-	d.rep.Events = Events{Produced: rep.Events, Done: rep.Done, Failed: rep.Failed,
-		FailedWithoutReason: rep.FailedWithoutReason, Lost: rep.Lost,
-		ProducerCommitted: d.prod.committed.Load(), ProducerErrors: d.prod.errors.Load()}
-	d.rep.Entities = rep.Entities
-	d.rep.Regressed, d.rep.Missing, d.rep.Resurrected = len(rep.Regressed), len(rep.Missing), len(rep.Resurrected)
-	for _, list := range [][]string{rep.Regressed, rep.Missing, rep.Resurrected} {
+	committed, unversioned, failedInserts, late := d.prod.counts()
+	d.rep.Events = Events{Produced: v.Events, Done: v.Done, Failed: v.Failed,
+		FailedWithoutReason: v.FailedWithoutReason, Lost: v.Lost,
+		ProducerCommitted: committed, ProducerErrors: failedInserts, Late: late, Unversioned: unversioned}
+	d.rep.Entities = v.Entities
+	d.rep.Regressed, d.rep.Missing, d.rep.Resurrected = len(v.Regressed), len(v.Missing), len(v.Resurrected)
+	d.rep.LedgerMismatch = len(v.LedgerMismatch)
+	for _, list := range [][]string{v.Regressed, v.Missing, v.Resurrected, v.LedgerMismatch} {
 		d.rep.BadSamples = append(d.rep.BadSamples, list[:min(len(list), 5)]...)
 	}
-	if !rep.OK() {
-		d.problem("verify: " + rep.String())
+	if !v.OK() {
+		d.rep.Problem("verify: " + v.String())
 	}
-	if rep.Events == 0 {
-		d.problem("no events were produced")
+	if v.Events == 0 {
+		d.rep.Problem("no events were produced")
 	}
-
-	if err := d.admin.QueryRow(ctx, `
+	if err := d.s.DB.Pool.QueryRow(ctx, `
 		SELECT count(*) FROM outbox_events WHERE error_history @> '[{"event": "stuck_reclaimed"}]'`).Scan(&d.rep.DuplicateSends); err != nil {
-		d.problem("count duplicate sends: " + err.Error())
+		d.rep.Problem("count duplicate sends: " + err.Error())
 	}
+	if err := d.s.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE replay_count > 0`).Scan(&d.rep.ReplayedRows); err != nil {
+		d.rep.Problem("count replayed rows: " + err.Error())
+	}
+	d.countProcs()
+}
+
+// countProcs adds up what every replica process served and printed.
+func (d *drill) countProcs() {
 	for _, s := range d.slots {
-		if s.cur.alive() {
+		if s.cur.r.Alive() {
 			s.cur.scrape()
 		}
 	}
 	d.procsMu.Lock()
+	defer d.procsMu.Unlock()
 	for _, p := range d.procs {
-		fenced, perm := p.watch.counts()
-		d.rep.FencedAcks.Logs += fenced
-		d.rep.FencedAcks.Metrics += p.fencedMetric
-		d.rep.PermissionErrors += perm
+		d.rep.FencedAcks += int64(p.fenced.Max())
+		d.rep.SupersededByLedger += int64(p.ledger.Max())
+		for _, line := range strings.Split(p.r.Logs(), "\n") {
+			// Postgres' own words for a missing grant (SQLSTATE 42501).
+			if strings.Contains(line, "permission denied") {
+				d.rep.PermissionErrors++
+			}
+		}
 	}
-	d.procsMu.Unlock()
 	if d.rep.PermissionErrors > 0 {
-		d.problem(fmt.Sprintf("%d replica log lines say permission denied: roles.sql misses a grant", d.rep.PermissionErrors))
+		d.rep.Problem(fmt.Sprintf("%d replica log lines say permission denied: roles.sql misses a grant", d.rep.PermissionErrors))
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -16,9 +17,22 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
+	"github.com/wlproj/wlproj/classify"
+	"github.com/wlproj/wlproj/consume"
+	"github.com/wlproj/wlproj/internal/bounds"
+	"github.com/wlproj/wlproj/internal/metrichelp"
 	"github.com/wlproj/wlproj/leader"
 	"github.com/wlproj/wlproj/outbox"
 )
+
+// Defaults of Config. The CLI's flags take theirs from here.
+const (
+	AddrDefault     = "127.0.0.1"
+	HTTPPortDefault = 8080
+)
+
+// PortRange is what HTTPPort and MetricsPort accept.
+var PortRange = bounds.Range[int]{Min: 1, Max: 65535}
 
 const (
 	staleAfterDefault           = 10 * time.Second
@@ -29,15 +43,14 @@ const (
 
 // Config configures the health server.
 type Config struct {
-	// Addr is the bind address (OUTBOX_HTTP_ADDR). Defaults to 127.0.0.1.
+	// Addr is the bind address. Defaults to 127.0.0.1.
 	Addr string
-	// HTTPPort serves /healthz and /readyz (OUTBOX_HTTP_PORT). Required.
+	// HTTPPort serves /healthz and /readyz. Required.
 	HTTPPort int
-	// MetricsPort serves /metrics (OUTBOX_METRICS_PORT); the same port as
-	// HTTPPort, or 0, serves everything on one listener. Defaults to HTTPPort.
+	// MetricsPort serves /metrics; the same port as HTTPPort, or 0, serves
+	// everything on one listener. Defaults to HTTPPort.
 	MetricsPort int
-	// RequireES makes the engine part of readiness (OUTBOX_REQUIRE_ES_READY).
-	// Defaults to false.
+	// RequireES makes the engine part of readiness. Defaults to false.
 	RequireES bool
 	// StaleAfter is how old the last loop tick may be before /healthz fails.
 	// Defaults to 10s.
@@ -52,7 +65,7 @@ type Config struct {
 	// MaxProcessing is the stuck cap used for outbox_stuck_processing_events.
 	// Defaults to 300s.
 	MaxProcessing time.Duration
-	// Pprof serves Go's /debug/pprof/ next to /metrics (OUTBOX_PPROF), for
+	// Pprof serves Go's /debug/pprof/ next to /metrics, for
 	// profiling a live leader. Defaults to false.
 	Pprof bool
 }
@@ -64,6 +77,12 @@ type Deps struct {
 	PingES   func(ctx context.Context) error
 	Draining *atomic.Bool
 	Log      zerolog.Logger
+	// Projections are the projections the binary knows: each gets an
+	// outbox_projection_paused series, at 0 until paused.
+	Projections []string
+	// Routes are more handlers on the HTTP listener, by ServeMux pattern:
+	// the operator console's /console/ when it has no port of its own.
+	Routes map[string]http.Handler
 }
 
 // Server is the replica's HTTP surface.
@@ -76,22 +95,30 @@ type Server struct {
 	gauges    struct{ lag, oldest, inflight, stuck *metrics.Gauge }
 }
 
+func init() {
+	metrichelp.Describe(map[string]string{
+		"outbox_projection_paused": "1 while an operator has paused the projection (wlproj pause), else 0.",
+	})
+}
+
+func pausedGauge(projection string) *metrics.Gauge {
+	return metrics.GetOrCreateGauge(fmt.Sprintf(`outbox_projection_paused{projection=%q}`, projection), nil)
+}
+
 // New validates cfg and binds the listeners, so a port conflict fails fast.
 func New(cfg Config, deps Deps) (*Server, error) {
-	cfg.Addr = cmp.Or(cfg.Addr, "127.0.0.1")
+	cfg.Addr = cmp.Or(cfg.Addr, AddrDefault)
 	cfg.MetricsPort = cmp.Or(cfg.MetricsPort, cfg.HTTPPort)
 	cfg.StaleAfter = cmp.Or(cfg.StaleAfter, staleAfterDefault)
 	cfg.CheckTimeout = cmp.Or(cfg.CheckTimeout, checkTimeoutDefault)
 	cfg.GaugeInterval = cmp.Or(cfg.GaugeInterval, gaugeIntervalDefault)
 	cfg.StandbyGaugeInterval = cmp.Or(cfg.StandbyGaugeInterval, standbyGaugeIntervalDefault)
-	cfg.MaxProcessing = cmp.Or(cfg.MaxProcessing, 300*time.Second)
-	for _, port := range []struct {
-		env string
-		p   int
-	}{{"OUTBOX_HTTP_PORT", cfg.HTTPPort}, {"OUTBOX_METRICS_PORT", cfg.MetricsPort}} {
-		if port.p < 1 || port.p > 65535 {
-			return nil, errors.New(port.env + "=" + strconv.Itoa(port.p) + " is out of range [1, 65535]")
-		}
+	cfg.MaxProcessing = cmp.Or(cfg.MaxProcessing, consume.MaxProcessingDefault)
+	if err := bounds.First(
+		bounds.Check("HTTPPort", cfg.HTTPPort, PortRange),
+		bounds.Check("MetricsPort", cfg.MetricsPort, PortRange),
+	); err != nil {
+		return nil, err
 	}
 	s := &Server{cfg: cfg, deps: deps}
 	s.ready = metrics.GetOrCreateGauge(`outbox_ready`, nil)
@@ -99,10 +126,16 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.gauges.oldest = metrics.GetOrCreateGauge(`outbox_oldest_age_seconds`, nil)
 	s.gauges.inflight = metrics.GetOrCreateGauge(`outbox_inflight_events`, nil)
 	s.gauges.stuck = metrics.GetOrCreateGauge(`outbox_stuck_processing_events`, nil)
+	for _, p := range deps.Projections {
+		pausedGauge(p)
+	}
 
 	api := http.NewServeMux()
 	api.HandleFunc("/healthz", s.healthz)
 	api.HandleFunc("/readyz", s.readyz)
+	for pattern, h := range deps.Routes {
+		api.Handle(pattern, h)
+	}
 	if cfg.MetricsPort == cfg.HTTPPort {
 		api.HandleFunc("/metrics", serveMetrics)
 		s.servePprof(api)
@@ -165,11 +198,21 @@ type body struct {
 	WorkerID string            `json:"worker_id"`
 	Epoch    int64             `json:"epoch"`
 	Checks   map[string]string `json:"checks,omitempty"`
+	// Paused lists the paused projections on /readyz. A pause is deliberate,
+	// so it never fails readiness; their lag grows and shows here.
+	Paused []pausedBody `json:"paused,omitempty"`
 }
 
-func (s *Server) write(w http.ResponseWriter, ok bool, checks map[string]string) {
+type pausedBody struct {
+	Projection string    `json:"projection"`
+	By         string    `json:"by"`
+	Why        string    `json:"why"`
+	Since      time.Time `json:"since"`
+}
+
+func (s *Server) write(w http.ResponseWriter, ok bool, checks map[string]string, paused []pausedBody) {
 	st := s.deps.Elector.State()
-	b := body{Status: "ok", Role: st.Role, WorkerID: st.WorkerID, Epoch: st.Epoch, Checks: checks}
+	b := body{Status: "ok", Role: st.Role, WorkerID: st.WorkerID, Epoch: st.Epoch, Checks: checks, Paused: paused}
 	code := http.StatusOK
 	if !ok {
 		b.Status, code = "fail", http.StatusServiceUnavailable
@@ -186,7 +229,7 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	if !ok {
 		checks["loop"] = "last tick " + age.Round(time.Millisecond).String() + " ago"
 	}
-	s.write(w, ok, checks)
+	s.write(w, ok, checks, nil)
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
@@ -198,7 +241,33 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	} else {
 		s.ready.Set(0)
 	}
-	s.write(w, ok, checks)
+	var paused []pausedBody
+	if checks["database"] == "ok" {
+		paused = s.paused(ctx)
+	}
+	s.write(w, ok, checks, paused)
+}
+
+// paused reads the paused projections and refreshes their gauges. A failed
+// read leaves them out: the database check already covers reachability.
+func (s *Server) paused(ctx context.Context) []pausedBody {
+	states, err := outbox.ProjectionStates(ctx, s.deps.Pool)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.deps.Log.Warn().Err(err).Msg("read projection states")
+		}
+		return nil
+	}
+	var paused []pausedBody
+	for _, st := range states {
+		v := 0.0
+		if st.Paused {
+			v = 1
+			paused = append(paused, pausedBody{Projection: st.Projection, By: st.ChangedBy, Why: st.Why, Since: st.ChangedAt.UTC()})
+		}
+		pausedGauge(st.Projection).Set(v)
+	}
+	return paused
 }
 
 func (s *Server) readiness(ctx context.Context) (map[string]string, bool) {
@@ -217,12 +286,23 @@ func (s *Server) readiness(ctx context.Context) (map[string]string, bool) {
 	}
 	if s.cfg.RequireES {
 		if err := s.deps.PingES(ctx); err != nil {
-			fail("elasticsearch", "unreachable: "+errText(err))
+			fail("elasticsearch", engineText(err))
 		} else {
 			checks["elasticsearch"] = "ok"
 		}
 	}
 	return checks, ok
+}
+
+// engineText says why the engine check failed: "unreachable" unless the
+// engine answered, e.g. with a 401 for wrong credentials. The error names
+// the engine and its reason (see projection.EngineProbe.Ping).
+func engineText(err error) string {
+	var ce *classify.Error
+	if errors.As(err, &ce) && ce.Status != 0 {
+		return "answered " + strconv.Itoa(ce.Status) + ": " + errText(err)
+	}
+	return "unreachable: " + errText(err)
 }
 
 // errText keeps probe errors short; pgx and net errors name host and port
@@ -258,9 +338,7 @@ func (s *Server) refreshGauges(ctx context.Context) {
 func (s *Server) refreshOnce(ctx context.Context) {
 	qctx, cancel := context.WithTimeout(ctx, s.cfg.CheckTimeout)
 	defer cancel()
-	checks, ok := s.readiness(qctx)
-	_ = checks
-	if ok {
+	if _, ok := s.readiness(qctx); ok {
 		s.ready.Set(1)
 	} else {
 		s.ready.Set(0)
@@ -276,7 +354,5 @@ func (s *Server) refreshOnce(ctx context.Context) {
 	s.gauges.oldest.Set(snap.OldestPendingAge.Seconds())
 	s.gauges.inflight.Set(float64(snap.InFlight))
 	s.gauges.stuck.Set(float64(snap.Stuck))
+	s.paused(qctx)
 }
-
-// RefreshNow updates the gauges at once (tests and the drain use it).
-func (s *Server) RefreshNow(ctx context.Context) { s.refreshOnce(ctx) }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -17,7 +16,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wlproj/wlproj/internal/testenv"
+	"github.com/wlproj/wlproj/internal/harness"
 	"github.com/wlproj/wlproj/leader"
 )
 
@@ -31,25 +30,18 @@ type fixture struct {
 	metrics  int
 }
 
-func freePort(t *testing.T) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // start serves a health server for a replica named w1 on the given pool;
 // change adjusts its config.
 func start(t *testing.T, pool *pgxpool.Pool, dbURL string, change func(*Config)) *fixture {
-	f := &fixture{t: t, draining: &atomic.Bool{}, port: freePort(t)}
+	f := &fixture{t: t, draining: &atomic.Bool{}, port: harness.Port(t)}
 	var err error
-	f.elector, err = leader.New(leader.Config{DatabaseURL: dbURL, WorkerID: "w1", Name: testenv.UniqueName("health_")},
-		zerolog.Nop(), func(ctx context.Context, _ int64, drain <-chan struct{}) {
+	f.elector, err = leader.New(leader.Config{DatabaseURL: dbURL, WorkerID: "w1", Name: harness.UniqueName("health_")},
+		zerolog.Nop(), leader.ServiceFunc("idle", func(ctx context.Context, _ int64, drain <-chan struct{}) {
 			select {
 			case <-ctx.Done():
 			case <-drain:
 			}
-		})
+		}))
 	require.NoError(t, err)
 	cfg := Config{HTTPPort: f.port}
 	if change != nil {
@@ -98,7 +90,7 @@ func (f *fixture) get(port int, path string) reply {
 
 // unreachablePool points at a port nothing listens on; pgxpool connects lazily.
 func unreachablePool(t *testing.T) (*pgxpool.Pool, string) {
-	u := "postgres://nobody@127.0.0.1:" + strconv.Itoa(freePort(t)) + "/none?connect_timeout=1"
+	u := "postgres://nobody@127.0.0.1:" + strconv.Itoa(harness.Port(t)) + "/none?connect_timeout=1"
 	pool, err := pgxpool.New(context.Background(), u)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
@@ -126,7 +118,7 @@ func TestHealthzFailsWhenTheLoopStopsTicking(t *testing.T) {
 }
 
 func TestReadyzNamesTheFailedCheck(t *testing.T) {
-	db := testenv.NewDatabase(t)
+	db := harness.NewDatabase(t)
 	f := start(t, db.Pool, db.URL, nil)
 
 	r := f.get(f.port, "/readyz")
@@ -147,7 +139,7 @@ func TestReadyzNamesTheFailedCheck(t *testing.T) {
 }
 
 func TestReadyzEngineGate(t *testing.T) {
-	db := testenv.NewDatabase(t)
+	db := harness.NewDatabase(t)
 	f := start(t, db.Pool, db.URL, func(c *Config) { c.RequireES = true })
 
 	r := f.get(f.port, "/readyz")
@@ -175,14 +167,14 @@ func TestReadyzFailsWithoutTheDatabase(t *testing.T) {
 }
 
 func TestBodyCarriesTheLeadersEpoch(t *testing.T) {
-	db := testenv.NewDatabase(t)
+	db := harness.NewDatabase(t)
 	f := start(t, db.Pool, db.URL, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = f.elector.Run(ctx) }()
+	go func() { defer close(done); f.elector.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 
-	testenv.Eventually(t, 10*time.Second, "the replica leads", func() bool {
+	harness.Eventually(t, 10*time.Second, "the replica leads", func() bool {
 		return f.get(f.port, "/healthz").body.Role == leader.RoleLeader
 	})
 	r := f.get(f.port, "/readyz")
@@ -194,7 +186,7 @@ func TestBodyCarriesTheLeadersEpoch(t *testing.T) {
 
 func TestMetricsAndPprofListeners(t *testing.T) {
 	pool, u := unreachablePool(t)
-	metricsPort := freePort(t)
+	metricsPort := harness.Port(t)
 	f := start(t, pool, u, func(c *Config) { c.MetricsPort = metricsPort })
 
 	require.Equal(t, http.StatusOK, f.get(metricsPort, "/metrics").code)
@@ -212,8 +204,8 @@ func TestNewRefusesPortsOutOfRange(t *testing.T) {
 	// The HTTP port first, every time: the metrics port defaults to it.
 	for range 20 {
 		_, err := New(Config{HTTPPort: 70000}, Deps{})
-		require.EqualError(t, err, "OUTBOX_HTTP_PORT=70000 is out of range [1, 65535]")
+		require.EqualError(t, err, "HTTPPort=70000 is out of range [1, 65535]")
 	}
 	_, err := New(Config{HTTPPort: 8080, MetricsPort: -1}, Deps{})
-	require.EqualError(t, err, "OUTBOX_METRICS_PORT=-1 is out of range [1, 65535]")
+	require.EqualError(t, err, "MetricsPort=-1 is out of range [1, 65535]")
 }

@@ -8,30 +8,20 @@ import (
 	"strings"
 
 	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/wlproj/wlproj/internal/metrichelp"
 )
 
 func init() { metrics.ExposeMetadata(true) }
 
-// help documents every wlproj series; promtool's linter wants help text.
-var help = map[string]string{
-	"outbox_lag_events":              "Pending outbox events (due or waiting for a retry).",
-	"outbox_oldest_age_seconds":      "Age of the oldest pending outbox event.",
-	"outbox_inflight_events":         "Outbox events in processing.",
-	"outbox_stuck_processing_events": "Processing events past their lease or the max-processing cap.",
-	"outbox_processed_total":         "Events acked done, including superseded ones.",
-	"outbox_failed_total":            "Failed attempts, by reason, whether retried or terminal.",
-	"outbox_retry_scheduled_total":   "Failed attempts sent back to pending with a backoff.",
-	"outbox_terminal_failed_total":   "Events that reached the terminal failed state.",
-	"outbox_reclaimed_total":         "Stuck events returned by the reclaimer.",
-	"outbox_superseded_total":        "Events acked without effect because a newer version was there.",
-	"outbox_replayed_total":          "Failed events returned to pending by a replay.",
-	"outbox_fenced_acks_total":       "Acks refused because the claim token was no longer current.",
-	"outbox_leader_changes_total":    "Times this replica became leader.",
-	"outbox_leader":                  "1 while this replica is the leader, else 0.",
-	"outbox_leader_epoch":            "Epoch (fencing token) of this replica's current leadership.",
-	"outbox_ready":                   "1 while this replica's readiness checks pass, else 0.",
-	"outbox_batch_duration_seconds":  "Time to project and ack one claimed batch.",
-	"outbox_event_latency_seconds":   "Time from insert to ack of an event.",
+func init() {
+	metrichelp.Describe(map[string]string{
+		"outbox_lag_events":              "Pending outbox events (due or waiting for a retry).",
+		"outbox_oldest_age_seconds":      "Age of the oldest pending outbox event.",
+		"outbox_inflight_events":         "Outbox events in processing.",
+		"outbox_stuck_processing_events": "Processing events past their lease or the max-processing cap.",
+		"outbox_ready":                   "1 while this replica's readiness checks pass, else 0.",
+	})
 }
 
 // dropped are library series that promtool's linter rejects for their names
@@ -98,7 +88,7 @@ func writeLintClean(w io.Writer, r io.Reader) {
 }
 
 func helpFor(name string) string {
-	if h, ok := help[name]; ok {
+	if h, ok := metrichelp.Help(name); ok {
 		return h
 	}
 	return "Go runtime or process metric."

@@ -14,19 +14,40 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
+
+	"github.com/wlproj/wlproj/internal/bounds"
+	"github.com/wlproj/wlproj/internal/metrichelp"
+	"github.com/wlproj/wlproj/outbox"
 )
 
+// Defaults of Config. The CLI's flags take their defaults from here.
 const (
-	nameDefault               = "wlproj"
-	checkIntervalDefault      = 250 * time.Millisecond
-	checkTimeoutDefault       = time.Second
+	NameDefault               = "wlproj"
+	CheckIntervalDefault      = 250 * time.Millisecond
+	CheckTimeoutDefault       = time.Second
 	retryIntervalDefault      = 500 * time.Millisecond
 	tickIntervalDefault       = time.Second
-	keepalivesIdleDefault     = 5 * time.Second
-	keepalivesIntervalDefault = 2 * time.Second
-	keepalivesCountDefault    = 3
+	KeepalivesIdleDefault     = 5 * time.Second
+	KeepalivesIntervalDefault = 2 * time.Second
+	KeepalivesCountDefault    = 3
 	drainTimeoutDefault       = 30 * time.Second
 )
+
+// Accepted ranges of Config.
+var (
+	CheckIntervalRange      = bounds.Range[time.Duration]{Min: 50 * time.Millisecond, Max: 10 * time.Second}
+	CheckTimeoutRange       = bounds.Range[time.Duration]{Min: 100 * time.Millisecond, Max: 30 * time.Second}
+	KeepalivesIdleRange     = bounds.Range[time.Duration]{Min: time.Second, Max: 10 * time.Minute}
+	KeepalivesIntervalRange = bounds.Range[time.Duration]{Min: time.Second, Max: 10 * time.Minute}
+	KeepalivesCountRange    = bounds.Range[int]{Min: 1, Max: 100}
+)
+
+// lockSessionPrefix starts the application_name of every lock connection.
+const lockSessionPrefix = "wlproj-leader:"
+
+// LockSessionName is the application_name of workerID's lock connection, by
+// which pg_stat_activity shows who waits for or holds the lock.
+func LockSessionName(workerID string) string { return lockSessionPrefix + workerID }
 
 // Config configures an Elector.
 type Config struct {
@@ -60,32 +81,34 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	c.Name = cmp.Or(c.Name, nameDefault)
-	c.CheckInterval = cmp.Or(c.CheckInterval, checkIntervalDefault)
-	c.CheckTimeout = cmp.Or(c.CheckTimeout, checkTimeoutDefault)
+	c.Name = cmp.Or(c.Name, NameDefault)
+	c.CheckInterval = cmp.Or(c.CheckInterval, CheckIntervalDefault)
+	c.CheckTimeout = cmp.Or(c.CheckTimeout, CheckTimeoutDefault)
 	c.RetryInterval = cmp.Or(c.RetryInterval, retryIntervalDefault)
 	c.TickInterval = cmp.Or(c.TickInterval, tickIntervalDefault)
-	c.KeepalivesIdle = cmp.Or(c.KeepalivesIdle, keepalivesIdleDefault)
-	c.KeepalivesInterval = cmp.Or(c.KeepalivesInterval, keepalivesIntervalDefault)
-	c.KeepalivesCount = cmp.Or(c.KeepalivesCount, keepalivesCountDefault)
+	c.KeepalivesIdle = cmp.Or(c.KeepalivesIdle, KeepalivesIdleDefault)
+	c.KeepalivesInterval = cmp.Or(c.KeepalivesInterval, KeepalivesIntervalDefault)
+	c.KeepalivesCount = cmp.Or(c.KeepalivesCount, KeepalivesCountDefault)
 	c.DrainTimeout = cmp.Or(c.DrainTimeout, drainTimeoutDefault)
 	return c
 }
 
-func (c Config) validate() error {
+// Validate checks the settings; a range error is a *bounds.FieldError.
+func (c Config) Validate() error {
 	if c.DatabaseURL == "" {
-		return errors.New("DATABASE_URL is required")
+		return errors.New("DatabaseURL is required")
 	}
 	if c.WorkerID == "" {
-		return errors.New("OUTBOX_WORKER_ID is required")
+		return errors.New("WorkerID is required")
 	}
-	return nil
+	return bounds.First(
+		bounds.Check("CheckInterval", c.CheckInterval, CheckIntervalRange),
+		bounds.Check("CheckTimeout", c.CheckTimeout, CheckTimeoutRange),
+		bounds.Check("KeepalivesIdle", c.KeepalivesIdle, KeepalivesIdleRange),
+		bounds.Check("KeepalivesInterval", c.KeepalivesInterval, KeepalivesIntervalRange),
+		bounds.Check("KeepalivesCount", c.KeepalivesCount, KeepalivesCountRange),
+	)
 }
-
-// Services is what the leader runs. It must return once ctx is cancelled
-// (leadership lost: stop writing at once) or drain is closed (shutdown:
-// finish in-flight work within the grace period, then return).
-type Services func(ctx context.Context, epoch int64, drain <-chan struct{})
 
 // Role of a replica.
 type Role string
@@ -103,6 +126,14 @@ type State struct {
 	Since    time.Time `json:"since"`
 }
 
+func init() {
+	metrichelp.Describe(map[string]string{
+		"outbox_leader":               "1 while this replica is the leader, else 0.",
+		"outbox_leader_epoch":         "Epoch (fencing token) of this replica's current leadership.",
+		"outbox_leader_changes_total": "Times this replica became leader.",
+	})
+}
+
 var (
 	leaderGauge   = metrics.NewGauge(`outbox_leader`, nil)
 	epochGauge    = metrics.NewGauge(`outbox_leader_epoch`, nil)
@@ -113,7 +144,7 @@ var (
 type Elector struct {
 	cfg      Config
 	log      zerolog.Logger
-	services Services
+	services []Service
 	// OnTick, if set, is called from the loop every TickInterval; liveness
 	// and the systemd watchdog hang off it.
 	OnTick func()
@@ -124,12 +155,12 @@ type Elector struct {
 }
 
 // New validates cfg and returns an Elector that runs services while leader.
-func New(cfg Config, log zerolog.Logger, services Services) (*Elector, error) {
+func New(cfg Config, log zerolog.Logger, services ...Service) (*Elector, error) {
 	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	e := &Elector{cfg: cfg, log: log.With().Str("component", "leader").Logger(), services: services}
+	e := &Elector{cfg: cfg, log: log.With().Str("service", "leader").Logger(), services: services}
 	e.state = State{Role: RoleStandby, WorkerID: cfg.WorkerID, Since: time.Now()}
 	// Live from the start: /healthz is served before the loop's first tick.
 	e.tick.Store(time.Now().UnixNano())
@@ -168,7 +199,7 @@ func (e *Elector) ticked() {
 
 // Run campaigns until ctx is cancelled. Cancelling ctx is a graceful
 // shutdown: a leader drains its services, then releases the lock.
-func (e *Elector) Run(ctx context.Context) error {
+func (e *Elector) Run(ctx context.Context) {
 	e.ticked()
 	for ctx.Err() == nil {
 		err := e.campaign(ctx)
@@ -180,16 +211,15 @@ func (e *Elector) Run(ctx context.Context) error {
 			}
 		}
 	}
-	return nil
 }
 
 func (e *Elector) connect(ctx context.Context) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(e.cfg.DatabaseURL)
 	if err != nil {
-		return nil, fmt.Errorf("DATABASE_URL: %w", err)
+		return nil, fmt.Errorf("database URL: %w", err)
 	}
 	secs := func(d time.Duration) string { return strconv.Itoa(int(d.Seconds())) }
-	cfg.RuntimeParams["application_name"] = "wlproj-leader:" + e.cfg.WorkerID
+	cfg.RuntimeParams["application_name"] = LockSessionName(e.cfg.WorkerID)
 	cfg.RuntimeParams["tcp_keepalives_idle"] = secs(e.cfg.KeepalivesIdle)
 	cfg.RuntimeParams["tcp_keepalives_interval"] = secs(e.cfg.KeepalivesInterval)
 	cfg.RuntimeParams["tcp_keepalives_count"] = strconv.Itoa(e.cfg.KeepalivesCount)
@@ -217,7 +247,7 @@ func (e *Elector) campaign(ctx context.Context) error {
 	waitCtx, stopWaiting := context.WithCancel(ctx)
 	defer stopWaiting()
 	go func() {
-		_, err := conn.Exec(waitCtx, `SELECT pg_advisory_lock(hashtextextended($1, 0))`, e.cfg.Name)
+		_, err := conn.Exec(waitCtx, outbox.LockSQL, e.cfg.Name)
 		locked <- err
 	}()
 	ticker := time.NewTicker(e.cfg.TickInterval)
@@ -235,10 +265,7 @@ func (e *Elector) campaign(ctx context.Context) error {
 	}
 
 	var epoch int64
-	err = conn.QueryRow(ctx, `
-		INSERT INTO outbox_leader (name, holder, epoch, acquired_at) VALUES ($1, $2, 1, now())
-		ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, epoch = outbox_leader.epoch + 1, acquired_at = now()
-		RETURNING epoch`, e.cfg.Name, e.cfg.WorkerID).Scan(&epoch)
+	err = conn.QueryRow(ctx, outbox.BumpEpochSQL, e.cfg.Name, e.cfg.WorkerID).Scan(&epoch)
 	if err != nil {
 		return fmt.Errorf("bump epoch: %w", err)
 	}
@@ -256,7 +283,7 @@ func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, epoch int64) error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		e.services(svcCtx, epoch, drain)
+		runAll(svcCtx, epoch, drain, e.services)
 	}()
 
 	check := time.NewTicker(e.cfg.CheckInterval)
@@ -267,23 +294,9 @@ func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, epoch int64) error {
 		select {
 		case <-ctx.Done():
 			close(drain)
-			// Keep ticking: a drain is progress, not a hang, for /healthz.
-			timeout := time.After(e.cfg.DrainTimeout)
-			for drained := false; !drained; {
-				select {
-				case <-done:
-					drained = true
-				case <-tick.C:
-					e.ticked()
-				case <-timeout:
-					e.log.Warn().Msg("drain timed out; cancelling services")
-					cancel()
-					<-done
-					drained = true
-				}
-			}
+			e.awaitDrain(done, tick.C, cancel)
 			unlockCtx, cancelUnlock := context.WithTimeout(context.Background(), e.cfg.CheckTimeout)
-			_, err := conn.Exec(unlockCtx, `SELECT pg_advisory_unlock(hashtextextended($1, 0))`, e.cfg.Name)
+			_, err := conn.Exec(unlockCtx, outbox.UnlockSQL, e.cfg.Name)
 			cancelUnlock()
 			e.log.Info().Int64("epoch", epoch).Err(err).Msg("released leadership")
 			return nil
@@ -304,12 +317,31 @@ func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, epoch int64) error {
 	}
 }
 
+// awaitDrain waits for the drained services, cancelling them after
+// DrainTimeout. It keeps ticking: a drain is progress, not a hang, for /healthz.
+func (e *Elector) awaitDrain(done <-chan struct{}, tick <-chan time.Time, cancel context.CancelFunc) {
+	timeout := time.After(e.cfg.DrainTimeout)
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick:
+			e.ticked()
+		case <-timeout:
+			e.log.Warn().Msg("drain timed out; cancelling services")
+			cancel()
+			<-done
+			return
+		}
+	}
+}
+
 // check proves the lock session is alive and no one has taken a newer epoch.
 func (e *Elector) check(conn *pgx.Conn, epoch int64) error {
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.CheckTimeout)
 	defer cancel()
 	var current int64
-	err := conn.QueryRow(ctx, `SELECT epoch FROM outbox_leader WHERE name = $1`, e.cfg.Name).Scan(&current)
+	err := conn.QueryRow(ctx, outbox.EpochSQL, e.cfg.Name).Scan(&current)
 	if err != nil {
 		return fmt.Errorf("lock connection check: %w", err)
 	}

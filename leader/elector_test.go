@@ -9,7 +9,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wlproj/wlproj/internal/testenv"
+	"github.com/wlproj/wlproj/internal/harness"
 )
 
 // replica runs one elector whose services record their life.
@@ -23,33 +23,37 @@ type replica struct {
 	drained int // services ended by drain
 }
 
-func startReplica(t *testing.T, db testenv.DB, id string) *replica {
+func startReplica(t *testing.T, db harness.DB, id string) *replica {
 	t.Helper()
 	r := &replica{done: make(chan struct{})}
 	var err error
 	r.e, err = New(Config{DatabaseURL: db.URL, Name: "test", WorkerID: id, CheckInterval: 50 * time.Millisecond,
-		TickInterval: 50 * time.Millisecond, RetryInterval: 50 * time.Millisecond}, zerolog.Nop(),
-		func(ctx context.Context, epoch int64, drain <-chan struct{}) {
-			r.mu.Lock()
-			r.elected = append(r.elected, epoch)
-			r.mu.Unlock()
-			select {
-			case <-ctx.Done():
-				r.mu.Lock()
-				r.aborted++
-				r.mu.Unlock()
-			case <-drain:
-				r.mu.Lock()
-				r.drained++
-				r.mu.Unlock()
-			}
-		})
+		TickInterval: 50 * time.Millisecond, RetryInterval: 50 * time.Millisecond}, zerolog.Nop(), r)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
-	go func() { defer close(r.done); _ = r.e.Run(ctx) }()
+	go func() { defer close(r.done); r.e.Run(ctx) }()
 	t.Cleanup(r.stop)
 	return r
+}
+
+func (r *replica) Name() string { return "recorder" }
+
+// Run records the term and how it ended.
+func (r *replica) Run(ctx context.Context, epoch int64, drain <-chan struct{}) {
+	r.mu.Lock()
+	r.elected = append(r.elected, epoch)
+	r.mu.Unlock()
+	select {
+	case <-ctx.Done():
+		r.mu.Lock()
+		r.aborted++
+		r.mu.Unlock()
+	case <-drain:
+		r.mu.Lock()
+		r.drained++
+		r.mu.Unlock()
+	}
 }
 
 func (r *replica) stop() {
@@ -61,31 +65,20 @@ func (r *replica) leading() bool { return r.e.State().Role == RoleLeader }
 
 func waitLeader(t *testing.T, rs ...*replica) *replica {
 	t.Helper()
-	var l *replica
-	testenv.Eventually(t, 10*time.Second, "exactly one leader", func() bool {
-		n := 0
-		for _, r := range rs {
-			if r.leading() {
-				l = r
-				n++
-			}
-		}
-		return n == 1
-	})
-	return l
+	return harness.EventuallyOne(t, 10*time.Second, "exactly one leader", rs, (*replica).leading)
 }
 
-func lockHolderPID(t *testing.T, db testenv.DB, worker string) int {
+func lockHolderPID(t *testing.T, db harness.DB, worker string) int {
 	t.Helper()
 	var pid int
 	require.NoError(t, db.Pool.QueryRow(context.Background(), `
-		SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()`, "wlproj-leader:"+worker).Scan(&pid))
+		SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()`, LockSessionName(worker)).Scan(&pid))
 	return pid
 }
 
 func TestOneLeaderAndGracefulHandover(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDatabase(t)
+	db := harness.NewDatabase(t)
 	a, b := startReplica(t, db, "a"), startReplica(t, db, "b")
 	first := waitLeader(t, a, b)
 	other := map[*replica]*replica{a: b, b: a}[first]
@@ -100,7 +93,7 @@ func TestOneLeaderAndGracefulHandover(t *testing.T) {
 
 func TestTerminatedLockSessionStopsTheLeader(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDatabase(t)
+	db := harness.NewDatabase(t)
 	a, b := startReplica(t, db, "a"), startReplica(t, db, "b")
 	first := waitLeader(t, a, b)
 	other := map[*replica]*replica{a: b, b: a}[first]
@@ -111,14 +104,14 @@ func TestTerminatedLockSessionStopsTheLeader(t *testing.T) {
 	_, err := db.Pool.Exec(context.Background(), `SELECT pg_terminate_backend($1)`, pid)
 	require.NoError(t, err)
 
-	testenv.Eventually(t, 5*time.Second, "old leader stopped its services", func() bool {
+	harness.Eventually(t, 5*time.Second, "old leader stopped its services", func() bool {
 		first.mu.Lock()
 		defer first.mu.Unlock()
 		return first.aborted == 1
 	})
 	stoppedIn := time.Since(killed)
 	require.Less(t, stoppedIn, 2*time.Second, "the leader notices within its check interval")
-	testenv.Eventually(t, 5*time.Second, "a new leader with a newer epoch", func() bool {
+	harness.Eventually(t, 5*time.Second, "a new leader with a newer epoch", func() bool {
 		for _, r := range []*replica{other, first} {
 			if r.leading() && r.e.State().Epoch > epoch {
 				return true
@@ -131,12 +124,12 @@ func TestTerminatedLockSessionStopsTheLeader(t *testing.T) {
 
 func TestHealthTicksWhileStandby(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDatabase(t)
+	db := harness.NewDatabase(t)
 	a, b := startReplica(t, db, "a"), startReplica(t, db, "b")
 	l := waitLeader(t, a, b)
 	standby := map[*replica]*replica{a: b, b: a}[l]
 	before := standby.e.LastTick()
-	testenv.Eventually(t, 2*time.Second, "standby ticks while it waits for the lock", func() bool {
+	harness.Eventually(t, 2*time.Second, "standby ticks while it waits for the lock", func() bool {
 		return standby.e.LastTick().After(before)
 	})
 }

@@ -8,13 +8,13 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wlproj/wlproj/internal/testenv"
+	"github.com/wlproj/wlproj/internal/harness"
 	"github.com/wlproj/wlproj/migrations"
 )
 
 func TestUpTwiceIsNoOp(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewEmptyDatabase(t)
+	db := harness.NewEmptyDatabase(t)
 	ctx := context.Background()
 
 	first, err := migrations.Up(ctx, db.URL, migrations.Expect{Database: db.Name})
@@ -29,7 +29,7 @@ func TestUpTwiceIsNoOp(t *testing.T) {
 
 func TestUpRefusesWrongDatabase(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewEmptyDatabase(t)
+	db := harness.NewEmptyDatabase(t)
 	ctx := context.Background()
 
 	for _, want := range []migrations.Expect{
@@ -52,7 +52,7 @@ func TestUpRefusesWrongDatabase(t *testing.T) {
 
 func TestProducerInsert(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDatabase(t)
+	db := harness.NewDatabase(t)
 	ctx := context.Background()
 
 	var (
@@ -78,7 +78,7 @@ func TestProducerInsert(t *testing.T) {
 
 func TestInsertRejectsUnknownOp(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDatabase(t)
+	db := harness.NewDatabase(t)
 	_, err := db.Pool.Exec(context.Background(),
 		`INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', '1', 'merge')`)
 	var pgErr *pgconn.PgError
@@ -89,7 +89,7 @@ func TestInsertRejectsUnknownOp(t *testing.T) {
 
 func TestInsertNotifies(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDatabase(t)
+	db := harness.NewDatabase(t)
 	ctx := context.Background()
 	conn, err := db.Pool.Acquire(ctx)
 	require.NoError(t, err)
@@ -105,7 +105,7 @@ func TestInsertNotifies(t *testing.T) {
 
 func TestAppendErrorKeepsNewest(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDatabase(t)
+	db := harness.NewDatabase(t)
 	var got string
 	err := db.Pool.QueryRow(context.Background(), `
 		SELECT outbox_append_error(outbox_append_error(outbox_append_error('[]', '1', 2), '2', 2), '3', 2)::text`).Scan(&got)

@@ -14,6 +14,10 @@
 //	 │       or claimed by an older epoch) ───┘                            │
 //	 └────────────── replay (audited, by an operator or auto) ─────────────┘
 //
+// The claim passes over the rows of a projection an operator paused
+// (outbox_projection_state, SetPaused): they wait in pending, audited, and
+// hold up no row behind them.
+//
 // A row leaves processing only through a statement whose WHERE clause checks
 // status, owner and claim token, and that the token is still the current
 // leader epoch, so a deposed leader's late writes change nothing.

@@ -17,6 +17,29 @@ type Event struct {
 	ScopeKey     *string
 	Attempts     int
 	CreatedAt    time.Time
+	// Applied is the ledger's entry for the event's document when the event
+	// was claimed, nil if the projection never applied one.
+	Applied *Applied
+}
+
+// Applied is what the ledger (outbox_applied) remembers of a document: the
+// newest version its projection confirmed, by which event.
+type Applied struct {
+	Version int64
+	EventID int64
+	Deleted bool
+}
+
+// Stale reports whether the ledger already holds this event's version or a
+// newer one. Events are ordered by (version, outbox id): of two events with
+// one version the later outbox row wins, as the search handler's coalescing
+// does, and an event never applies twice.
+func (e Event) Stale() bool {
+	if e.Applied == nil {
+		return false
+	}
+	v := e.Version()
+	return v < e.Applied.Version || (v == e.Applied.Version && e.ID <= e.Applied.EventID)
 }
 
 // Ops a producer may write.

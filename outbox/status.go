@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,6 +26,7 @@ const (
 	StatusProcessing = "processing"
 	StatusDone       = "done"
 	StatusFailed     = "failed"
+	StatusDiscarded  = "discarded"
 )
 
 // topFailedReasons is how many (projection, reason) pairs a Snapshot keeps.
@@ -32,7 +35,7 @@ const topFailedReasons = 10
 // Snapshot is the state of the outbox at one moment, for `wlproj status` and
 // the gauges.
 type Snapshot struct {
-	// Counts has all four statuses as keys. The done count is an estimate
+	// Counts has every status as a key. The done count is an estimate
 	// unless DoneExact (see SnapshotOptions.ExactDone).
 	Counts    map[string]int64
 	DoneExact bool
@@ -47,8 +50,17 @@ type Snapshot struct {
 	// max-processing cap; the leader's reclaimer returns them to pending.
 	Stuck            int64
 	TopFailedReasons []ReasonCount
+	// OldestDoneAge is how long ago the oldest done row was acked; the
+	// leader's pruner keeps it near the retention.
+	OldestDoneAge time.Duration
+	// DoneOverRetention counts done rows older than SnapshotOptions.Retention
+	// (not counted when that is zero): what the pruner has yet to delete.
+	DoneOverRetention int64
 	// Leader is the newest leader record, nil if no replica ever led.
 	Leader *LeaderInfo
+	// Projections is the lag and state of each projection, by name; only
+	// with SnapshotOptions.Projections.
+	Projections []ProjectionLag
 	// TakenAt is the database's clock when the counts were read.
 	TakenAt time.Time
 }
@@ -58,6 +70,17 @@ type ReasonCount struct {
 	Projection string
 	Reason     string
 	Count      int64
+}
+
+// ProjectionLag is one projection's backlog and whether it is paused.
+type ProjectionLag struct {
+	Projection string
+	// Pending counts its pending rows, due or waiting for a retry.
+	Pending          int64
+	OldestPendingAge time.Duration
+	// State is its outbox_projection_state row: Paused, by whom, why and
+	// since when. Zero for a projection never paused.
+	State ProjectionState
 }
 
 // LeaderInfo is a row of outbox_leader.
@@ -80,7 +103,18 @@ type SnapshotOptions struct {
 	// default the done count is the planner's live-row estimate minus the
 	// exact counts of the other statuses, which is free.
 	ExactDone bool
+	// Retention, when set, counts the done rows older than it.
+	Retention time.Duration
+	// Projections, when set, adds Snapshot.Projections: these names, and
+	// any other projection with pending rows or a state row. Its count
+	// reads every pending row, so the gauges leave it out.
+	Projections []string
 }
+
+// stuckWhere is true of a processing row that is stuck: its lease expired,
+// or it has been processing longer than $1 seconds (when positive).
+const stuckWhere = `(lease_until < now()
+             OR ($1::float8 > 0 AND processing_started_at < now() - make_interval(secs => $1::float8)))`
 
 // Every count except done walks one of the partial indexes, so its cost
 // follows the backlog, failed set or in-flight set, never the done history.
@@ -91,13 +125,15 @@ SELECT
     (SELECT count(*) FROM outbox_events WHERE status = 'pending'),
     (SELECT count(*) FROM outbox_events WHERE status = 'processing'),
     (SELECT count(*) FROM outbox_events WHERE status = 'failed'),
-    (SELECT count(*) FROM outbox_events WHERE status = 'processing'
-        AND (lease_until < now()
-             OR ($1::float8 > 0 AND processing_started_at < now() - make_interval(secs => $1::float8)))),
+    (SELECT count(*) FROM outbox_events WHERE status = 'discarded'),
+    (SELECT count(*) FROM outbox_events WHERE status = 'processing' AND ` + stuckWhere + `),
     (SELECT created_at FROM outbox_events WHERE status = 'pending' ORDER BY id LIMIT 1),
     CASE WHEN $2::bool THEN (SELECT count(*) FROM outbox_events WHERE status = 'done')
          ELSE greatest(pg_stat_get_live_tuples('outbox_events'::regclass), 0) END,
-    now()`
+    now(),
+    (SELECT min(processed_at) FROM outbox_events WHERE status = 'done'),
+    CASE WHEN $3::float8 > 0 THEN (SELECT count(*) FROM outbox_events
+          WHERE status = 'done' AND processed_at < now() - make_interval(secs => $3::float8)) ELSE 0 END`
 
 const topFailedSQL = `
 SELECT projection, coalesce(error_reason, ''), count(*)
@@ -107,18 +143,25 @@ SELECT projection, coalesce(error_reason, ''), count(*)
  ORDER BY 3 DESC, 1, 2
  LIMIT $1`
 
-// The leader holds pg_advisory_lock(hashtextextended(name, 0)) on its lock
-// connection (see package leader); a bigint key shows in pg_locks split into
-// classid (high half) and objid (low half) with objsubid 1.
-const leaderSQL = `
+// The leader holds LockSQL's lock on its lock connection; a bigint key shows
+// in pg_locks split into classid and objid with objsubid 1.
+var leaderSelect = `
 SELECT l.name, l.holder, l.epoch, l.acquired_at,
        EXISTS (SELECT 1 FROM pg_locks k
-                WHERE k.locktype = 'advisory' AND k.granted AND k.objsubid = 1
-                  AND k.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-                  AND ((k.classid::bigint << 32) | k.objid::bigint) = hashtextextended(l.name, 0)) AS active
-  FROM outbox_leader l
+                WHERE k.locktype = 'advisory' AND k.granted AND ` + lockOf("l.name") + `) AS active
+  FROM outbox_leader l`
+
+var leaderSQL = leaderSelect + `
  ORDER BY active DESC, l.acquired_at DESC
  LIMIT 1`
+
+// lockOf is true of a pg_locks row k that is the leader lock of name, an
+// SQL expression.
+func lockOf(name string) string {
+	return `k.locktype = 'advisory' AND k.objsubid = 1
+                  AND k.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                  AND ((k.classid::bigint << 32) | k.objid::bigint) = ` + fmt.Sprintf(lockKey, name)
+}
 
 // TakeSnapshot reads the outbox state with an estimated done count.
 func TakeSnapshot(ctx context.Context, db Querier, maxProcessing time.Duration) (Snapshot, error) {
@@ -128,27 +171,31 @@ func TakeSnapshot(ctx context.Context, db Querier, maxProcessing time.Duration) 
 // TakeSnapshotWith reads the outbox state.
 func TakeSnapshotWith(ctx context.Context, db Querier, opts SnapshotOptions) (Snapshot, error) {
 	s := Snapshot{DoneExact: opts.ExactDone}
-	var pending, processing, failed, stuck, done int64
-	var oldest *time.Time
-	err := db.QueryRow(ctx, snapshotSQL, opts.MaxProcessing.Seconds(), opts.ExactDone).
-		Scan(&pending, &processing, &failed, &stuck, &oldest, &done, &s.TakenAt)
+	var pending, processing, failed, discarded, stuck, done int64
+	var oldest, oldestDone *time.Time
+	err := db.QueryRow(ctx, snapshotSQL, opts.MaxProcessing.Seconds(), opts.ExactDone, opts.Retention.Seconds()).
+		Scan(&pending, &processing, &failed, &discarded, &stuck, &oldest, &done, &s.TakenAt, &oldestDone, &s.DoneOverRetention)
 	if err != nil {
 		return s, fmt.Errorf("snapshot counts: %w", err)
 	}
 	if !opts.ExactDone {
 		// The live-tuple statistic includes every status and lags behind by
 		// up to a second or so; what is left after the exact counts is done.
-		done = max(done-pending-processing-failed, 0)
+		done = max(done-pending-processing-failed-discarded, 0)
 	}
 	s.Counts = map[string]int64{
 		StatusPending:    pending,
 		StatusProcessing: processing,
 		StatusDone:       done,
 		StatusFailed:     failed,
+		StatusDiscarded:  discarded,
 	}
 	s.Lag, s.InFlight, s.Stuck = pending, processing, stuck
 	if oldest != nil {
 		s.OldestPendingAge = max(s.TakenAt.Sub(*oldest), 0)
+	}
+	if oldestDone != nil {
+		s.OldestDoneAge = max(s.TakenAt.Sub(*oldestDone), 0)
 	}
 
 	rows, err := db.Query(ctx, topFailedSQL, topFailedReasons)
@@ -164,14 +211,76 @@ func TakeSnapshotWith(ctx context.Context, db Querier, opts SnapshotOptions) (Sn
 		return s, fmt.Errorf("snapshot failed reasons: %w", err)
 	}
 
+	if opts.Projections != nil {
+		if s.Projections, err = projectionLags(ctx, db, opts.Projections, s.TakenAt); err != nil {
+			return s, err
+		}
+	}
+
+	s.Leader, err = readLeader(ctx, db)
+	return s, err
+}
+
+// readLeader is the newest leader record, nil if no replica ever led.
+func readLeader(ctx context.Context, db Querier) (*LeaderInfo, error) {
 	var l LeaderInfo
-	err = db.QueryRow(ctx, leaderSQL).Scan(&l.Name, &l.Holder, &l.Epoch, &l.AcquiredAt, &l.Active)
+	err := db.QueryRow(ctx, leaderSQL).Scan(&l.Name, &l.Holder, &l.Epoch, &l.AcquiredAt, &l.Active)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
+		return nil, nil
 	case err != nil:
-		return s, fmt.Errorf("snapshot leader: %w", err)
-	default:
-		s.Leader = &l
+		return nil, fmt.Errorf("snapshot leader: %w", err)
 	}
-	return s, nil
+	return &l, nil
+}
+
+// pendingByProjectionSQL walks the pending partial index and reads each
+// row's projection: its cost follows the backlog.
+const pendingByProjectionSQL = `
+SELECT projection, count(*), min(created_at) FROM outbox_events WHERE status = 'pending' GROUP BY projection`
+
+// projectionLags joins the pending counts with the state rows, for known
+// and every other projection that shows up, sorted by name.
+func projectionLags(ctx context.Context, db Querier, known []string, now time.Time) ([]ProjectionLag, error) {
+	byName := map[string]*ProjectionLag{}
+	get := func(name string) *ProjectionLag {
+		if byName[name] == nil {
+			byName[name] = &ProjectionLag{Projection: name, State: ProjectionState{Projection: name}}
+		}
+		return byName[name]
+	}
+	for _, name := range known {
+		get(name)
+	}
+	rows, err := db.Query(ctx, pendingByProjectionSQL)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot projections: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		var n int64
+		var oldest time.Time
+		if err := rows.Scan(&name, &n, &oldest); err != nil {
+			return nil, fmt.Errorf("snapshot projections: %w", err)
+		}
+		p := get(name)
+		p.Pending, p.OldestPendingAge = n, max(now.Sub(oldest), 0)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("snapshot projections: %w", err)
+	}
+	states, err := ProjectionStates(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	for _, st := range states {
+		get(st.Projection).State = st
+	}
+	out := make([]ProjectionLag, 0, len(byName))
+	for _, p := range byName {
+		out = append(out, *p)
+	}
+	slices.SortFunc(out, func(a, b ProjectionLag) int { return strings.Compare(a.Projection, b.Projection) })
+	return out, nil
 }

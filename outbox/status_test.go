@@ -8,13 +8,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wlproj/wlproj/internal/testenv"
+	"github.com/wlproj/wlproj/internal/harness"
 	"github.com/wlproj/wlproj/outbox"
 )
 
 // seedStatuses inserts rows and moves them into every status with plain SQL,
 // the way the daemon would leave them.
-func seedStatuses(t *testing.T, db testenv.DB) {
+func seedStatuses(t *testing.T, db harness.DB) {
 	t.Helper()
 	ctx := context.Background()
 	_, err := db.Pool.Exec(ctx, `
@@ -39,13 +39,13 @@ func seedStatuses(t *testing.T, db testenv.DB) {
 
 func TestSnapshotCounts(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDatabase(t)
+	db := harness.NewDatabase(t)
 	ctx := context.Background()
 	seedStatuses(t, db)
 
 	s, err := outbox.TakeSnapshotWith(ctx, db.Pool, outbox.SnapshotOptions{MaxProcessing: 5 * time.Minute, ExactDone: true})
 	require.NoError(t, err)
-	require.Equal(t, map[string]int64{"pending": 7, "processing": 4, "done": 5, "failed": 4}, s.Counts)
+	require.Equal(t, map[string]int64{"pending": 7, "processing": 4, "done": 5, "failed": 4, "discarded": 0}, s.Counts)
 	require.True(t, s.DoneExact)
 	require.EqualValues(t, 7, s.Lag)
 	require.EqualValues(t, 4, s.InFlight)
@@ -63,16 +63,16 @@ func TestSnapshotCounts(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, s.Stuck)
 	require.False(t, s.DoneExact)
-	require.Len(t, s.Counts, 4)
+	require.Len(t, s.Counts, 5)
 	require.GreaterOrEqual(t, s.Counts["done"], int64(0))
 }
 
 func TestSnapshotEmpty(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDatabase(t)
+	db := harness.NewDatabase(t)
 	s, err := outbox.TakeSnapshot(context.Background(), db.Pool, time.Minute)
 	require.NoError(t, err)
-	require.Equal(t, map[string]int64{"pending": 0, "processing": 0, "done": 0, "failed": 0}, s.Counts)
+	require.Equal(t, map[string]int64{"pending": 0, "processing": 0, "done": 0, "failed": 0, "discarded": 0}, s.Counts)
 	require.Zero(t, s.OldestPendingAge)
 	require.Empty(t, s.TopFailedReasons)
 	require.Nil(t, s.Leader)
@@ -84,7 +84,7 @@ func TestSnapshotLeader(t *testing.T) {
 	for _, name := range []string{"wlproj", "a"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			db := testenv.NewDatabase(t)
+			db := harness.NewDatabase(t)
 			ctx := context.Background()
 			_, err := db.Pool.Exec(ctx, `INSERT INTO outbox_leader (name, holder, epoch) VALUES ($1, 'worker-a', 7)`, name)
 			require.NoError(t, err)
@@ -113,7 +113,7 @@ func TestSnapshotLeader(t *testing.T) {
 
 func TestSnapshotInTx(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDatabase(t)
+	db := harness.NewDatabase(t)
 	ctx := context.Background()
 	tx, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)
@@ -121,4 +121,46 @@ func TestSnapshotInTx(t *testing.T) {
 	var q outbox.Querier = tx
 	_, err = outbox.TakeSnapshot(ctx, q, time.Minute)
 	require.NoError(t, err)
+}
+
+// Per projection: the known ones even when idle, any other with pending
+// rows, and who paused which, why and since when.
+func TestSnapshotByProjection(t *testing.T) {
+	t.Parallel()
+	db := harness.NewDatabase(t)
+	ctx := context.Background()
+	seedStatuses(t, db) // 7 pending search rows, the oldest 86 minutes old
+	_, err := db.Pool.Exec(ctx, `
+		INSERT INTO outbox_events (projection, entity_type, entity_id, op, created_at)
+		SELECT 'chronicle', 'book', g::text, 'upsert', now() - interval '10 minutes' FROM generate_series(1, 3) g;
+		INSERT INTO outbox_events (projection, entity_type, entity_id, op) VALUES ('retired', 'book', 'x', 'upsert')`)
+	require.NoError(t, err)
+	_, err = outbox.SetPaused(ctx, db.Pool, outbox.PauseRequest{Projection: "chronicle", Paused: true, By: "alice", Why: "INC-7"})
+	require.NoError(t, err)
+
+	s, err := outbox.TakeSnapshot(ctx, db.Pool, time.Minute)
+	require.NoError(t, err)
+	require.Nil(t, s.Projections, "only on request: it reads every pending row")
+
+	s, err = outbox.TakeSnapshotWith(ctx, db.Pool, outbox.SnapshotOptions{Projections: []string{"search", "chronicle", "idle"}})
+	require.NoError(t, err)
+	require.Len(t, s.Projections, 4)
+	byName := map[string]outbox.ProjectionLag{}
+	for _, p := range s.Projections {
+		byName[p.Projection] = p
+	}
+	require.Equal(t, []string{"chronicle", "idle", "retired", "search"},
+		[]string{s.Projections[0].Projection, s.Projections[1].Projection, s.Projections[2].Projection, s.Projections[3].Projection})
+	require.EqualValues(t, 7, byName["search"].Pending)
+	require.InDelta(t, (86 * time.Minute).Seconds(), byName["search"].OldestPendingAge.Seconds(), 5)
+	require.False(t, byName["search"].State.Paused)
+	c := byName["chronicle"]
+	require.EqualValues(t, 3, c.Pending)
+	require.InDelta(t, (10 * time.Minute).Seconds(), c.OldestPendingAge.Seconds(), 5)
+	require.True(t, c.State.Paused)
+	require.Equal(t, "alice", c.State.ChangedBy)
+	require.Equal(t, "INC-7", c.State.Why)
+	require.WithinDuration(t, s.TakenAt, c.State.ChangedAt, time.Minute)
+	require.Equal(t, outbox.ProjectionLag{Projection: "idle", State: outbox.ProjectionState{Projection: "idle"}}, byName["idle"])
+	require.EqualValues(t, 1, byName["retired"].Pending)
 }

@@ -7,18 +7,18 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/wlproj/wlproj/internal/testenv"
+	"github.com/wlproj/wlproj/internal/harness"
 	"github.com/wlproj/wlproj/outbox"
 )
 
 type bundle struct {
-	db    testenv.DB
+	db    harness.DB
 	store *outbox.Store
 }
 
 func setup(t *testing.T) bundle {
 	t.Helper()
-	db := testenv.NewDatabase(t)
+	db := harness.NewDatabase(t)
 	return bundle{db: db, store: &outbox.Store{Pool: db.Pool, Owner: "w1", LeaderName: "test"}}
 }
 
@@ -67,7 +67,7 @@ func TestClaimInIDOrderAndAckDone(t *testing.T) {
 	require.JSONEq(t, `{"title":"b1"}`, string(events[0].Payload))
 	require.Equal(t, map[string]int{"processing": 3, "pending": 2}, b.statuses(t))
 
-	acked, err := b.store.AckDone(ctx, 1, []int64{1, 2, 3})
+	acked, err := b.store.AckDone(ctx, 1, []int64{1, 2, 3}, nil)
 	require.NoError(t, err)
 	require.Len(t, acked, 3)
 	require.Equal(t, map[string]int{"done": 3, "pending": 2}, b.statuses(t))
@@ -105,7 +105,7 @@ func TestStaleEpochIsFenced(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, stale, "a deposed leader claims nothing")
 
-	acked, err := b.store.AckDone(ctx, 1, []int64{1, 2})
+	acked, err := b.store.AckDone(ctx, 1, []int64{1, 2}, nil)
 	require.NoError(t, err)
 	require.Empty(t, acked, "a deposed leader's ack changes nothing")
 

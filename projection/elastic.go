@@ -16,21 +16,26 @@ import (
 	"time"
 
 	"github.com/olivere/elastic/v7"
+
+	"github.com/wlproj/wlproj/classify"
+	"github.com/wlproj/wlproj/internal/bounds"
 )
 
 const (
-	elasticTimeoutDefault = 30 * time.Second
 	// idleConnsPerHost keeps connections open for every bulk the loop may
 	// have in flight; net/http's default of 2 would reconnect constantly.
 	idleConnsPerHost = 32
-	// retryAfterMax bounds a Retry-After header, so that a bogus value cannot
-	// overflow or park rows for years.
-	retryAfterMax = 24 * time.Hour
 )
+
+// TimeoutDefault is ElasticOptions.Timeout's default; the CLI's flag takes
+// it from here, and TimeoutRange is what it accepts.
+const TimeoutDefault = 30 * time.Second
+
+var TimeoutRange = bounds.Range[time.Duration]{Min: 100 * time.Millisecond, Max: 10 * time.Minute}
 
 // ElasticOptions configure the client for the search engine.
 type ElasticOptions struct {
-	// URL is the engine's base URL (ELASTIC_URL). User info in it is used
+	// URL is the engine's base URL. User info in it is used
 	// for basic auth and removed from the URL, so that it never shows up in
 	// error messages. Required.
 	URL string
@@ -50,14 +55,20 @@ type ElasticOptions struct {
 // published address differs from what the node reports), and no retries of
 // its own, because the consume loop retries with backoff and records each
 // attempt. It makes no request.
+//
+// The same client serves every engine of TestedEngines. What wlproj sends
+// (typeless bulk requests with external_gte versions, cluster health, GET /)
+// is 7.x's API, which Elasticsearch 8 answers as it is, so no REST
+// compatibility headers (compatible-with=7) are sent: OpenSearch refuses them
+// with a 406. olivere checks neither the product header nor the version.
 func NewElasticClient(o ElasticOptions) (*elastic.Client, error) {
 	if o.URL == "" {
-		return nil, errors.New("elastic: URL is required (ELASTIC_URL)")
+		return nil, bounds.Invalid("URL", "is required")
 	}
 	u, err := url.Parse(o.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		// Not wrapped: url.Parse's error repeats the URL, password included.
-		return nil, errors.New("elastic: ELASTIC_URL must be an http or https URL")
+		return nil, bounds.Invalid("URL", "must be an http or https URL")
 	}
 	if u.User != nil {
 		if o.Username == "" {
@@ -68,8 +79,9 @@ func NewElasticClient(o ElasticOptions) (*elastic.Client, error) {
 		}
 		u.User = nil
 	}
-	if o.Timeout < 0 {
-		return nil, fmt.Errorf("elastic: timeout must not be negative, got %s", o.Timeout)
+	o.Timeout = cmp.Or(o.Timeout, TimeoutDefault)
+	if err := bounds.Check("Timeout", o.Timeout, TimeoutRange); err != nil {
+		return nil, err
 	}
 
 	tr := http.DefaultTransport.(*http.Transport).Clone()
@@ -87,7 +99,7 @@ func NewElasticClient(o ElasticOptions) (*elastic.Client, error) {
 	}
 	hc := &http.Client{
 		Transport: &retryAfterTransport{next: tr},
-		Timeout:   cmp.Or(o.Timeout, elasticTimeoutDefault),
+		Timeout:   o.Timeout,
 	}
 
 	opts := []elastic.ClientOptionFunc{
@@ -170,13 +182,13 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 		if secs <= 0 {
 			return 0
 		}
-		if secs > int64(retryAfterMax/time.Second) {
-			return retryAfterMax
+		if secs > int64(classify.RetryAfterMax/time.Second) {
+			return classify.RetryAfterMax
 		}
 		return time.Duration(secs) * time.Second
 	}
 	if at, err := http.ParseTime(v); err == nil {
-		return min(max(at.Sub(now), 0), retryAfterMax)
+		return min(max(at.Sub(now), 0), classify.RetryAfterMax)
 	}
 	return 0
 }

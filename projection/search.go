@@ -14,11 +14,17 @@ import (
 	"github.com/olivere/elastic/v7"
 
 	"github.com/wlproj/wlproj/classify"
+	"github.com/wlproj/wlproj/internal/bounds"
 	"github.com/wlproj/wlproj/outbox"
 )
 
+// MaxPayloadBytesDefault is SearchConfig.MaxPayloadBytes' default; the
+// CLI's flag takes it from here, and MaxPayloadBytesRange is what it accepts.
+const MaxPayloadBytesDefault = 1 << 20
+
+var MaxPayloadBytesRange = bounds.Range[int]{Min: 1, Max: 100 << 20}
+
 const (
-	maxPayloadBytesDefault = 1 << 20
 	// bulkBytesMax splits a batch into several bulk requests, well below the
 	// engine's http.max_content_length (100mb), so that a batch of large
 	// documents is not refused as a whole with a 413.
@@ -35,7 +41,7 @@ const (
 type SearchConfig struct {
 	// Client talks to the engine; see NewElasticClient. Required.
 	Client *elastic.Client
-	// Index receives the documents (ELASTIC_INDEX). Required.
+	// Index receives the documents. Required.
 	Index string
 	// MaxPayloadBytes is the largest upsert payload sent; a larger one fails
 	// as payload_invalid. Defaults to 1 MiB.
@@ -50,25 +56,47 @@ type Search struct {
 	index           string
 	maxPayloadBytes int
 	bulkBytes       int
+	rebuild         RebuildTarget
+}
+
+// RebuildTarget names the index that a rebuild of the handler's projection
+// is loading (package rebuild). While there is one, every bulk goes to it
+// first and then to the handler's own index, so a document is visible
+// through the alias only once the new index has it too, and the new index
+// misses no event that the rebuild's snapshot of the source table does not
+// hold.
+type RebuildTarget interface {
+	// RebuildIndex returns the index being rebuilt, "" when none. An error
+	// fails the batch (a transient failure): writing to the handler's own
+	// index alone could leave the event out of the new one.
+	RebuildIndex(ctx context.Context) (string, error)
 }
 
 var _ Handler = (*Search)(nil)
 
 // NewSearch validates cfg and returns the handler.
 func NewSearch(cfg SearchConfig) (*Search, error) {
-	cfg.MaxPayloadBytes = cmp.Or(cfg.MaxPayloadBytes, maxPayloadBytesDefault)
+	cfg.MaxPayloadBytes = cmp.Or(cfg.MaxPayloadBytes, MaxPayloadBytesDefault)
 	switch {
 	case cfg.Client == nil:
 		return nil, errors.New("search projection: an Elasticsearch client is required")
 	case cfg.Index == "":
-		return nil, errors.New("search projection: ELASTIC_INDEX is required")
+		return nil, bounds.Invalid("Index", "is required")
 	case cfg.Index != strings.ToLower(cfg.Index) || strings.ContainsAny(cfg.Index, ` "*\<|,>/?#`):
-		return nil, fmt.Errorf("search projection: ELASTIC_INDEX %q is not a valid index name (lowercase, no spaces or \\/*?\"<>|,#)", cfg.Index)
-	case cfg.MaxPayloadBytes < 0:
-		return nil, fmt.Errorf("search projection: max payload bytes must be positive, got %d", cfg.MaxPayloadBytes)
+		return nil, bounds.Invalid("Index", "%q is not a valid index name (lowercase, no spaces or \\/*?\"<>|,#)", cfg.Index)
+	}
+	if err := bounds.Check("MaxPayloadBytes", cfg.MaxPayloadBytes, MaxPayloadBytesRange); err != nil {
+		return nil, err
 	}
 	return &Search{client: cfg.Client, index: cfg.Index, maxPayloadBytes: cfg.MaxPayloadBytes, bulkBytes: bulkBytesMax}, nil
 }
+
+// Index is the index, or alias, the handler writes to.
+func (s *Search) Index() string { return s.index }
+
+// DualWriteTo makes the handler write each bulk to t's index too while t
+// names one. Call it before the first Handle.
+func (s *Search) DualWriteTo(t RebuildTarget) { s.rebuild = t }
 
 // DocumentID is the _id of an entity's document: deterministic, so that every
 // event of an entity addresses the same document.
@@ -80,6 +108,13 @@ func DocumentID(entityType, entityID string) string {
 // requests and returns one Result per event, in the order of events.
 func (s *Search) Handle(ctx context.Context, events []outbox.Event) []Result {
 	results := make([]Result, len(events))
+	target, err := s.rebuildIndex(ctx)
+	if err != nil {
+		for i, ev := range events {
+			results[i] = Result{ID: ev.ID, Err: err}
+		}
+		return results
+	}
 	reqs := make([]elastic.BulkableRequest, len(events))
 	sizes := make([]int, len(events))
 	newest := make(map[string]int, len(events))
@@ -115,10 +150,65 @@ func (s *Search) Handle(ctx context.Context, events []outbox.Event) []Result {
 			total += sizes[send[n]]
 			n++
 		}
-		s.bulk(ctx, send[:n], events, reqs, results)
+		s.send(ctx, target, send[:n], events, reqs, results)
 		send = send[n:]
 	}
 	return results
+}
+
+// rebuildIndex is the open rebuild's index, "" when there is none or it is
+// the handler's own (the alias already points at it).
+func (s *Search) rebuildIndex(ctx context.Context) (string, error) {
+	if s.rebuild == nil {
+		return "", nil
+	}
+	target, err := s.rebuild.RebuildIndex(ctx)
+	if err != nil {
+		return "", classify.New(classify.Unknown, "reading the open rebuild: "+err.Error())
+	}
+	if target == s.index {
+		return "", nil
+	}
+	return target, nil
+}
+
+// send sends the events at idx in one bulk to the handler's index, or while
+// a rebuild is open first to its target and then, what the target took, to
+// the handler's index. An event is superseded only when both indexes said
+// so: the ledger then moves forward for what either applied.
+func (s *Search) send(ctx context.Context, target string, idx []int, events []outbox.Event, reqs []elastic.BulkableRequest, results []Result) {
+	if target == "" {
+		s.bulk(ctx, s.index, idx, events, reqs, results)
+		return
+	}
+	inTarget := make([]Result, len(events))
+	s.bulk(ctx, target, idx, events, reqs, inTarget)
+	took := make([]int, 0, len(idx))
+	for _, i := range idx {
+		if err := inTarget[i].Err; err != nil {
+			e := *classify.Classify(err)
+			e.Message = "rebuild index " + target + ": " + e.Message
+			results[i] = Result{ID: events[i].ID, Err: &e}
+			continue
+		}
+		took = append(took, i)
+	}
+	s.bulk(ctx, s.index, took, events, reqs, results)
+	for _, i := range took {
+		results[i].Superseded = results[i].Superseded && inTarget[i].Superseded
+		if replaced(results[i].Err) {
+			// The first rebuild of a concrete index deletes it in the swap;
+			// a bulk in flight then finds no index. The next try goes
+			// through the alias that replaced it.
+			results[i].Err = classify.New(classify.Unknown, "index "+s.index+" was replaced by an alias during the swap: "+results[i].Err.Error())
+		}
+	}
+}
+
+// replaced reports whether err is the engine's answer for a missing index.
+func replaced(err error) bool {
+	ce := classify.Classify(err)
+	return ce != nil && ce.Status == http.StatusNotFound && strings.Contains(ce.Message, "index_not_found_exception")
 }
 
 // newer reports whether a is newer than b: a higher version, or on a tie the
@@ -208,11 +298,15 @@ func jsonKind(first byte) string {
 	return "value"
 }
 
-// bulk sends the events at idx in one request and fills in their results.
-func (s *Search) bulk(ctx context.Context, idx []int, events []outbox.Event, reqs []elastic.BulkableRequest, results []Result) {
+// bulk sends the events at idx in one request to index and fills in their
+// results.
+func (s *Search) bulk(ctx context.Context, index string, idx []int, events []outbox.Event, reqs []elastic.BulkableRequest, results []Result) {
+	if len(idx) == 0 {
+		return
+	}
 	// Only what itemResult reads: a 500-item answer shrinks to a tenth,
 	// which the engine does not have to write nor the daemon to decode.
-	svc := s.client.Bulk().Index(s.index).FilterPath("errors", "items.*.status", "items.*.error")
+	svc := s.client.Bulk().Index(index).FilterPath("errors", "items.*.status", "items.*.error")
 	for _, i := range idx {
 		svc.Add(reqs[i])
 	}

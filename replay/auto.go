@@ -13,18 +13,29 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/wlproj/wlproj/classify"
+	"github.com/wlproj/wlproj/internal/bounds"
+	"github.com/wlproj/wlproj/internal/metrichelp"
+	"github.com/wlproj/wlproj/leader"
 )
 
+// Defaults of AutoReplayerConfig. The CLI's flags take theirs from here.
 const (
-	perMinuteDefault  = 60
+	PerMinuteDefault  = 60
 	intervalDefault   = 10 * time.Second
 	maxReplaysDefault = 3
 )
+
+// PerMinuteRange is what AutoReplayerConfig.PerMinute accepts.
+var PerMinuteRange = bounds.Range[int]{Min: 1, Max: 100000}
 
 // autoWhy is the audit reason of every auto-replay.
 const autoWhy = "auto-replay of transient failures while the engine is healthy"
 
 var autoReplayed = metrics.GetOrCreateCounter(`outbox_replayed_total{by="auto"}`)
+
+func init() {
+	metrichelp.Describe(map[string]string{"outbox_replayed_total": "Failed events returned to pending by a replay."})
+}
 
 // AutoReplayerConfig configures an AutoReplayer.
 type AutoReplayerConfig struct {
@@ -41,28 +52,26 @@ type AutoReplayerConfig struct {
 }
 
 func (c AutoReplayerConfig) withDefaults() AutoReplayerConfig {
-	c.PerMinute = cmp.Or(c.PerMinute, perMinuteDefault)
+	c.PerMinute = cmp.Or(c.PerMinute, PerMinuteDefault)
 	c.Interval = cmp.Or(c.Interval, intervalDefault)
 	c.MaxReplays = cmp.Or(c.MaxReplays, maxReplaysDefault)
 	return c
 }
 
-func (c AutoReplayerConfig) validate() error {
-	switch {
-	case c.PerMinute < 0:
-		return fmt.Errorf("OUTBOX_AUTO_REPLAY_PER_MINUTE must be positive, got %d", c.PerMinute)
-	case c.Interval < 0:
-		return fmt.Errorf("auto-replay interval must be positive, got %s", c.Interval)
-	case c.MaxReplays < 0:
-		return fmt.Errorf("auto-replay max replays per row must be positive, got %d", c.MaxReplays)
-	}
-	return nil
+// Validate returns a *bounds.FieldError for the first bad field.
+func (c AutoReplayerConfig) Validate() error {
+	return bounds.First(
+		bounds.Check("PerMinute", c.PerMinute, PerMinuteRange),
+		bounds.Check("Interval", c.Interval, bounds.Range[time.Duration]{Min: time.Millisecond, Max: time.Hour}),
+		bounds.Check("MaxReplays", c.MaxReplays, bounds.Range[int]{Min: 1, Max: 1000}),
+	)
 }
 
 // AutoReplayer is the leader's service that revives transient failures
 // (classify.AutoReplayable) while the engine is healthy, oldest failure
 // first, at most PerMinute rows a minute, each batch audited as by "auto".
 type AutoReplayer struct {
+	leader.Periodic
 	db      Beginner
 	cfg     AutoReplayerConfig
 	healthy func(context.Context) bool
@@ -72,41 +81,22 @@ type AutoReplayer struct {
 }
 
 // NewAutoReplayer returns the service, or an error naming an invalid config
-// field (by its env var where it has one). healthy reports whether the engine the revived rows
-// will hit is up.
+// field. healthy reports whether the engine the revived rows will hit is up.
 func NewAutoReplayer(db Beginner, cfg AutoReplayerConfig, healthy func(context.Context) bool, logger zerolog.Logger) (*AutoReplayer, error) {
 	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if healthy == nil {
 		return nil, errors.New("auto-replay needs an engine health check")
 	}
-	return &AutoReplayer{
+	a := &AutoReplayer{
 		db: db, cfg: cfg, healthy: healthy, replayed: autoReplayed,
 		log: logger.With().Str("service", "auto_replay").Logger(),
-	}, nil
-}
-
-// Run revives rows every Interval until ctx is done.
-func (a *AutoReplayer) Run(ctx context.Context) {
-	ticker := time.NewTicker(a.cfg.Interval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-			res, err := a.runOnce(ctx)
-			switch {
-			case err != nil && ctx.Err() == nil:
-				a.log.Warn().Err(err).Msg("auto-replay failed")
-			case len(res.Revived) > 0:
-				a.log.Info().Int("count", len(res.Revived)).Str("ids", FormatIDs(res.Revived)).
-					Int64("audit_id", res.AuditID).Int("budget", res.Budget).Msg("auto-replayed transient failures")
-			}
-		}
 	}
+	a.Periodic = leader.Periodic{ServiceName: "auto_replay", Interval: cfg.Interval, Log: logger,
+		Once: func(ctx context.Context, _ int64) error { _, err := a.runOnce(ctx); return err }}
+	return a, nil
 }
 
 // autoResult is what one runOnce did.
@@ -184,5 +174,7 @@ func (a *AutoReplayer) runOnce(ctx context.Context) (autoResult, error) {
 	}
 	res.Revived, res.AuditID = ids, auditID
 	a.replayed.Add(len(ids))
+	a.log.Info().Int("count", len(ids)).Str("ids", FormatIDs(ids)).
+		Int64("audit_id", auditID).Int("budget", res.Budget).Msg("auto-replayed transient failures")
 	return res, nil
 }

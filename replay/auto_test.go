@@ -147,11 +147,11 @@ func TestAutoReplayerConfig(t *testing.T) {
 	require.Equal(t, AutoReplayerConfig{PerMinute: 60, Interval: 10 * time.Second, MaxReplays: 3}, a.cfg)
 
 	_, err = NewAutoReplayer(nil, AutoReplayerConfig{PerMinute: -1}, ok, zerolog.Nop())
-	require.ErrorContains(t, err, "OUTBOX_AUTO_REPLAY_PER_MINUTE")
+	require.ErrorContains(t, err, "PerMinute=")
 	_, err = NewAutoReplayer(nil, AutoReplayerConfig{Interval: -time.Second}, ok, zerolog.Nop())
-	require.ErrorContains(t, err, "auto-replay interval must be positive")
+	require.ErrorContains(t, err, "Interval=-1s is out of range")
 	_, err = NewAutoReplayer(nil, AutoReplayerConfig{MaxReplays: -1}, ok, zerolog.Nop())
-	require.ErrorContains(t, err, "auto-replay max replays per row must be positive")
+	require.ErrorContains(t, err, "MaxReplays=-1 is out of range")
 	_, err = NewAutoReplayer(nil, AutoReplayerConfig{}, nil, zerolog.Nop())
 	require.Error(t, err)
 }
@@ -167,7 +167,7 @@ func TestAutoReplayRunStopsWithContext(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		a.Run(ctx)
+		a.Run(ctx, 1, nil)
 	}()
 	require.Eventually(t, func() bool {
 		var status string

@@ -7,11 +7,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/wlproj/wlproj/internal/bounds"
 	"github.com/wlproj/wlproj/outbox"
 )
 
-// Filter selects failed rows. Zero fields do not filter; set fields combine
-// with AND.
+// Filter selects failed rows, or archived ones. Zero fields do not filter;
+// set fields combine with AND.
 type Filter struct {
 	Projection string
 	Reason     string
@@ -20,8 +21,15 @@ type Filter struct {
 	Since, Until time.Time
 	EntityType   string
 	ScopeKey     string
+	// Class is the error_class: transient or deterministic.
+	Class string
+	// Text matches rows whose last_error contains it, ignoring case.
+	Text string
 	// Limit caps List; zero lists every match. Stats ignores it.
 	Limit int
+	// Archived reads the dead letter (outbox_dead_letter) instead of the
+	// failed rows of outbox_events.
+	Archived bool
 }
 
 // FailedEvent is a failed row as triage sees it.
@@ -38,6 +46,10 @@ type FailedEvent struct {
 	UpdatedAt   time.Time `json:"updated_at"` // time of failure
 	ReplayCount int       `json:"replay_count"`
 	ScopeKey    string    `json:"scope_key"`
+	// Status is failed or discarded; for an archived row, as it was archived.
+	Status string `json:"status"`
+	// ArchivedAt is set for a row of the dead letter.
+	ArchivedAt time.Time `json:"archived_at,omitzero"`
 }
 
 // Stat counts the failed rows of one projection and reason.
@@ -50,54 +62,115 @@ type Stat struct {
 	Newest     time.Time `json:"newest"`
 }
 
-// failedWhere is shared by listing, stats and replay, with the parameters
-// $1 projection, $2 reason, $3 since, $4 until, $5 entity_type, $6 scope_key,
-// each NULL when not filtering. status = 'failed' as a literal lets the
-// planner use the partial failed index.
-const failedWhere = `status = 'failed'
-   AND ($1::text IS NULL OR projection = $1)
+// filterWhere is shared by listing, stats, paging and every action, with
+// the parameters $1 projection, $2 reason, $3 since, $4 until, $5
+// entity_type, $6 scope_key, $7 error_class, $8 text in last_error, each
+// NULL when not filtering. The text is escaped, so that % and _ in it are
+// themselves, and matched as lower(last_error) LIKE, the form the trigram
+// index outbox_events_failed_error_idx serves (migration 00008).
+const filterWhere = `($1::text IS NULL OR projection = $1)
    AND ($2::text IS NULL OR error_reason = $2)
    AND ($3::timestamptz IS NULL OR updated_at >= $3)
    AND ($4::timestamptz IS NULL OR updated_at < $4)
    AND ($5::text IS NULL OR entity_type = $5)
-   AND ($6::text IS NULL OR scope_key = $6)`
+   AND ($6::text IS NULL OR scope_key = $6)
+   AND ($7::text IS NULL OR coalesce(error_class, '') = $7)
+   AND ($8::text IS NULL OR lower(last_error) LIKE
+        '%' || replace(replace(replace(lower($8), '\', '\\'), '%', '\%'), '_', '\_') || '%')`
 
-// A listing carries only the start of last_error; the full text and the
-// history stay in the row.
-const failedColumns = `id, projection, entity_type, entity_id, op, attempts,
+// filterParams is how many parameters filterWhere takes; a query's own
+// come after them.
+const filterParams = 8
+
+// rowSet is the rows an action or a listing reads: a table, and the
+// statuses in it that count. Its SQL is put together once, from the
+// literals below only.
+type rowSet struct {
+	// want names the statuses in messages: "id 7 is done, not failed".
+	want string
+	// unknown names an id that is not in the table: "unknown archived ids".
+	unknown string
+	// byIDs locks every requested row whatever its status, so missing and
+	// unwanted ids can be reported; wanted and matches say why one is left.
+	byIDs string
+	// locked locks the wanted rows a filter matches, lowest id first; $9 is
+	// the limit, NULL for all.
+	locked string
+	count  string
+	// list is newest failure first: triage starts from what just broke.
+	list  string
+	stats string
+	// cols and where are the listing's columns and the filter of the wanted
+	// rows, from which query.go builds the keyset pages.
+	table, cols, where string
+}
+
+// The status predicates are literals so that the planner can use the
+// partial indexes (outbox_events_failed_idx, outbox_events_discarded_idx).
+var (
+	failedRows   = newRowSet("outbox_events", "NULL::timestamptz", "status = 'failed'", "failed", "unknown ids")
+	closedRows   = newRowSet("outbox_events", "NULL::timestamptz", "(status = 'failed' OR status = 'discarded')", "failed or discarded", "unknown ids")
+	archivedRows = newRowSet("outbox_dead_letter", "archived_at", "true", "archived", "unknown archived ids")
+)
+
+func newRowSet(table, archivedAt, status, want, unknown string) rowSet {
+	// A listing carries only the start of last_error; the full text and the
+	// history stay in the row.
+	cols := `id, projection, entity_type, entity_id, op, attempts,
        coalesce(error_reason, ''), coalesce(error_class, ''),
-       left(coalesce(last_error, ''), 300), updated_at, replay_count, coalesce(scope_key, '')`
-
-// Newest failures first: triage usually starts from what just broke. $7 is
-// the limit, NULL for all.
-const listSQL = `SELECT ` + failedColumns + `
-  FROM outbox_events
- WHERE ` + failedWhere + `
+       left(coalesce(last_error, ''), 300), updated_at, replay_count, coalesce(scope_key, ''),
+       status, ` + archivedAt
+	where := status + "\n   AND " + filterWhere
+	return rowSet{
+		want: want, unknown: unknown, table: table, cols: cols, where: where,
+		byIDs: `SELECT ` + cols + `, ` + status + ` AS wanted, coalesce(` + filterWhere + `, false) AS matches
+  FROM ` + table + `
+ WHERE id = ANY($9)
+ ORDER BY id
+ FOR UPDATE`,
+		locked: `SELECT ` + cols + `
+  FROM ` + table + `
+ WHERE ` + where + `
+ ORDER BY id
+ LIMIT $9
+ FOR UPDATE`,
+		count: `SELECT count(*) FROM ` + table + ` WHERE ` + where,
+		list: `SELECT ` + cols + `
+  FROM ` + table + `
+ WHERE ` + where + `
  ORDER BY updated_at DESC, id DESC
- LIMIT $7`
-
-const statsSQL = `SELECT projection, coalesce(error_reason, ''), coalesce(max(error_class), ''),
+ LIMIT $9`,
+		stats: `SELECT projection, coalesce(error_reason, ''), coalesce(max(error_class), ''),
        count(*), min(updated_at), max(updated_at)
-  FROM outbox_events
- WHERE ` + failedWhere + `
+  FROM ` + table + `
+ WHERE ` + where + `
  GROUP BY 1, 2
- ORDER BY 4 DESC, 1, 2`
+ ORDER BY 4 DESC, 1, 2`,
+	}
+}
 
 func (f Filter) args() []any {
 	return []any{nullString(f.Projection), nullString(f.Reason), nullTime(f.Since), nullTime(f.Until),
-		nullString(f.EntityType), nullString(f.ScopeKey)}
+		nullString(f.EntityType), nullString(f.ScopeKey), nullString(f.Class), nullString(f.Text)}
 }
 
-// List returns failed rows matching f, newest failure first.
+func (f Filter) rows() rowSet {
+	if f.Archived {
+		return archivedRows
+	}
+	return failedRows
+}
+
+// List returns failed (or archived) rows matching f, newest failure first.
 func List(ctx context.Context, db outbox.Querier, f Filter) ([]FailedEvent, error) {
 	if f.Limit < 0 {
-		return nil, fmt.Errorf("--limit must not be negative, got %d", f.Limit)
+		return nil, bounds.Invalid("Limit", "must not be negative, got %d", f.Limit)
 	}
 	var limit any
 	if f.Limit > 0 {
 		limit = f.Limit
 	}
-	rows, err := db.Query(ctx, listSQL, append(f.args(), limit)...)
+	rows, err := db.Query(ctx, f.rows().list, append(f.args(), limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("list failed events: %w", err)
 	}
@@ -108,10 +181,10 @@ func List(ctx context.Context, db outbox.Querier, f Filter) ([]FailedEvent, erro
 	return events, nil
 }
 
-// Stats counts failed rows matching f by projection and reason, largest
-// group first.
+// Stats counts failed (or archived) rows matching f by projection and
+// reason, largest group first.
 func Stats(ctx context.Context, db outbox.Querier, f Filter) ([]Stat, error) {
-	rows, err := db.Query(ctx, statsSQL, f.args()...)
+	rows, err := db.Query(ctx, f.rows().stats, f.args()...)
 	if err != nil {
 		return nil, fmt.Errorf("failed stats: %w", err)
 	}
@@ -126,10 +199,18 @@ func Stats(ctx context.Context, db outbox.Querier, f Filter) ([]Stat, error) {
 	return stats, nil
 }
 
-func scanFailed(r pgx.CollectableRow) (FailedEvent, error) {
+func scanFailed(r pgx.CollectableRow) (FailedEvent, error) { return scanEvent(r) }
+
+// scanEvent reads the columns of a rowSet's listing, then more.
+func scanEvent(r pgx.Row, more ...any) (FailedEvent, error) {
 	var e FailedEvent
-	err := r.Scan(&e.ID, &e.Projection, &e.EntityType, &e.EntityID, &e.Op, &e.Attempts,
-		&e.ErrorReason, &e.ErrorClass, &e.LastError, &e.UpdatedAt, &e.ReplayCount, &e.ScopeKey)
+	var archivedAt *time.Time
+	err := r.Scan(append([]any{&e.ID, &e.Projection, &e.EntityType, &e.EntityID, &e.Op, &e.Attempts,
+		&e.ErrorReason, &e.ErrorClass, &e.LastError, &e.UpdatedAt, &e.ReplayCount, &e.ScopeKey,
+		&e.Status, &archivedAt}, more...)...)
+	if archivedAt != nil {
+		e.ArchivedAt = *archivedAt
+	}
 	return e, err
 }
 

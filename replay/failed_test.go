@@ -8,17 +8,17 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/wlproj/wlproj/internal/testenv"
+	"github.com/wlproj/wlproj/internal/harness"
 )
 
 type bundle struct {
-	db  testenv.DB
+	db  harness.DB
 	ctx context.Context
 }
 
 func setup(t *testing.T) bundle {
 	t.Helper()
-	return bundle{db: testenv.NewDatabase(t), ctx: context.Background()}
+	return bundle{db: harness.NewDatabase(t), ctx: context.Background()}
 }
 
 // insert adds n pending rows and returns their ids.
@@ -123,7 +123,7 @@ func TestListFilters(t *testing.T) {
 	}
 
 	_, err = List(b.ctx, b.db.Pool, Filter{Limit: -1})
-	require.ErrorContains(t, err, "--limit")
+	require.ErrorContains(t, err, "Limit must not be negative")
 }
 
 func TestStats(t *testing.T) {

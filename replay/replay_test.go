@@ -249,7 +249,7 @@ func TestReplayCap(t *testing.T) {
 	rep, err := Replay(b.ctx, b.db.Pool, Request{Reason: "timeout", Max: 3, By: "alice", Why: "x"})
 	var refused *RefusedError
 	require.ErrorAs(t, err, &refused)
-	require.ErrorContains(t, err, "5 failed events match, more than --max 3")
+	require.ErrorContains(t, err, "5 failed events match, more than Max 3")
 	require.EqualValues(t, 5, rep.Matching)
 	require.Equal(t, []string{"failed", "failed", "failed", "failed", "failed"}, b.statuses(t, id...))
 	require.Zero(t, b.audits(t))
@@ -291,13 +291,12 @@ func TestParseAndFormatIDs(t *testing.T) {
 	for _, bad := range []string{"", ",", "a", "0", "-3", "5-2", "1-x", "1-200000"} {
 		_, err := ParseIDs(bad)
 		require.Error(t, err, bad)
-		require.ErrorContains(t, err, "--ids", bad)
 	}
 }
 
 func TestRefusedErrorIsNotUsage(t *testing.T) {
 	t.Parallel()
-	err := error(&RefusedError{Problems: []string{"a", "b"}})
+	err := error(&RefusedError{Action: "replay", Problems: []string{"a", "b"}})
 	require.Equal(t, "replay refused, nothing changed: a; b", err.Error())
 	require.False(t, errors.Is(err, ErrAuditRequired))
 }

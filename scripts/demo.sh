@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # make demo: the main job on an embedded local setup. Brings the stack up,
-# migrates, creates a strict index, loads a writing app's workload, starts two
-# replicas, shows the leader draining the backlog, kills it with kill -9,
-# shows the takeover, and ends with counts by status and the failed rows.
+# migrates, creates a strict index, loads a writing app's workload for two
+# projections (the search index and the chronicle timeline), starts two
+# replicas, shows the leader draining the backlog with the chronicle paused,
+# kills it with kill -9, shows the takeover still honouring the pause,
+# resumes, and ends with counts by projection and status, the failed rows and
+# a book's timeline.
 # Ctrl-C stops everything it started.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -41,9 +44,9 @@ say "3. index $INDEX with the strict mapping in testdata/mapping.json"
 curl -s -XDELETE "$ELASTIC_URL/$INDEX?ignore_unavailable=true" >/dev/null
 curl -sf -XPUT "$ELASTIC_URL/$INDEX" -H 'Content-Type: application/json' --data-binary @testdata/mapping.json; echo
 
-say "4. load the workload (testdata/demo_workload.sql): books and blocks, several versions each, a few bad payloads"
+say "4. load the workload (testdata/demo_workload.sql): books and blocks, several versions each, their chronicle, a few bad payloads"
 sql -v round=1 -f testdata/demo_workload.sql
-sql -c "SELECT entity_type, op, count(*) FROM outbox_events GROUP BY 1, 2 ORDER BY 1, 2"
+sql -c "SELECT projection, entity_type, op, count(*) FROM outbox_events GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"
 
 say "5. two replicas, a and b (logs in .stack/demo-a.log, .stack/demo-b.log)"
 export ELASTIC_INDEX=$INDEX OUTBOX_LEADER_NAME=demo OUTBOX_BULK_SIZE=200 OUTBOX_CONCURRENCY=1 \
@@ -69,7 +72,14 @@ standby=$([ "$leader" = a ] && echo b || echo a)
 say "6. $leader leads, $standby stands by; the backlog drains"
 echo "a: $(curl -s "http://127.0.0.1:$port_a/healthz")"
 echo "b: $(curl -s "http://127.0.0.1:$port_b/healthz")"
-backlog() { sql -At -c "SELECT count(*) FILTER (WHERE status IN ('pending','processing')) || ' left, ' || count(*) FILTER (WHERE status = 'done') || ' done, ' || count(*) FILTER (WHERE status = 'failed') || ' failed' FROM outbox_events"; }
+backlog() { sql -At -c "SELECT string_agg(projection || ' ' || n_left || ' left', ', ' ORDER BY projection) || '; ' || sum(n_done) || ' done, ' || sum(n_failed) || ' failed'
+  FROM (SELECT projection, count(*) FILTER (WHERE status IN ('pending','processing')) AS n_left,
+               count(*) FILTER (WHERE status = 'done') AS n_done, count(*) FILTER (WHERE status = 'failed') AS n_failed
+          FROM outbox_events GROUP BY 1) p"; }
+projections() { bin/wlproj status | sed -n '/^projections:/,/^top failed/p' | grep -v '^top failed'; }
+for _ in 1 2 3; do echo "  backlog: $(backlog)"; sleep 0.3; done
+echo "  pause the chronicle, then load a second round: search drains, the chronicle waits"
+bin/wlproj pause --projection chronicle --by demo --why "show a pause"
 sql -v round=2 -f testdata/demo_workload.sql
 for _ in 1 2 3; do echo "  backlog: $(backlog)"; sleep 0.3; done
 
@@ -82,6 +92,14 @@ printf '  %s took over in %.2f s: %s\n' "$standby" "$(python3 -c "print($t1 - $t
 grep -h '"became leader"' ".stack/demo-$standby.log" | tail -1
 start "$leader"
 echo "  $leader restarted as standby: $(sleep 0.5; role "$leader")"
+for _ in $(seq 1 100); do
+  [ "$(sql -At -c "SELECT count(*) FROM outbox_events WHERE projection = 'search' AND status IN ('pending','processing')")" = 0 ] && break
+  sleep 0.2
+done
+echo "  the new leader drained search and honours the pause: $(backlog)"
+projections
+echo "  /readyz of $standby: $(curl -s "http://127.0.0.1:${port[$standby]}/readyz")"
+bin/wlproj resume --projection chronicle --by demo --why "pause shown"
 for _ in $(seq 1 300); do
   left=$(sql -At -c "SELECT count(*) FROM outbox_events WHERE status IN ('pending','processing')")
   echo "  backlog: $(backlog)"
@@ -89,10 +107,13 @@ for _ in $(seq 1 300); do
 done
 
 say "8. result"
-sql -c "SELECT status, count(*) FROM outbox_events GROUP BY 1 ORDER BY 1"
+sql -c "SELECT projection, status, count(*) FROM outbox_events GROUP BY 1, 2 ORDER BY 1, 2"
 sql -c "SELECT id, projection, entity_type, entity_id, attempts, error_reason, left(last_error, 70) AS last_error FROM outbox_events WHERE status = 'failed' ORDER BY id"
 sql -c "SELECT holder, epoch, acquired_at FROM outbox_leader"
 echo "documents in $INDEX: $(curl -s "$ELASTIC_URL/$INDEX/_count" | python3 -c 'import json,sys; print(json.load(sys.stdin)["count"])')"
+echo "rows in chronicle_events: $(sql -At -c "SELECT count(*) FROM chronicle_events"), one per done chronicle event; a book's timeline:"
+sql -c "SELECT event_id, version, op, payload->>'event' AS event, payload->>'word_count' AS words, occurred_at
+          FROM chronicle_events WHERE entity_type = 'book' AND entity_id = 'lib1-shelf1-book1' ORDER BY version, event_id"
 echo
 bin/wlproj failed stats
 echo

@@ -1,24 +1,65 @@
 #!/usr/bin/env bash
-# Starts and stops the local stack: a throwaway Postgres cluster and a single
-# Elasticsearch node, both on loopback, both as an unprivileged user.
-#   stack.sh up     start both (no-op if already up), write .stack/env
-#   stack.sh down   stop both, remove their data, leave no process behind
-#   stack.sh status print whether the stack is up
+# Starts and stops a local stack: a throwaway Postgres cluster and a single
+# search engine node, both on loopback, both as an unprivileged user.
+#   stack.sh up          start both (no-op if already up), write the env file
+#   stack.sh down        stop both, remove their data, leave no process behind
+#   stack.sh status      print the env file if the stack is up
+#   stack.sh exec CMD…   run CMD with the env file's variables (the stack must be up)
+#   stack.sh with CMD…   the same, starting the stack first if it is down and
+#                        stopping it afterwards if this call started it
+#   stack.sh env         print the env file's path
+#   stack.sh engines     print the engines of the matrix, the default first
+#   stack.sh version     print ENGINE's version
+# ENGINE picks the engine (see engine_spec; default elasticsearch-7). Each
+# engine's stack is separate (its own ports, data directory and Postgres), so
+# several can run at once. The default engine writes .stack/env, the others
+# .stack/<engine>.env; WLPROJ_STACK_ENV names another file, for a second
+# stack of the same engine.
 # Environment: WLPROJ_TEST_DATABASE_URL / WLPROJ_TEST_ELASTIC_URL reuse servers
-# the user already runs; ES_VERSION picks the engine version.
+# the user already runs; ENGINE_VERSION (or ES_VERSION) overrides the
+# engine's version.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 STACK_DIR="$ROOT/.stack"
-ENV_FILE="$STACK_DIR/env"
-ES_VERSION="${ES_VERSION:-7.17.29}"
-ES_ARTIFACT="org.elasticsearch.distribution.integ-test-zip:elasticsearch:${ES_VERSION}:zip"
+DEFAULT_ENGINE=elasticsearch-7
+# The matrix `make test` runs, the default first. projection/engines.go holds
+# the same list for the daemon's start-up check; a test keeps them equal.
+ENGINES="elasticsearch-7 elasticsearch-8 opensearch-2 opensearch-3"
+ENGINE="${ENGINE:-$DEFAULT_ENGINE}"
 CACHE_DIR="${WLPROJ_CACHE:-/var/cache/wlproj}"
 RUN_USER="${WLPROJ_STACK_USER:-wlproj}"
 ES_HEAP="${ES_HEAP:-512m}"
 
 log() { echo "stack: $*" >&2; }
 die() { echo "stack: $*" >&2; exit 1; }
+
+# engine_spec sets DIST (the distribution), VERSION and JAVA_MIN (the oldest
+# JDK the version runs on) for ENGINE. Versions are the newest of each line
+# published on Maven Central as org.<dist>.distribution.integ-test-zip:<dist>
+# (its maven-metadata.xml lists them).
+engine_spec() {
+  case "$ENGINE" in
+    elasticsearch-7) DIST=elasticsearch VERSION=7.17.29 JAVA_MIN=17 ;;
+    elasticsearch-8) DIST=elasticsearch VERSION=8.19.21 JAVA_MIN=17 ;;
+    opensearch-2) DIST=opensearch VERSION=2.19.6 JAVA_MIN=17 ;;
+    opensearch-3) DIST=opensearch VERSION=3.6.0 JAVA_MIN=21 ;;
+    elasticsearch-9)
+      die "elasticsearch-9: Elastic publishes no 9.x integ-test-zip on Maven Central (the newest there is 8.19.21)" ;;
+    *) die "unknown ENGINE=$ENGINE (one of: $ENGINES)" ;;
+  esac
+  VERSION="${ENGINE_VERSION:-${ES_VERSION:-$VERSION}}"
+  ARTIFACT="org.$DIST.distribution.integ-test-zip:$DIST:$VERSION:zip"
+}
+
+env_file() {
+  if [ -n "${WLPROJ_STACK_ENV:-}" ]; then echo "$WLPROJ_STACK_ENV"
+  elif [ "$ENGINE" = "$DEFAULT_ENGINE" ]; then echo "$STACK_DIR/env"
+  else echo "$STACK_DIR/$ENGINE.env"; fi
+}
+[ "${1:-}" = engines ] || engine_spec
+ENV_FILE=$(env_file)
+
 # If "up" fails half way, stop whatever it already started.
 cleanup_failed_up() {
   [ -n "${RUN_DIR:-}" ] || return 0
@@ -67,27 +108,50 @@ ensure_postgres() {
   pg_bindir >/dev/null || die "initdb not found after installing postgresql"
 }
 
+# java_major prints the feature version of the JDK at $1 (17, 21, 25…).
+java_major() {
+  "$1/bin/java" -XshowSettings:properties -version 2>&1 |
+    sed -n 's/^ *java\.specification\.version = \([0-9]*\).*/\1/p'
+}
+
+# find_java_home prints the oldest installed JDK of at least JAVA_MIN: the one
+# on PATH, JAVA_HOME, and those under /usr/lib/jvm and /opt.
+find_java_home() {
+  local best="" best_major=1000 d m candidates=()
+  command -v java >/dev/null && candidates+=("$(dirname "$(dirname "$(readlink -f "$(command -v java)")")")")
+  [ -n "${JAVA_HOME:-}" ] && candidates+=("$JAVA_HOME")
+  for d in /usr/lib/jvm/* /opt/* /opt/java/*; do candidates+=("$d"); done
+  for d in "${candidates[@]}"; do
+    [ -x "$d/bin/java" ] || continue
+    m=$(java_major "$d") || continue
+    [ -n "$m" ] && [ "$m" -ge "$JAVA_MIN" ] && [ "$m" -lt "$best_major" ] && { best=$d; best_major=$m; }
+  done
+  [ -n "$best" ] && echo "$best"
+}
+
 ensure_java() {
-  command -v java >/dev/null || apt_install openjdk-17-jre-headless
-  command -v mvn >/dev/null || apt_install maven
-  command -v unzip >/dev/null || apt_install unzip
+  if [ "$JAVA_MIN" -le 17 ] && ! command -v java >/dev/null; then apt_install openjdk-17-jre-headless; fi
+  JAVA_HOME_FOUND=$(find_java_home) ||
+    die "$ENGINE $VERSION needs a JDK $JAVA_MIN or newer; none found on PATH, in JAVA_HOME, /usr/lib/jvm or /opt"
 }
 
 # The distribution is fetched through Maven (so ~/.m2 caches the zip) and
 # unpacked once into CACHE_DIR, readable by the unprivileged user.
-ensure_es() {
-  ES_HOME="$CACHE_DIR/elasticsearch-$ES_VERSION"
-  [ -x "$ES_HOME/bin/elasticsearch" ] && return
-  ensure_java
+ensure_engine() {
+  ENGINE_HOME="$CACHE_DIR/$DIST-$VERSION"
+  [ -x "$ENGINE_HOME/bin/$DIST" ] && return
+  command -v mvn >/dev/null || apt_install maven
+  command -v unzip >/dev/null || apt_install unzip
   local dl; dl=$(mktemp -d)
-  log "fetching $ES_ARTIFACT"
-  mvn -B -q dependency:copy -Dartifact="$ES_ARTIFACT" -DoutputDirectory="$dl" >&2 \
-    || die "could not fetch $ES_ARTIFACT from Maven"
+  log "fetching $ARTIFACT"
+  mvn -B -q -Dstyle.color=never dependency:copy -Dartifact="$ARTIFACT" -DoutputDirectory="$dl" >&2 \
+    || die "could not fetch $ARTIFACT from Maven"
   mkdir -p "$CACHE_DIR"
   local tmp="$CACHE_DIR/.unpack.$$"
   rm -rf "$tmp"; mkdir -p "$tmp"
-  (cd "$tmp" && unzip -q "$dl"/elasticsearch-"$ES_VERSION".zip)
-  mv "$tmp/elasticsearch-$ES_VERSION" "$ES_HOME"
+  (cd "$tmp" && unzip -q "$dl/$DIST-$VERSION.zip")
+  # Another stack of the same engine may have unpacked it meanwhile.
+  [ -d "$ENGINE_HOME" ] || mv "$tmp/$DIST-$VERSION" "$ENGINE_HOME"
   rm -rf "$tmp" "$dl"
   chmod -R a+rX "$CACHE_DIR"
 }
@@ -116,24 +180,28 @@ start_pg() {
   DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/postgres?sslmode=disable"
 }
 
-start_es() {
-  ensure_es
-  local java_home; java_home=$(dirname "$(dirname "$(readlink -f "$(command -v java)")")")
+# start_engine runs one node on loopback with security off: Elasticsearch's
+# integ-test zips carry x-pack security (on by default from 8.0), OpenSearch's
+# carry no security plugin at all.
+start_engine() {
+  ensure_java
+  ensure_engine
   ES_PORT=$(free_port)
-  local conf="$RUN_DIR/es-config"
-  cp -r "$ES_HOME/config" "$conf"
+  local conf="$RUN_DIR/es-config" prefix=ES extra=()
+  cp -r "$ENGINE_HOME/config" "$conf"
   # GC logs and heap dumps would land relative to the working directory.
   sed -i -e '/Xlog:gc/d' -e '/HeapDump/d' "$conf/jvm.options"
   chown -R "$RUN_USER" "$conf" 2>/dev/null || true
   mkdir -p "$RUN_DIR/es-tmp"; chown "$RUN_USER" "$RUN_DIR/es-tmp" 2>/dev/null || true
-  as_user env ES_JAVA_HOME="$java_home" ES_PATH_CONF="$conf" ES_TMPDIR="$RUN_DIR/es-tmp" \
-    ES_JAVA_OPTS="-Xms$ES_HEAP -Xmx$ES_HEAP" \
-    "$ES_HOME/bin/elasticsearch" -d -p "$RUN_DIR/es.pid" \
+  if [ "$DIST" = opensearch ]; then prefix=OPENSEARCH; else extra+=(-Expack.security.enabled=false); fi
+  as_user env "${prefix}_JAVA_HOME=$JAVA_HOME_FOUND" "${prefix}_PATH_CONF=$conf" "${prefix}_TMPDIR=$RUN_DIR/es-tmp" \
+    "${prefix}_JAVA_OPTS=-Xms$ES_HEAP -Xmx$ES_HEAP" \
+    "$ENGINE_HOME/bin/$DIST" -d -p "$RUN_DIR/es.pid" \
     -Ediscovery.type=single-node -Enetwork.host=127.0.0.1 -Ehttp.port="$ES_PORT" \
-    -Etransport.port="$(free_port)" -Expack.security.enabled=false \
+    -Etransport.port="$(free_port)" "${extra[@]}" \
     -Ecluster.routing.allocation.disk.threshold_enabled=false \
     -Epath.data="$RUN_DIR/es-data" -Epath.logs="$RUN_DIR/es-logs" >"$RUN_DIR/es-start.log" 2>&1 \
-    || { cat "$RUN_DIR/es-start.log" >&2; die "elasticsearch did not start"; }
+    || { cat "$RUN_DIR/es-start.log" >&2; tail -30 "$RUN_DIR/es-logs/"*.log >&2 2>/dev/null; die "$ENGINE did not start"; }
   ELASTIC_URL="http://127.0.0.1:$ES_PORT"
   local i
   for i in $(seq 1 240); do
@@ -141,13 +209,13 @@ start_es() {
     sleep 0.5
   done
   tail -50 "$RUN_DIR/es-logs/"*.log >&2 || true
-  die "elasticsearch did not become healthy"
+  die "$ENGINE did not become healthy"
 }
 
 up() {
   command -v curl >/dev/null || apt_install curl
   command -v python3 >/dev/null || apt_install python3
-  if is_up; then log "already up ($ENV_FILE)"; return; fi
+  if is_up; then log "$ENGINE already up ($ENV_FILE)"; return; fi
   [ -f "$ENV_FILE" ] && down
   ensure_user
   mkdir -p "$STACK_DIR"
@@ -162,14 +230,18 @@ up() {
   else
     start_pg
   fi
+  ENGINE_HOME=""; JAVA_HOME_FOUND=""
   if [ -n "${WLPROJ_TEST_ELASTIC_URL:-}" ]; then
     ELASTIC_URL="$WLPROJ_TEST_ELASTIC_URL"
   else
-    start_es
+    start_engine
   fi
   cat >"$ENV_FILE" <<ENV
 export DATABASE_URL='$DATABASE_URL'
 export ELASTIC_URL='$ELASTIC_URL'
+export STACK_ENGINE='$ENGINE'
+export STACK_ENGINE_HOME='$ENGINE_HOME'
+export STACK_JAVA_HOME='$JAVA_HOME_FOUND'
 export STACK_RUN_DIR='$RUN_DIR'
 export STACK_PG_DATA='$PG_DATA'
 export STACK_PG_PORT='$PG_PORT'
@@ -177,11 +249,11 @@ export STACK_PG_BINDIR='$(pg_bindir)'
 export STACK_RUN_USER='$RUN_USER'
 ENV
   trap - EXIT
-  log "up in $((SECONDS - t0))s: DATABASE_URL=$DATABASE_URL ELASTIC_URL=$ELASTIC_URL"
+  log "$ENGINE $VERSION up in $((SECONDS - t0))s: DATABASE_URL=$DATABASE_URL ELASTIC_URL=$ELASTIC_URL ($ENV_FILE)"
 }
 
 down() {
-  [ -f "$ENV_FILE" ] || { log "not up"; return; }
+  [ -f "$ENV_FILE" ] || { log "$ENGINE not up"; return; }
   # shellcheck disable=SC1090
   . "$ENV_FILE"
   if [ -n "${STACK_PG_DATA:-}" ] && [ -d "$STACK_PG_DATA" ]; then
@@ -195,12 +267,38 @@ down() {
   fi
   case "${STACK_RUN_DIR:-}" in /tmp/wlproj-stack.*) rm -rf "$STACK_RUN_DIR" ;; esac
   rm -f "$ENV_FILE"
-  log "down"
+  log "$ENGINE down"
+}
+
+# exec_with_env runs "$@" with the env file's variables, and WLPROJ_STACK_ENV
+# naming the file for the test harness.
+exec_with_env() {
+  [ $# -gt 0 ] || die "usage: $0 exec|with COMMAND..."
+  [ -f "$ENV_FILE" ] || die "$ENGINE is not up: run ENGINE=$ENGINE $0 up"
+  # shellcheck disable=SC1090
+  ( set -a; . "$ENV_FILE"; set +a; export WLPROJ_STACK_ENV="$ENV_FILE"; "$@" )
+}
+
+with() {
+  local started=0 rc=0 t0=$SECONDS
+  if ! is_up; then
+    trap 'down; exit 130' INT TERM
+    up; started=1
+  fi
+  exec_with_env "$@" || rc=$?
+  if [ $started = 1 ]; then down; fi
+  log "$ENGINE: $* exited $rc after $((SECONDS - t0))s"
+  return $rc
 }
 
 case "${1:-}" in
   up) up ;;
   down) down ;;
-  status) if is_up; then cat "$ENV_FILE"; else echo "stack: down"; exit 1; fi ;;
-  *) die "usage: $0 up|down|status" ;;
+  status) if is_up; then cat "$ENV_FILE"; else echo "stack: $ENGINE down"; exit 1; fi ;;
+  exec) shift; exec_with_env "$@" ;;
+  with) shift; with "$@" ;;
+  env) echo "$ENV_FILE" ;;
+  engines) echo "$ENGINES" ;;
+  version) echo "$VERSION" ;;
+  *) die "usage: $0 up|down|status|exec|with|env|engines|version" ;;
 esac

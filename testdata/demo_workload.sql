@@ -1,8 +1,9 @@
 -- A writing app's outbox traffic: libraries → bookshelves → books → blocks.
 -- Every book and block is written several times (event_version grows), rows
 -- arrive out of order, a few blocks are deleted, and a handful of events are
--- bad on purpose. psql variable: round (1, 2, ...) shifts versions so a second
--- load supersedes the first.
+-- bad on purpose. Each book edit and block delete is also an event of the
+-- chronicle projection (a timeline that keeps every event). psql variable:
+-- round (1, 2, ...) shifts versions so a second load supersedes the first.
 \set ON_ERROR_STOP on
 \if :{?round}
 \else
@@ -41,10 +42,28 @@ INSERT INTO outbox_events (entity_type, entity_id, op, event_version, scope_key)
 SELECT 'block', 'lib1-shelf1-book' || k || '-block' || p, 'delete', :round * 3 + 1, 'lib1'
   FROM generate_series(1, 10) k, generate_series(1, 3) p;
 
+-- The chronicle: who did what to each book, and the block deletes, every
+-- version kept (the search index keeps only the newest).
+INSERT INTO outbox_events (projection, entity_type, entity_id, op, event_version, payload, scope_key)
+SELECT 'chronicle', 'book', 'lib' || l || '-shelf' || s || '-book' || k, 'upsert', (:round - 1) * 3 + v,
+       jsonb_build_object('event', CASE WHEN (:round - 1) * 3 + v = 1 THEN 'created' ELSE 'edited' END,
+                          'by', 'author-' || (k % 17), 'draft', (:round - 1) * 3 + v, 'word_count', 1000 * v),
+       'lib' || l
+  FROM generate_series(1, 3) l, generate_series(1, 4) s, generate_series(1, 10) k, generate_series(1, 3) v
+ ORDER BY random();
+INSERT INTO outbox_events (projection, entity_type, entity_id, op, event_version, payload, scope_key)
+SELECT 'chronicle', 'block', 'lib1-shelf1-book' || k || '-block' || p, 'delete', :round * 3 + 1,
+       jsonb_build_object('event', 'deleted', 'by', 'author-' || (k % 17)), 'lib1'
+  FROM generate_series(1, 10) k, generate_series(1, 3) p;
+
 -- Bad on purpose: each ends failed with its reason, and holds up nothing.
 INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload, scope_key) VALUES
   ('book', 'bad-strict-' || :round, 'upsert', 1, '{"kind": "book", "title": "x", "colour": "red"}', 'lib2'),
   ('block', 'bad-type-' || :round, 'upsert', 1, '{"kind": "block", "position": "third"}', 'lib2'),
   ('block', 'bad-array-' || :round, 'upsert', 1, '["not", "an", "object"]', 'lib3');
+-- Over the chronicle's payload limit (OUTBOX_CHRONICLE_MAX_PAYLOAD_BYTES).
 INSERT INTO outbox_events (projection, entity_type, entity_id, op, event_version, payload, scope_key) VALUES
-  ('chronicle', 'book', 'lib1-shelf1-book1', 'upsert', 1, '{"event": "opened"}', 'lib1');
+  ('chronicle', 'block', 'bad-huge-' || :round, 'upsert', 1, jsonb_build_object('body', repeat('x', 300000)), 'lib3');
+-- A projection this wlproj does not have: unknown_projection.
+INSERT INTO outbox_events (projection, entity_type, entity_id, op, event_version, payload, scope_key) VALUES
+  ('wordcount', 'book', 'lib1-shelf1-book1', 'upsert', 1, '{"words": 1200}', 'lib1');

@@ -20,8 +20,9 @@
 -- an admin: it then hands the outbox objects over to the owner role.
 --
 -- The runtime role gets no DDL: it owns nothing, cannot create in the schema
--- or the database, and may update only the lifecycle columns of
--- outbox_events (producers write the event columns). Its TEMPORARY privilege
+-- or the database, may update only the lifecycle columns of outbox_events
+-- (producers write the event columns), and deletes only what the leader's
+-- pruners and the archive remove. Its TEMPORARY privilege
 -- comes from PUBLIC's default on the database; that is left alone because
 -- the outbox lives in the application's database.
 
@@ -84,7 +85,10 @@ GRANT USAGE ON SCHEMA public TO :"runtime_role";
 SELECT format('ALTER TABLE %s OWNER TO %I', c.oid::regclass, :'owner_role')
   FROM pg_class c
  WHERE c.oid IN (to_regclass('public.outbox_events'), to_regclass('public.outbox_leader'),
-                 to_regclass('public.outbox_replay_audit'), to_regclass('public.goose_db_version'))
+                 to_regclass('public.outbox_replay_audit'), to_regclass('public.goose_db_version'),
+                 to_regclass('public.outbox_applied'), to_regclass('public.outbox_dead_letter'),
+                 to_regclass('public.outbox_projection_state'), to_regclass('public.chronicle_events'),
+                 to_regclass('public.outbox_rebuilds'))
    AND c.relowner <> (SELECT oid FROM pg_roles WHERE rolname = :'owner_role') \gexec
 SELECT format('ALTER FUNCTION %s OWNER TO %I', p.oid::regprocedure, :'owner_role')
   FROM pg_proc p
@@ -103,6 +107,12 @@ SELECT to_regclass('public.outbox_events') IS NOT NULL
   SELECT format('REVOKE ALL ON SEQUENCE %s FROM %I', s, :'runtime_role')
     FROM unnest(ARRAY[pg_get_serial_sequence('public.outbox_events', 'id'),
                       pg_get_serial_sequence('public.outbox_replay_audit', 'id')]) AS s \gexec
+  -- Tables of later migrations, once they exist.
+  SELECT format('REVOKE ALL ON %s FROM %I', t, :'runtime_role')
+    FROM unnest(ARRAY[to_regclass('public.outbox_applied'), to_regclass('public.outbox_dead_letter'),
+                      to_regclass('public.outbox_projection_state'), to_regclass('public.chronicle_events'),
+                      to_regclass('public.outbox_rebuilds')]) AS t
+   WHERE t IS NOT NULL \gexec
 
   -- Claim, ack, retry, reclaim, release and replay read the rows and change
   -- only the lifecycle columns.
@@ -111,9 +121,32 @@ SELECT to_regclass('public.outbox_events') IS NOT NULL
                 claim_token, processed_at, error_class, error_reason, last_error, error_history,
                 replay_count, updated_at)
      ON public.outbox_events TO :"runtime_role";
+  -- The leader's pruner deletes done rows, and an archive deletes the rows
+  -- it moves to the dead letter. Events are never inserted by this role.
+  GRANT DELETE ON public.outbox_events TO :"runtime_role";
+  -- The claim reads the applied-version ledger, the ack moves it forward,
+  -- the pruner trims it.
+  SELECT format('GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO %I', t, :'runtime_role')
+    FROM to_regclass('public.outbox_applied') AS t WHERE t IS NOT NULL \gexec
+  -- An archive inserts into the dead letter, a restore deletes from it, the
+  -- ledger pruner reads it. Its rows are never updated: no UPDATE.
+  SELECT format('GRANT SELECT, INSERT, DELETE ON %s TO %I', t, :'runtime_role')
+    FROM to_regclass('public.outbox_dead_letter') AS t WHERE t IS NOT NULL \gexec
+  -- The claim skips the projections paused here; wlproj pause and resume
+  -- change them, as the owner: an operator's decision, not the daemon's.
+  SELECT format('GRANT SELECT ON %s TO %I', t, :'runtime_role')
+    FROM to_regclass('public.outbox_projection_state') AS t WHERE t IS NOT NULL \gexec
+  -- The chronicle projection appends (ON CONFLICT DO NOTHING on the event
+  -- id); its rows are never changed or deleted by the daemon.
+  SELECT format('GRANT SELECT, INSERT ON %s TO %I', t, :'runtime_role')
+    FROM to_regclass('public.chronicle_events') AS t WHERE t IS NOT NULL \gexec
+  -- The leader reads open rebuilds and confirms it writes to both indexes.
+  SELECT format('GRANT SELECT, UPDATE (dual_write_at, dual_write_by, dual_write_epoch) ON %s TO %I', t, :'runtime_role')
+    FROM to_regclass('public.outbox_rebuilds') AS t WHERE t IS NOT NULL \gexec
   -- The elector upserts its row to bump the epoch (the fencing token).
   GRANT SELECT, INSERT, UPDATE ON public.outbox_leader TO :"runtime_role";
-  -- Auto-replay writes an audit row per replay, and reads them for its budget.
+  -- Auto-replay writes an audit row per replay, and reads them for its
+  -- budget; discard and archive write theirs. Audit rows are never changed.
   GRANT SELECT, INSERT ON public.outbox_replay_audit TO :"runtime_role";
   SELECT format('GRANT USAGE ON SEQUENCE %s TO %I',
                 pg_get_serial_sequence('public.outbox_replay_audit', 'id'), :'runtime_role') \gexec

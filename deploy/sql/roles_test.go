@@ -6,12 +6,9 @@ package sql
 import (
 	"context"
 	"errors"
-	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -21,9 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wlproj/wlproj/internal/replica"
-	"github.com/wlproj/wlproj/internal/testenv"
-	"github.com/wlproj/wlproj/internal/verify"
+	"github.com/wlproj/wlproj/internal/harness"
 	"github.com/wlproj/wlproj/migrations"
 	"github.com/wlproj/wlproj/replay"
 )
@@ -31,7 +26,7 @@ import (
 const insufficientPrivilege = "42501"
 
 type bundle struct {
-	db         testenv.DB
+	db         harness.DB
 	owner      string
 	runtime    string
 	ownerURL   string
@@ -42,41 +37,18 @@ type bundle struct {
 // tests run in parallel) and a fresh database, and drops all three at the end.
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	suffix := testenv.UniqueName("")
-	b := &bundle{owner: "wlproj_owner_t_" + suffix, runtime: "wlproj_runtime_t_" + suffix}
-	admin := testenv.AdminDatabaseURL(t)
-	// Registered before the database, so it runs after the database is
-	// dropped: a role that still owns objects cannot be dropped.
-	t.Cleanup(func() {
-		ctx := context.Background()
-		conn, err := pgx.Connect(ctx, admin)
-		if err != nil {
-			t.Logf("drop roles: %v", err)
-			return
-		}
-		defer conn.Close(ctx)
-		for _, r := range []string{b.runtime, b.owner} {
-			if _, err := conn.Exec(ctx, "DROP ROLE IF EXISTS "+pgx.Identifier{r}.Sanitize()); err != nil {
-				t.Logf("drop role %s: %v", r, err)
-			}
-		}
-	})
-	b.db = testenv.NewEmptyDatabase(t)
-	b.ownerURL = roleURL(t, b.db.URL, b.owner, "owner-pw")
-	b.runtimeURL = roleURL(t, b.db.URL, b.runtime, "runtime-pw")
+	b := &bundle{}
+	// Before the database, so the roles are dropped after it: a role that
+	// still owns objects cannot be dropped.
+	b.owner, b.runtime = harness.Roles(t, "t")
+	b.db = harness.NewEmptyDatabase(t)
+	b.ownerURL = b.db.Login(t, b.owner, "owner-pw")
+	b.runtimeURL = b.db.Login(t, b.runtime, "runtime-pw")
 	return b
 }
 
-func roleURL(t *testing.T, dbURL, role, password string) string {
-	t.Helper()
-	u, err := url.Parse(dbURL)
-	require.NoError(t, err)
-	u.User = url.UserPassword(role, password)
-	return u.String()
-}
-
 func psqlPath(t *testing.T) string {
-	if dir := testenv.StackEnv(t)["STACK_PG_BINDIR"]; dir != "" {
+	if dir := harness.StackEnv(t)["STACK_PG_BINDIR"]; dir != "" {
 		if p := filepath.Join(dir, "psql"); fileExists(p) {
 			return p
 		}
@@ -162,6 +134,7 @@ func (b *bundle) check(t *testing.T) {
 	require.False(t, superuser)
 
 	b.drainAsRuntime(t)
+	b.archiveAsRuntime(t)
 
 	conn, err := pgx.Connect(ctx, b.runtimeURL)
 	require.NoError(t, err)
@@ -175,7 +148,6 @@ func (b *bundle) check(t *testing.T) {
 		`ALTER TABLE outbox_events DROP CONSTRAINT outbox_events_status_check`,
 		`ALTER TABLE outbox_events DISABLE TRIGGER outbox_events_notify`,
 		`TRUNCATE outbox_events`,
-		`DELETE FROM outbox_events`,
 		`INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', 'x', 'upsert')`,
 		`UPDATE outbox_events SET payload = '{}'`,
 		`UPDATE outbox_events SET entity_id = 'x'`,
@@ -189,6 +161,15 @@ func (b *bundle) check(t *testing.T) {
 		`TRUNCATE outbox_replay_audit`,
 		`UPDATE outbox_replay_audit SET reason = 'rewritten'`,
 		`DELETE FROM outbox_replay_audit`,
+		`UPDATE outbox_dead_letter SET payload = '{}'`,
+		`TRUNCATE outbox_dead_letter`,
+		`DROP TABLE outbox_dead_letter`,
+		`INSERT INTO outbox_projection_state (projection, paused, changed_by, why) VALUES ('search', true, 'x', 'y')`,
+		`UPDATE outbox_projection_state SET paused = false`,
+		`DELETE FROM outbox_projection_state`,
+		`UPDATE chronicle_events SET payload = '{}'`,
+		`DELETE FROM chronicle_events`,
+		`TRUNCATE chronicle_events`,
 		`DROP FUNCTION outbox_append_error(jsonb, jsonb, integer)`,
 		`CREATE OR REPLACE FUNCTION outbox_append_error(history jsonb, entry jsonb, keep integer) RETURNS jsonb LANGUAGE sql AS 'SELECT history'`,
 		`DROP TRIGGER outbox_events_notify ON outbox_events`,
@@ -203,62 +184,39 @@ func (b *bundle) check(t *testing.T) {
 }
 
 // drainAsRuntime runs the real binary as the runtime role: it takes the lock,
-// bumps the epoch, claims, acks done and failed (outbox_append_error); then
-// a replay as the runtime role writes an audit row, as auto-replay does.
+// bumps the epoch, claims (reading the paused projections), appends to the
+// chronicle, acks done and failed (outbox_append_error); then a replay as
+// the runtime role writes an audit row, as auto-replay does.
 func (b *bundle) drainAsRuntime(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
-	index := testenv.NewIndexName(t)
-	mapping, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), "testdata", "mapping.json"))
-	require.NoError(t, err)
-	req, _ := http.NewRequest(http.MethodPut, testenv.ElasticURL(t)+"/"+index, strings.NewReader(string(mapping)))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+	index := harness.NewIndex(t)
 
 	// Producers are not the runtime role: the admin writes the events.
-	_, err = b.db.Pool.Exec(ctx, `
+	_, err := b.db.Pool.Exec(ctx, `
 		INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload)
 		SELECT 'book', e::text, 'upsert', v, jsonb_build_object('kind', 'book', 'title', 'Book ' || e || ' v' || v)
-		  FROM generate_series(1, 5) e, generate_series(1, 4) v`)
+		  FROM generate_series(1, 5) e, generate_series(1, 4) v;
+		INSERT INTO outbox_events (projection, entity_type, entity_id, op, payload)
+		SELECT 'chronicle', 'book', e::text, 'upsert', '{"event": "opened"}' FROM generate_series(1, 3) e`)
 	require.NoError(t, err)
 	var bad int64
 	require.NoError(t, b.db.Pool.QueryRow(ctx, `
 		INSERT INTO outbox_events (entity_type, entity_id, op, payload) VALUES ('book', 'bad', 'upsert', '[1]')
 		RETURNING id`).Scan(&bad))
 
-	r, err := replica.Start(testenv.Binary(t), "rt", []string{
-		"DATABASE_URL=" + b.runtimeURL, "ELASTIC_URL=" + testenv.ElasticURL(t), "ELASTIC_INDEX=" + index,
-		"OUTBOX_LEADER_NAME=" + index, "OUTBOX_POLL_INTERVAL_SECONDS=0.2", "LOG_LEVEL=info",
-	}, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		r.Stop(10 * time.Second)
-		if t.Failed() {
-			t.Logf("replica logs:\n%s", r.Logs())
-		}
-	})
-	hctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	require.NoError(t, r.WaitHealthy(hctx))
-
-	settled := func() bool {
-		var n int
-		require.NoError(t, b.db.Pool.QueryRow(ctx,
-			`SELECT count(*) FROM outbox_events WHERE status IN ('pending', 'processing')`).Scan(&n))
-		return n == 0
-	}
-	testenv.Eventually(t, 30*time.Second, "the runtime role drains the outbox", settled)
+	r := harness.StartReplica(t, "rt", harness.ReplicaEnv(b.runtimeURL, harness.ElasticURL(t), index, "OUTBOX_POLL_INTERVAL_SECONDS=0.2"))
+	harness.Healthy(t, r)
+	harness.Drained(t, b.db.Pool, 30*time.Second) // as the runtime role
 	var done, failed int
 	require.NoError(t, b.db.Pool.QueryRow(ctx, `
 		SELECT count(*) FILTER (WHERE status = 'done' AND locked_by = 'rt'),
 		       count(*) FILTER (WHERE status = 'failed' AND error_reason = 'payload_invalid'
 		                        AND jsonb_array_length(error_history) = 1)
 		  FROM outbox_events`).Scan(&done, &failed))
-	require.Equal(t, 20, done)
+	require.Equal(t, 23, done)
 	require.Equal(t, 1, failed)
+	require.Equal(t, 3, b.db.Int(t, `SELECT count(*) FROM chronicle_events`), "the chronicle appended as the runtime role")
 	require.NotContains(t, r.Logs(), "permission denied")
 
 	pool, err := pgxpool.New(ctx, b.runtimeURL)
@@ -267,7 +225,7 @@ func (b *bundle) drainAsRuntime(t *testing.T) {
 	rep, err := replay.Replay(ctx, pool, replay.Request{IDs: []int64{bad}, By: "roles-test", Why: "prove the grants"})
 	require.NoError(t, err)
 	require.NotZero(t, rep.AuditID)
-	testenv.Eventually(t, 30*time.Second, "the replayed event fails again", settled)
+	harness.Drained(t, b.db.Pool, 30*time.Second) // the replayed event fails again
 
 	// Stop before verifying, so the replica's graceful exit (release of the
 	// lock as the runtime role) is part of what passes.
@@ -275,7 +233,40 @@ func (b *bundle) drainAsRuntime(t *testing.T) {
 	code, err := r.ExitCode(15 * time.Second)
 	require.NoError(t, err)
 	require.Zero(t, code, r.Logs())
-	vr, err := verify.Check(ctx, b.db.Pool, testenv.ElasticURL(t), index)
+	harness.Verified(t, b.db.Pool, index)
+}
+
+// archiveAsRuntime proves what the runtime role needs beyond the drain: it
+// discards and archives the failed row (the CLI's failed discard and failed
+// archive), and deletes done rows as the leader's pruner will. Bringing a
+// row back inserts an event, which only the owner may do.
+func (b *bundle) archiveAsRuntime(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, b.runtimeURL)
 	require.NoError(t, err)
-	require.True(t, vr.OK(), vr.String())
+	defer pool.Close()
+	var bad int64
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT id FROM outbox_events WHERE status = 'failed'`).Scan(&bad))
+
+	audit := replay.Request{IDs: []int64{bad}, By: "roles-test", Why: "prove the grants"}
+	_, err = replay.Discard(ctx, pool, audit)
+	require.NoError(t, err)
+	rep, err := replay.Archive(ctx, pool, replay.ArchiveRequest{OlderThan: time.Nanosecond, By: audit.By, Why: audit.Why})
+	require.NoError(t, err)
+	require.Equal(t, []int64{bad}, rep.IDs())
+	require.Equal(t, 1, b.db.Int(t, `SELECT count(*) FROM outbox_dead_letter WHERE id = $1 AND status = 'discarded'`, bad))
+
+	_, err = replay.Restore(ctx, pool, audit)
+	var pgErr *pgconn.PgError
+	require.True(t, errors.As(err, &pgErr), "restore as the runtime role: want insufficient_privilege, got %v", err)
+	require.Equal(t, insufficientPrivilege, pgErr.Code)
+	require.Equal(t, 1, b.db.Int(t, `SELECT count(*) FROM outbox_dead_letter WHERE id = $1`, bad), "nothing restored")
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // only to see that the pruner may delete
+	tag, err := tx.Exec(ctx, `DELETE FROM outbox_events WHERE status = 'done'`)
+	require.NoError(t, err)
+	require.EqualValues(t, 23, tag.RowsAffected())
 }

@@ -15,12 +15,13 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
+	"github.com/wlproj/wlproj/internal/harness"
 )
 
 // Fault describes how the proxy treats the requests that follow Set. The zero
@@ -44,6 +45,10 @@ type Fault struct {
 	// Times limits the fault to the next Times requests, after which the proxy
 	// forwards normally. 0 applies it until cleared.
 	Times int
+	// PathSuffix limits the fault to requests whose path ends with it (for
+	// example "/_bulk"), so a replica's other calls to the engine neither
+	// take the fault nor use up Times. Empty matches every request.
+	PathSuffix string
 }
 
 // Proxy forwards to one engine, injecting the current Fault.
@@ -65,10 +70,7 @@ type Proxy struct {
 // port and closes it when the test ends.
 func Start(t testing.TB, target string) *Proxy {
 	t.Helper()
-	p, err := New(target)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = p.Close() })
-	return p
+	return harness.Closing[*Proxy](t)(New(target))
 }
 
 // New starts a proxy to target on a free loopback port. The caller must Close it.
@@ -177,11 +179,11 @@ func (p *Proxy) relisten() {
 }
 
 // take returns the fault for one request and counts it against Times.
-func (p *Proxy) take() (Fault, bool) {
+func (p *Proxy) take(path string) (Fault, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	f := p.fault
-	if f == (Fault{}) || f.Refuse {
+	if f == (Fault{}) || f.Refuse || !strings.HasSuffix(path, f.PathSuffix) {
 		return Fault{}, false
 	}
 	if f.Times > 0 {
@@ -195,7 +197,7 @@ func (p *Proxy) take() (Fault, bool) {
 
 func (p *Proxy) handle(w http.ResponseWriter, r *http.Request) {
 	p.requests.Add(1)
-	f, ok := p.take()
+	f, ok := p.take(r.URL.Path)
 	if !ok {
 		p.rp.ServeHTTP(w, r)
 		return

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wlproj/wlproj/internal/faultproxy"
-	"github.com/wlproj/wlproj/internal/testenv"
+	"github.com/wlproj/wlproj/internal/harness"
 )
 
 type bundle struct {
@@ -25,7 +25,7 @@ type bundle struct {
 
 func setup(t *testing.T) bundle {
 	t.Helper()
-	engine := testenv.ElasticURL(t)
+	engine := harness.ElasticURL(t)
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
 	return bundle{
@@ -126,7 +126,7 @@ func TestStatus(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			index := testenv.NewIndexName(t)
+			index := harness.NewIndexName(t)
 			b.proxy.Set(faultproxy.Fault{Status: tc.status, RetryAfter: tc.retryAfter})
 
 			// A write, so that we can check it never reached the engine.
@@ -223,6 +223,16 @@ func TestTimes(t *testing.T) {
 	require.EqualValues(t, 4, b.proxy.Requests())
 }
 
+func TestPathSuffix(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.proxy.Set(faultproxy.Fault{Status: 429, Times: 1, PathSuffix: "/_cluster/health"})
+	requireEngine(t, get(t, b.client, b.proxy.URL()+"/"))
+	requireEngineError(t, get(t, b.client, b.proxy.URL()+"/_cluster/health"), 429, "es_rejected_execution_exception")
+	require.Equal(t, http.StatusOK, get(t, b.client, b.proxy.URL()+"/_cluster/health").status, "Times counts matching requests only")
+	require.EqualValues(t, 3, b.proxy.Requests())
+}
+
 func TestClearRestoresForwarding(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -239,7 +249,7 @@ func TestNewAndClose(t *testing.T) {
 	_, err := faultproxy.New("127.0.0.1:9200")
 	require.Error(t, err, "a target without a scheme must be rejected")
 
-	p, err := faultproxy.New(testenv.ElasticURL(t))
+	p, err := faultproxy.New(harness.ElasticURL(t))
 	require.NoError(t, err)
 	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
 	requireEngine(t, get(t, c, p.URL()+"/"))

@@ -10,6 +10,15 @@
 // and a new connection completes its TCP handshake with the proxy; it is then
 // held without reaching the server, so the client times out in its protocol
 // handshake rather than in connect.
+//
+// Why not github.com/Shopify/toxiproxy/v2 (v2.5.0) as a library: its
+// `timeout` toxic drops what it stops (toxics/timeout.go:41), lets a close
+// through at once (:38) and closes every connection when removed (:48), so
+// nothing is held for Restore; it dials the upstream on accept, before any
+// toxic (proxy.go:188), so a new connection reaches the server mid-partition;
+// `reset_peer` fires only on the next chunk of data and, added to an open
+// connection, closes with a FIN (toxics/reset_peer.go:28, link.go:95); and it
+// does not expose its connections, so DropUpstream has nothing to reset.
 package tcpproxy
 
 import (
@@ -21,7 +30,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
+	"github.com/wlproj/wlproj/internal/harness"
 )
 
 const dialTimeout = 10 * time.Second
@@ -53,10 +62,7 @@ type pair struct {
 // closes it when the test ends.
 func Start(t testing.TB, target string) *Proxy {
 	t.Helper()
-	p, err := New(target)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = p.Close() })
-	return p
+	return harness.Closing[*Proxy](t)(New(target))
 }
 
 // New starts a proxy to target (host:port) on a free loopback port. The caller

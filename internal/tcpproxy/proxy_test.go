@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wlproj/wlproj/internal/harness"
 	"github.com/wlproj/wlproj/internal/tcpproxy"
-	"github.com/wlproj/wlproj/internal/testenv"
 )
 
 // echoServer echoes every connection and counts the ones it accepted.
@@ -144,13 +144,13 @@ func TestCloseAllAndClose(t *testing.T) {
 
 type pgBundle struct {
 	proxy   *tcpproxy.Proxy
-	db      testenv.DB
+	db      harness.DB
 	proxied string // the database URL through the proxy
 }
 
 func setupPG(t *testing.T) pgBundle {
 	t.Helper()
-	db := testenv.NewEmptyDatabase(t)
+	db := harness.NewEmptyDatabase(t)
 	u, err := url.Parse(db.URL)
 	require.NoError(t, err)
 	p := tcpproxy.Start(t, u.Host)
@@ -170,6 +170,15 @@ func connect(t *testing.T, dsn string) (*pgx.Conn, error) {
 		t.Cleanup(func() { _ = conn.Close(context.Background()) })
 	}
 	return conn, err
+}
+
+// connectOK connects through the proxy and checks that the session answers.
+func connectOK(t *testing.T, b pgBundle) *pgx.Conn {
+	t.Helper()
+	conn, err := connect(t, b.proxied)
+	require.NoError(t, err)
+	require.NoError(t, selectOne(conn, 5*time.Second))
+	return conn
 }
 
 func selectOne(conn *pgx.Conn, timeout time.Duration) error {
@@ -197,14 +206,12 @@ func TestPostgresBlackhole(t *testing.T) {
 	t.Parallel()
 	b := setupPG(t)
 
-	conn, err := connect(t, b.proxied)
-	require.NoError(t, err)
-	require.NoError(t, selectOne(conn, 5*time.Second))
+	conn := connectOK(t, b)
 	pid := conn.PgConn().PID()
 
 	b.proxy.Blackhole()
 	start := time.Now()
-	err = selectOne(conn, time.Second)
+	err := selectOne(conn, time.Second)
 	require.Error(t, err)
 	require.Less(t, time.Since(start), 3*time.Second, "the query must fail by its own timeout")
 
@@ -216,12 +223,10 @@ func TestPostgresBlackhole(t *testing.T) {
 	require.Error(t, err, "a new connection must not get through a blackhole")
 
 	b.proxy.Restore()
-	conn2, err := connect(t, b.proxied)
-	require.NoError(t, err)
-	require.NoError(t, selectOne(conn2, 5*time.Second))
+	connectOK(t, b)
 
 	// The old client's close, held during the blackhole, now ends its session.
-	testenv.Eventually(t, 5*time.Second, "old backend to exit", func() bool { return !backendAlive(t, b, pid) })
+	harness.Eventually(t, 5*time.Second, "old backend to exit", func() bool { return !backendAlive(t, b, pid) })
 }
 
 func TestPostgresDropUpstreamReleasesLock(t *testing.T) {
@@ -230,15 +235,14 @@ func TestPostgresDropUpstreamReleasesLock(t *testing.T) {
 	ctx := context.Background()
 	const key = 4242
 
-	conn, err := connect(t, b.proxied)
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, "SELECT pg_advisory_lock($1)", key)
+	conn := connectOK(t, b)
+	_, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", key)
 	require.NoError(t, err)
 	pid := conn.PgConn().PID()
 
 	b.proxy.Blackhole()
 	b.proxy.DropUpstream()
-	testenv.Eventually(t, 5*time.Second, "backend to exit after DropUpstream", func() bool { return !backendAlive(t, b, pid) })
+	harness.Eventually(t, 5*time.Second, "backend to exit after DropUpstream", func() bool { return !backendAlive(t, b, pid) })
 	var got bool
 	require.NoError(t, b.db.Pool.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&got))
 	require.True(t, got, "the dropped session still holds its advisory lock")
@@ -252,14 +256,8 @@ func TestPostgresCloseAll(t *testing.T) {
 	t.Parallel()
 	b := setupPG(t)
 
-	conn, err := connect(t, b.proxied)
-	require.NoError(t, err)
-	require.NoError(t, selectOne(conn, 5*time.Second))
-
+	conn := connectOK(t, b)
 	b.proxy.CloseAll()
 	require.Error(t, selectOne(conn, 2*time.Second))
-
-	conn2, err := connect(t, b.proxied)
-	require.NoError(t, err)
-	require.NoError(t, selectOne(conn2, 5*time.Second))
+	connectOK(t, b)
 }

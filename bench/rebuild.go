@@ -1,0 +1,251 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/olivere/elastic/v7"
+
+	"github.com/wlproj/wlproj/internal/harness"
+	"github.com/wlproj/wlproj/projection"
+	"github.com/wlproj/wlproj/rebuild"
+)
+
+// rebuildLiveRate is the live events a second the daemon drains while the
+// rebuild runs.
+const rebuildLiveRate = 500
+
+// RebuildResult is the rebuild step: the source table bulk-loaded into a
+// new index while a leader drains live events, next to the raw _bulk rate
+// of the same documents, and what readers of the alias saw.
+type RebuildResult struct {
+	Rows int `json:"rows"`
+	// LoadSeconds is the bulk load alone; TotalSeconds adds the wait for
+	// the leader's dual-write confirmation, the refresh and the swap.
+	LoadSeconds  float64 `json:"load_seconds"`
+	TotalSeconds float64 `json:"total_seconds"`
+	RowsPerSec   float64 `json:"rows_per_second"`
+	RawPerSec    float64 `json:"raw_bulk_per_second"`
+	// Ratio is RowsPerSec / RawPerSec; the goal is at least 0.8.
+	Ratio       float64 `json:"ratio"`
+	LiveEvents  int64   `json:"live_events"`
+	Reads       int64   `json:"reads"`
+	ReadsFailed int     `json:"reads_failed"`
+	// ReadsMissing counts reads that saw fewer documents than an earlier
+	// one (the live events never delete).
+	ReadsMissing int    `json:"reads_missing"`
+	Verdict      string `json:"verdict"`
+}
+
+// rebuildStep runs the rebuild measure; the caller stores the result.
+func (b *bench) rebuildStep(ctx context.Context) (*RebuildResult, error) {
+	n := cmp.Or(b.cfg.RebuildRows, b.cfg.Docs)
+	alias, raw := b.index+"-rb", b.index+"-rb-raw"
+	defer func() {
+		_ = harness.DeleteIndex(context.WithoutCancel(ctx), b.cfg.ElasticURL, alias+"-*", raw)
+	}()
+	if err := b.reset(ctx); err != nil {
+		return nil, err
+	}
+	client, err := projection.NewElasticClient(projection.ElasticOptions{URL: b.cfg.ElasticURL})
+	if err != nil {
+		return nil, err
+	}
+	res := &RebuildResult{Rows: n}
+	if err := b.rebuildSource(ctx, n); err != nil {
+		return nil, err
+	}
+	if err := b.createIndex(ctx, raw); err != nil {
+		return nil, err
+	}
+	secs, err := sendBulks(ctx, client, raw, 0, n, b.cfg.Batch, b.cfg.Concurrency, b.cfg.DocBytes)
+	if err != nil {
+		return nil, err
+	}
+	res.RawPerSec = float64(n) / secs
+	if err := b.deleteIndex(ctx, raw); err != nil {
+		return nil, err
+	}
+	// The index readers use before the rebuild: the same documents, behind the alias.
+	if err := b.rebuildAlias(ctx, client, alias, n); err != nil {
+		return nil, err
+	}
+	r, err := b.startReplica(ctx, "rebuild", "ELASTIC_INDEX="+alias)
+	if err != nil {
+		return nil, err
+	}
+	defer b.stopReplicas()
+	if _, err := waitLeader(ctx, r); err != nil {
+		return nil, err
+	}
+	return res, b.rebuildUnderLoad(ctx, client, alias, res)
+}
+
+// rebuildUnderLoad rebuilds the alias while the application writes and a
+// reader counts, then checks that nothing was lost.
+func (b *bench) rebuildUnderLoad(ctx context.Context, client *elastic.Client, alias string, res *RebuildResult) error {
+	producer := harness.Produce(ctx, harness.SourceWriter{DB: b.pool, Table: "bench_search_index"}, harness.ProducerConfig{Rate: rebuildLiveRate, Next: b.rebuildEvents(res.Rows)})
+	defer producer.Stop()
+	reader := startAliasReader(ctx, b.cfg.ElasticURL, alias)
+	timer := &loadTimer{}
+	rep, err := rebuild.Run(ctx, rebuild.Config{Pool: b.pool, Client: client, Alias: alias, SourceTable: "bench_search_index",
+		BulkSize: b.cfg.Batch, Concurrency: b.cfg.Concurrency, By: "bench", Why: "make bench", Progress: timer})
+	producer.Stop()
+	reader.stop()
+	if err != nil {
+		return fmt.Errorf("rebuild: %w", err)
+	}
+	res.TotalSeconds, res.LoadSeconds = rep.Seconds, timer.seconds()
+	res.RowsPerSec = float64(rep.Rows) / res.LoadSeconds
+	res.Ratio = res.RowsPerSec / res.RawPerSec
+	res.LiveEvents = producer.Committed()
+	res.Reads, res.ReadsFailed, res.ReadsMissing = reader.reads.Load(), reader.failed, reader.missing
+	if _, _, err := b.waitDrained(ctx, b.drainTimeout(int(res.LiveEvents))); err != nil {
+		return err
+	}
+	v, err := harness.Verify(ctx, b.pool, b.cfg.ElasticURL, alias)
+	if err != nil {
+		return err
+	}
+	res.Verdict = v.String()
+	var rows int
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM bench_search_index`).Scan(&rows); err != nil {
+		return err
+	}
+	docs, err := harness.DocCount(ctx, b.cfg.ElasticURL, alias)
+	if err == nil && (!v.OK() || docs != rows) {
+		err = fmt.Errorf("after the rebuild: %s; the alias holds %d documents, the source table %d rows", v, docs, rows)
+	}
+	b.say("rebuild: %d rows loaded in %.2fs (%.0f rows/s, %.2f of raw bulk's %.0f), %.2fs in all; %d live events; "+
+		"%d reads of the alias, %d failed, %d saw fewer documents", rep.Rows, res.LoadSeconds, res.RowsPerSec, res.Ratio,
+		res.RawPerSec, res.TotalSeconds, res.LiveEvents, res.Reads, res.ReadsFailed, res.ReadsMissing)
+	return err
+}
+
+// rebuildSource writes the SoT: the raw step's documents at version 1.
+func (b *bench) rebuildSource(ctx context.Context, n int) error {
+	_, err := b.pool.Exec(ctx, `DROP TABLE IF EXISTS bench_search_index;
+		CREATE TABLE bench_search_index (entity_type text NOT NULL, entity_id text NOT NULL, doc jsonb NOT NULL,
+		                                 version bigint NOT NULL, PRIMARY KEY (entity_type, entity_id))`)
+	if err != nil {
+		return err
+	}
+	rows := make([][]any, 0, n)
+	for i := range n {
+		rows = append(rows, []any{"book", entityID(i), string(doc(i, b.cfg.DocBytes)), int64(1)})
+	}
+	_, err = b.pool.CopyFrom(ctx, pgx.Identifier{"bench_search_index"}, []string{"entity_type", "entity_id", "doc", "version"},
+		pgx.CopyFromRows(rows))
+	if err == nil {
+		_, err = b.pool.Exec(ctx, `VACUUM ANALYZE bench_search_index`)
+	}
+	return err
+}
+
+// rebuildAlias loads the documents into alias-orig and points alias at it.
+func (b *bench) rebuildAlias(ctx context.Context, client *elastic.Client, alias string, n int) error {
+	orig := alias + "-orig"
+	if err := b.createIndex(ctx, orig); err != nil {
+		return err
+	}
+	if _, err := sendBulks(ctx, client, orig, 0, n, b.cfg.Batch, b.cfg.Concurrency, b.cfg.DocBytes); err != nil {
+		return err
+	}
+	body := []byte(fmt.Sprintf(`{"actions": [{"add": {"index": %q, "alias": %q}}]}`, orig, alias))
+	return harness.ES(ctx, b.cfg.ElasticURL, http.MethodPost, "/_aliases", body, nil)
+}
+
+// rebuildEvents are live updates of the loaded documents, at versions above
+// the source's, written with the source row in one statement (sotWriter).
+func (b *bench) rebuildEvents(rows int) func(n int) []harness.Event {
+	var version atomic.Int64
+	version.Store(1)
+	return func(n int) []harness.Event {
+		events := make([]harness.Event, n)
+		for i := range events {
+			v := version.Add(1)
+			id := int(v) % rows
+			events[i] = harness.Event{EntityType: "book", EntityID: entityID(id), Op: "upsert", Version: v,
+				Payload: json.RawMessage(doc(id, b.cfg.DocBytes))}
+		}
+		return events
+	}
+}
+
+// loadTimer is a rebuild.Progress that times the load phase.
+type loadTimer struct {
+	mu         sync.Mutex
+	start, end time.Time
+	total      int64
+	done       int64
+}
+
+func (l *loadTimer) Phase(name string, total int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if name == "load" {
+		l.start, l.total = time.Now(), total
+	}
+}
+
+func (l *loadTimer) Add(n int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done += n; l.done >= l.total {
+		l.end = time.Now()
+	}
+}
+
+func (l *loadTimer) Set(int64)   {}
+func (l *loadTimer) Note(string) {}
+
+func (l *loadTimer) seconds() float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.end.Sub(l.start).Seconds()
+}
+
+// aliasReader counts the alias's documents in a loop.
+type aliasReader struct {
+	reads           atomic.Int64
+	failed, missing int
+	done            chan struct{}
+	cancel          context.CancelFunc
+}
+
+func startAliasReader(ctx context.Context, base, alias string) *aliasReader {
+	ctx, cancel := context.WithCancel(ctx)
+	r := &aliasReader{done: make(chan struct{}), cancel: cancel}
+	go func() {
+		defer close(r.done)
+		var most int64
+		for ctx.Err() == nil {
+			var c struct {
+				Count int64 `json:"count"`
+			}
+			err := harness.ES(ctx, base, http.MethodGet, "/"+alias+"/_count", nil, &c)
+			switch {
+			case ctx.Err() != nil:
+				return
+			case err != nil:
+				r.failed++
+			case c.Count < most:
+				r.missing++
+			default:
+				most = c.Count
+			}
+			r.reads.Add(1)
+			_ = harness.Sleep(ctx, 5*time.Millisecond)
+		}
+	}()
+	return r
+}
+
+func (r *aliasReader) stop() { r.cancel(); <-r.done }

@@ -1,0 +1,260 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/wlproj/wlproj/internal/harness"
+)
+
+// The verdict of step 8: what a plateau and a steady claim mean.
+const (
+	plateauFactor   = 1.1
+	claimP99Factor  = 1.5
+	retentionRule   = "rows and bytes: the last third's max <= 1.1 x the middle third's max; claim p99 (insert to claim, over every event acked in a third): the last third's <= 1.5 x the first third's"
+	prunedMetric    = `outbox_pruned_total{projection="search"}`
+	ackSettleWindow = 500 * time.Millisecond
+)
+
+// 8. A leader with a short retention drains a steady producer; the outbox's
+// rows and bytes should level off once the pruner deletes as many rows as
+// the producer writes, and the claim should not slow down as the table
+// churns.
+func (b *bench) retention(ctx context.Context) error {
+	cfg := b.cfg
+	if err := b.reset(ctx); err != nil {
+		return err
+	}
+	if err := b.seedPrunable(ctx); err != nil {
+		return err
+	}
+	rt := &Retention{Rate: cfg.RetentionRate, Seconds: cfg.RetentionDuration.Seconds(),
+		RetentionSeconds: cfg.Retention.Seconds(), Docs: cfg.RetentionDocs, Seeded: cfg.RetentionSeed}
+	if err := b.pool.QueryRow(ctx, `SELECT current_setting('autovacuum')`).Scan(&rt.Autovacuum); err != nil {
+		return err
+	}
+	vacuums0, err := b.autovacuums(ctx)
+	if err != nil {
+		return err
+	}
+	r, err := b.startReplica(ctx, "retention", "OUTBOX_RETENTION="+cfg.Retention.String())
+	if err != nil {
+		return err
+	}
+	if _, err := waitLeader(ctx, r); err != nil {
+		return err
+	}
+
+	t0, err := harness.Now(ctx, b.pool)
+	if err != nil {
+		return err
+	}
+	p := b.startProducer(ctx, cfg.RetentionRate, 0, cfg.RetentionDocs)
+	defer p.Stop()
+	// Each sample reads the events acked since the one before, up to a
+	// moment shortly before it: an ack's processed_at is its statement's
+	// start, so one still running at the sample is read by the next.
+	var waits, acks [][]float64
+	prev := t0.Add(-ackSettleWindow)
+	tick := time.NewTicker(cfg.RetentionSample)
+	defer tick.Stop()
+	for range int(cfg.RetentionDuration / cfg.RetentionSample) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		s, until, wait, ack, err := b.retentionSample(ctx, r, prev)
+		if err != nil {
+			return err
+		}
+		s.T = harness.Round3(until.Add(ackSettleWindow).Sub(t0).Seconds())
+		s.Autovacuums -= vacuums0
+		prev = until
+		rt.Samples, waits, acks = append(rt.Samples, s), append(waits, wait), append(acks, ack)
+		b.say("retention: t=%.0fs rows %d (backlog %d, dead ~%d), %.1f MB; ledger %d rows, %.1f MB; claim p99 %.1f ms over %d; pruned %d",
+			s.T, s.Rows, s.Backlog, s.DeadRows, mb(s.Bytes), s.LedgerRows, mb(s.LedgerBytes), s.ClaimWaitP99Ms, s.Acked, s.Pruned)
+	}
+	p.Stop()
+	if err := p.Err(); err != nil {
+		return err
+	}
+	rt.Produced = p.Committed()
+	if _, failed, err := b.waitDrained(ctx, b.drainTimeout(int(rt.Produced))); err != nil {
+		return err
+	} else if failed > 0 {
+		return fmt.Errorf("%d events failed", failed)
+	}
+	done, pruned, err := b.doneAndPruned(ctx, r)
+	if err != nil {
+		return err
+	}
+	if done+pruned != rt.Produced+int64(cfg.RetentionSeed) {
+		return fmt.Errorf("%d rows done and %d pruned, %d produced and %d seeded", done, pruned, rt.Produced, cfg.RetentionSeed)
+	}
+	rt.Pruned = pruned
+	vacuums, err := b.autovacuums(ctx)
+	if err != nil {
+		return err
+	}
+	rt.Autovacuums = vacuums - vacuums0
+	b.stopReplicas()
+	rt.Verdict = verdict(rt.Samples, waits, acks)
+	b.rep.Retention = rt
+	if v := rt.Verdict; v != nil {
+		b.say("retention: rows last/middle third %.3f, bytes %.3f, claim p99 last/first third %.3f (%.1f / %.1f ms)",
+			v.RowsRatio, v.BytesRatio, v.ClaimWaitP99Ratio, v.ClaimWaitP99LastMs, v.ClaimWaitP99FirstMs)
+	}
+	return nil
+}
+
+// seedPrunable writes -retention-seed done rows acked an hour before the
+// retention ran out, for the pruner's first round.
+func (b *bench) seedPrunable(ctx context.Context) error {
+	if b.cfg.RetentionSeed == 0 {
+		return nil
+	}
+	_, err := b.pool.Exec(ctx, `
+		INSERT INTO outbox_events (entity_type, entity_id, op, event_version, status, attempts,
+		                           processed_at, created_at, updated_at)
+		SELECT 'book', 'seed-' || g, 'upsert', 1, 'done', 1, t, t, t
+		  FROM generate_series(1, $1::int) g, (SELECT now() - make_interval(secs => $2 + 3600) AS t) age`,
+		b.cfg.RetentionSeed, b.cfg.Retention.Seconds())
+	return err
+}
+
+// retentionSample reads the outbox now, and the latencies of the events
+// acked after since; until is where the next sample's window starts.
+func (b *bench) retentionSample(ctx context.Context, r *harness.Replica, since time.Time) (s RetentionSample, until time.Time, wait, ack []float64, err error) {
+	err = b.pool.QueryRow(ctx, `
+		SELECT count(*), count(*) FILTER (WHERE status = 'done'),
+		       count(*) FILTER (WHERE status IN ('pending', 'processing')),
+		       pg_total_relation_size('outbox_events'),
+		       (SELECT count(*) FROM outbox_applied), pg_total_relation_size('outbox_applied'),
+		       (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'outbox_events'::regclass),
+		       (SELECT autovacuum_count FROM pg_stat_user_tables WHERE relid = 'outbox_events'::regclass),
+		       clock_timestamp() - make_interval(secs => $1)
+		  FROM outbox_events`, ackSettleWindow.Seconds()).
+		Scan(&s.Rows, &s.DoneRows, &s.Backlog, &s.Bytes, &s.LedgerRows, &s.LedgerBytes, &s.DeadRows, &s.Autovacuums, &until)
+	if err != nil {
+		return s, until, nil, nil, err
+	}
+	rows, err := b.pool.Query(ctx, `
+		SELECT extract(epoch FROM processing_started_at - created_at)::float8, extract(epoch FROM processed_at - created_at)::float8
+		  FROM outbox_events WHERE status = 'done' AND processed_at > $1 AND processed_at <= $2`, since, until)
+	if err != nil {
+		return s, until, nil, nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var w, a float64
+		if err := rows.Scan(&w, &a); err != nil {
+			return s, until, nil, nil, err
+		}
+		wait, ack = append(wait, w), append(ack, a)
+	}
+	if err := rows.Err(); err != nil {
+		return s, until, nil, nil, err
+	}
+	s.Acked = len(wait)
+	s.ClaimWaitP99Ms, s.AckP99Ms = round1(percentile(wait, 0.99)*1000), round1(percentile(ack, 0.99)*1000)
+	s.Pruned, err = pruned(r)
+	return s, until, wait, ack, err
+}
+
+// autovacuums is how many times autovacuum has vacuumed the outbox.
+func (b *bench) autovacuums(ctx context.Context) (int64, error) {
+	var n int64
+	err := b.pool.QueryRow(ctx, `SELECT autovacuum_count FROM pg_stat_user_tables WHERE relid = 'outbox_events'::regclass`).Scan(&n)
+	return n, err
+}
+
+// doneAndPruned is the done rows left and the rows the leader pruned, read
+// between two scrapes that agree, so no prune round ran in between.
+func (b *bench) doneAndPruned(ctx context.Context, r *harness.Replica) (done, gone int64, err error) {
+	for range 10 {
+		before, err := pruned(r)
+		if err != nil {
+			return 0, 0, err
+		}
+		if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE status = 'done'`).Scan(&done); err != nil {
+			return 0, 0, err
+		}
+		if gone, err = pruned(r); err != nil || gone == before {
+			return done, gone, err
+		}
+	}
+	return 0, 0, fmt.Errorf("the pruner did not rest between two scrapes of %s", prunedMetric)
+}
+
+// pruned is the leader's count of pruned done rows.
+func pruned(r *harness.Replica) (int64, error) {
+	v, ok, err := r.Metric(prunedMetric)
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		return 0, fmt.Errorf("%s serves no %s", r.Name, prunedMetric)
+	}
+	return int64(v), nil
+}
+
+// verdict compares the thirds of the samples: rows and bytes of the last
+// against the middle (the first holds the climb to the retention), claim
+// latency of the last against the first (before the table churned).
+func verdict(samples []RetentionSample, waits, acks [][]float64) *RetentionVerdict {
+	k := len(samples) / 3
+	if k == 0 {
+		return nil
+	}
+	middle, last := samples[k:len(samples)-k], samples[len(samples)-k:]
+	peak := func(ss []RetentionSample, f func(RetentionSample) int64) int64 {
+		var m int64
+		for _, s := range ss {
+			m = max(m, f(s))
+		}
+		return m
+	}
+	rows := func(s RetentionSample) int64 { return s.Rows }
+	bytes := func(s RetentionSample) int64 { return s.Bytes }
+	v := &RetentionVerdict{Rule: retentionRule,
+		RowsMiddleMax: peak(middle, rows), RowsLastMax: peak(last, rows),
+		BytesMiddleMax: peak(middle, bytes), BytesLastMax: peak(last, bytes),
+		ClaimWaitP99FirstMs: round1(percentile(slices.Concat(waits[:k]...), 0.99) * 1000),
+		ClaimWaitP99LastMs:  round1(percentile(slices.Concat(waits[len(waits)-k:]...), 0.99) * 1000),
+		AckP99FirstMs:       round1(percentile(slices.Concat(acks[:k]...), 0.99) * 1000),
+		AckP99LastMs:        round1(percentile(slices.Concat(acks[len(acks)-k:]...), 0.99) * 1000),
+	}
+	v.RowsRatio = ratio(float64(v.RowsLastMax), float64(v.RowsMiddleMax))
+	v.BytesRatio = ratio(float64(v.BytesLastMax), float64(v.BytesMiddleMax))
+	v.ClaimWaitP99Ratio = ratio(v.ClaimWaitP99LastMs, v.ClaimWaitP99FirstMs)
+	return v
+}
+
+// ratio is a/b to 3 decimals; with nothing to compare to, +Inf would not
+// encode as JSON, so it is a large number that fails every goal.
+func ratio(a, b float64) float64 {
+	if b <= 0 {
+		return math.MaxInt32
+	}
+	return harness.Round3(a / b)
+}
+
+// percentile of values by linear interpolation (percentile_cont); 0 for
+// none.
+func percentile(values []float64, q float64) float64 {
+	if len(values) == 0 {
+		return 0
+	}
+	s := slices.Clone(values)
+	slices.Sort(s)
+	pos := q * float64(len(s)-1)
+	lo := int(pos)
+	if lo+1 >= len(s) {
+		return s[lo]
+	}
+	return s[lo] + (pos-float64(lo))*(s[lo+1]-s[lo])
+}

@@ -1,0 +1,95 @@
+package main
+
+// The helpers the root package's process tests share: a cluster of real
+// replicas on a database and index of the test's own, the engine behind a
+// fault proxy. Everything else comes from internal/harness.
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/wlproj/wlproj/internal/faultproxy"
+	"github.com/wlproj/wlproj/internal/harness"
+)
+
+type cluster struct {
+	t        *testing.T
+	db       harness.DB
+	index    string
+	proxy    *faultproxy.Proxy
+	env      []string
+	replicas []*harness.Replica
+}
+
+// newCluster prepares replicas with harness.Quick settings, then extraEnv.
+func newCluster(t *testing.T, extraEnv ...string) *cluster {
+	t.Helper()
+	c := &cluster{t: t, db: harness.NewDatabase(t), index: harness.NewIndex(t)}
+	c.proxy = faultproxy.Start(t, harness.ElasticURL(t))
+	c.env = harness.ReplicaEnv(c.db.URL, c.proxy.URL(), c.index, slices.Concat(harness.Quick, extraEnv)...)
+	return c
+}
+
+// start runs a replica with the cluster's environment as it is now, and
+// waits until it serves /healthz.
+func (c *cluster) start(name string) *harness.Replica {
+	c.t.Helper()
+	r := harness.StartReplica(c.t, name, c.env)
+	c.replicas = append(c.replicas, r)
+	harness.Healthy(c.t, r)
+	return r
+}
+
+// run starts the named replicas and returns the one that leads.
+func (c *cluster) run(names ...string) *harness.Replica {
+	c.t.Helper()
+	for _, name := range names {
+		c.start(name)
+	}
+	return c.leader()
+}
+
+// leader waits until exactly one live replica says it leads.
+func (c *cluster) leader() *harness.Replica {
+	c.t.Helper()
+	return harness.Leader(c.t, c.replicas...)
+}
+
+// produce inserts versions events for each of entities books, versions in a
+// shuffled order, so older versions often arrive after newer ones.
+func (c *cluster) produce(entities, versions int) {
+	c.t.Helper()
+	c.db.Exec(c.t, `
+		INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload, scope_key)
+		SELECT 'book', e::text, 'upsert', v,
+		       jsonb_build_object('kind', 'book', 'title', 'Book ' || e || ' v' || v,
+		                          'body', repeat('lorem ipsum ', 20), 'library_id', 'lib-' || (e % 7),
+		                          'position', v, 'updated_at', now()),
+		       'lib-' || (e % 7)
+		  FROM generate_series(1, $1) e, generate_series(1, $2) v
+		 ORDER BY random()`, entities, versions)
+}
+
+func (c *cluster) count(where string) int {
+	c.t.Helper()
+	return c.db.Count(c.t, where)
+}
+
+func (c *cluster) drained(timeout time.Duration) {
+	c.t.Helper()
+	harness.Drained(c.t, c.db.Pool, timeout)
+}
+
+// verify is how every test ends: nothing lost, nothing regressed.
+func (c *cluster) verify() harness.Verdict {
+	c.t.Helper()
+	return harness.Verified(c.t, c.db.Pool, c.index)
+}
+
+// settle waits until every event is done or failed, then verifies.
+func (c *cluster) settle(timeout time.Duration) harness.Verdict {
+	c.t.Helper()
+	c.drained(timeout)
+	return c.verify()
+}

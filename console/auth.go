@@ -1,0 +1,379 @@
+package console
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/hkdf"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorilla/securecookie"
+	"golang.org/x/crypto/bcrypt"
+	"golang.org/x/time/rate"
+
+	"github.com/wlproj/wlproj/internal/bounds"
+)
+
+// user is someone who may sign in.
+type user struct {
+	Name     string
+	ReadOnly bool
+	hash     []byte
+}
+
+// users are the entries of the users file, by name.
+type users map[string]*user
+
+// loadUsers reads an htpasswd file: "name:hash" per line, blank lines and
+// # comments ignored. Only bcrypt hashes are accepted ($2y$ from htpasswd -B,
+// or $2a$/$2b$): the other htpasswd formats are fast to guess. Every
+// read-only name must be in the file, so that a typo never leaves the
+// intended viewer an operator.
+func loadUsers(path string, readOnly []string) (users, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, bounds.Invalid("UsersFile", "%v", err)
+	}
+	u := users{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, hash, ok := strings.Cut(line, ":")
+		switch {
+		case !ok || name == "" || hash == "":
+			return nil, bounds.Invalid("UsersFile", "%s line %d: not name:hash", path, n)
+		case strings.ContainsAny(name, " \t"):
+			return nil, bounds.Invalid("UsersFile", "%s line %d: the name %q has a space", path, n, name)
+		case u[name] != nil:
+			return nil, bounds.Invalid("UsersFile", "%s line %d: %s is there twice", path, n, name)
+		}
+		if !strings.HasPrefix(hash, "$2a$") && !strings.HasPrefix(hash, "$2b$") && !strings.HasPrefix(hash, "$2y$") {
+			return nil, bounds.Invalid("UsersFile", "%s line %d: %s: only bcrypt hashes are accepted (htpasswd -B)", path, n, name)
+		}
+		if _, err := bcrypt.Cost([]byte(hash)); err != nil {
+			return nil, bounds.Invalid("UsersFile", "%s line %d: %s: %v", path, n, name, err)
+		}
+		u[name] = &user{Name: name, hash: []byte(hash)}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, bounds.Invalid("UsersFile", "%v", err)
+	}
+	if len(u) == 0 {
+		return nil, bounds.Invalid("UsersFile", "%s has no users", path)
+	}
+	for _, name := range readOnly {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		if u[name] == nil {
+			return nil, bounds.Invalid("ReadOnlyUsers", "names %s, who is not in %s", name, path)
+		}
+		u[name].ReadOnly = true
+	}
+	return u, nil
+}
+
+// dummyHash is compared against when the name is unknown, so that an
+// unknown name costs as long as a wrong password. Made at the first
+// sign-in, not at start: every CLI command links this package.
+var dummyHash = sync.OnceValue(func() []byte {
+	h, _ := bcrypt.GenerateFromPassword([]byte("wlproj console"), bcrypt.DefaultCost)
+	return h
+})
+
+// check returns the user if name and password match.
+func (u users) check(name, password string) *user {
+	usr := u[name]
+	var hash []byte
+	if usr != nil {
+		hash = usr.hash
+	} else {
+		hash = dummyHash()
+	}
+	if bcrypt.CompareHashAndPassword(hash, []byte(password)) != nil || usr == nil {
+		return nil
+	}
+	return usr
+}
+
+// session is what the cookie holds. Every visitor gets one, so that even the
+// sign-in form carries a token; signing in replaces it with a new SID, so a
+// session planted before sign-in is worth nothing after.
+type session struct {
+	SID  string `json:"sid"`
+	User string `json:"user,omitempty"`
+}
+
+const cookieName = "wlproj_console"
+
+// sessions encode and decode session cookies and derive the form tokens.
+type sessions struct {
+	codec   *securecookie.SecureCookie
+	csrfKey []byte
+	ttl     time.Duration
+}
+
+// keyMin is the least secret a session key file may hold.
+const keyMin = 32
+
+// newSessions derives the cookie's signing and encryption keys and the form
+// token key from the key file's secret, or from a random one.
+func newSessions(keyFile string, ttl time.Duration) (*sessions, error) {
+	var secret []byte
+	if keyFile == "" {
+		secret = make([]byte, 64)
+		if _, err := rand.Read(secret); err != nil {
+			return nil, err
+		}
+	} else {
+		b, err := os.ReadFile(keyFile)
+		if err != nil {
+			return nil, bounds.Invalid("SessionKeyFile", "%v", err)
+		}
+		secret = bytes.TrimSpace(b)
+		if len(secret) < keyMin {
+			return nil, bounds.Invalid("SessionKeyFile", "%s holds %d bytes, fewer than %d: write e.g. `head -c 48 /dev/urandom | base64`",
+				keyFile, len(secret), keyMin)
+		}
+	}
+	derive := func(label string, n int) []byte {
+		k, err := hkdf.Key(sha256.New, secret, nil, "wlproj console "+label, n)
+		if err != nil {
+			panic(err) // only for lengths sha256 cannot give
+		}
+		return k
+	}
+	codec := securecookie.New(derive("cookie hash", 32), derive("cookie block", 32)).
+		SetSerializer(securecookie.JSONEncoder{}).MaxAge(int(ttl.Seconds()))
+	return &sessions{codec: codec, csrfKey: derive("form token", 32), ttl: ttl}, nil
+}
+
+// read returns the request's session, nil if it has none or it does not
+// decode (forged, from another key, or expired).
+func (s *sessions) read(r *http.Request) *session {
+	c, err := r.Cookie(cookieName)
+	if err != nil {
+		return nil
+	}
+	var sess session
+	if s.codec.Decode(cookieName, c.Value, &sess) != nil || sess.SID == "" {
+		return nil
+	}
+	return &sess
+}
+
+// start writes a new session for user (empty: signed out) and returns it.
+func (s *sessions) start(w http.ResponseWriter, r *http.Request, user string) (*session, error) {
+	sid := make([]byte, 18)
+	if _, err := rand.Read(sid); err != nil {
+		return nil, err
+	}
+	sess := &session{SID: base64.RawURLEncoding.EncodeToString(sid), User: user}
+	v, err := s.codec.Encode(cookieName, sess)
+	if err != nil {
+		return nil, err
+	}
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: v, Path: Prefix, MaxAge: int(s.ttl.Seconds()),
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	return sess, nil
+}
+
+// signInLimiter bounds sign-in attempts per client address and per user
+// name: the first stops one client trying many names, the second many
+// clients trying one name. Either alone would leave the other open.
+type signInLimiter struct {
+	perMinute, burst int
+	mu               sync.Mutex
+	byKey            map[string]*limiterEntry
+}
+
+type limiterEntry struct {
+	lim  *rate.Limiter
+	seen time.Time
+}
+
+// limiterKeep bounds the map: entries idle this long are full again anyway.
+const limiterKeep = 10 * time.Minute
+
+func newSignInLimiter(perMinute, burst int) *signInLimiter {
+	return &signInLimiter{perMinute: perMinute, burst: burst, byKey: map[string]*limiterEntry{}}
+}
+
+// allow takes one attempt from every key's budget; false if any is spent.
+func (l *signInLimiter) allow(now time.Time, keys ...string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.byKey) > 10_000 {
+		for k, e := range l.byKey {
+			if now.Sub(e.seen) > limiterKeep {
+				delete(l.byKey, k)
+			}
+		}
+	}
+	ok := true
+	for _, k := range keys {
+		e := l.byKey[k]
+		if e == nil {
+			e = &limiterEntry{lim: rate.NewLimiter(rate.Every(time.Minute/time.Duration(l.perMinute)), l.burst)}
+			l.byKey[k] = e
+		}
+		e.seen = now
+		// Every key pays, so a client that is refused for one name does not
+		// keep a fresh budget for the next.
+		ok = e.lim.AllowN(now, 1) && ok
+	}
+	return ok
+}
+
+// clientIP is the address the connection comes from; the console trusts no
+// forwarding header, since a client can write any.
+func clientIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+type signInView struct {
+	Next string
+	Name string
+}
+
+func (c *Console) signInPage(w http.ResponseWriter, r *http.Request) {
+	rq := requestOf(r)
+	if rq.user != nil {
+		http.Redirect(w, r, Prefix, http.StatusSeeOther)
+		return
+	}
+	c.render(w, r, http.StatusOK, "signin", "Sign in", signInView{Next: safeNext(r.URL.Query().Get("next"))})
+}
+
+func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
+	name, password := strings.TrimSpace(r.PostFormValue("user")), r.PostFormValue("password")
+	view := signInView{Next: safeNext(r.PostFormValue("next")), Name: name}
+	if !c.limiter.allow(time.Now(), "addr:"+clientIP(r), "user:"+strings.ToLower(name)) {
+		c.deps.Log.Warn().Str("user", name).Str("remote", clientIP(r)).Msg("console sign-in rate limited")
+		w.Header().Set("Retry-After", "60")
+		c.renderError(w, r, http.StatusTooManyRequests, "signin", "Sign in", view,
+			"Too many sign-in attempts. Wait a minute, then try again.")
+		return
+	}
+	u := c.users.check(name, password)
+	if u == nil {
+		c.deps.Log.Warn().Str("user", name).Str("remote", clientIP(r)).Msg("console sign-in failed")
+		c.renderError(w, r, http.StatusUnauthorized, "signin", "Sign in", view, "Wrong user name or password.")
+		return
+	}
+	if _, err := c.sessions.start(w, r, u.Name); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.deps.Log.Info().Str("user", u.Name).Bool("read_only", u.ReadOnly).Str("remote", clientIP(r)).Msg("console sign-in")
+	http.Redirect(w, r, view.Next, http.StatusSeeOther)
+}
+
+func (c *Console) signOut(w http.ResponseWriter, r *http.Request) {
+	if _, err := c.sessions.start(w, r, ""); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	http.Redirect(w, r, Prefix+"signin", http.StatusSeeOther)
+}
+
+// safeNext is where to go after sign-in: a path of the console, never
+// another site ("//evil", "/\evil" and absolute URLs are dropped).
+func safeNext(next string) string {
+	if !strings.HasPrefix(next, Prefix) || strings.ContainsAny(next, "\\\r\n") || strings.Contains(next, "//") {
+		return Prefix
+	}
+	return next
+}
+
+// request is what the middleware learned about a request.
+type request struct {
+	sess *session
+	user *user
+	csrf string
+}
+
+type requestKey struct{}
+
+func requestOf(r *http.Request) *request {
+	if rq, ok := r.Context().Value(requestKey{}).(*request); ok {
+		return rq
+	}
+	return &request{}
+}
+
+// withSession reads the session, gives every visitor one, and refuses a
+// POST whose form does not carry the session's token.
+func (c *Console) withSession(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rq := &request{sess: c.sessions.read(r)}
+		if rq.sess != nil && rq.sess.User != "" {
+			rq.user = c.users[rq.sess.User] // nil once removed from the file
+		}
+		if r.Method == http.MethodPost {
+			r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+			if !c.sessions.tokenOK(rq.sess, r.PostFormValue("csrf")) {
+				c.deps.Log.Warn().Str("path", r.URL.Path).Str("remote", clientIP(r)).Msg("console POST without a valid form token")
+				r = r.WithContext(context.WithValue(r.Context(), requestKey{}, rq))
+				c.renderError(w, r, http.StatusForbidden, "message", "Refused", nil,
+					"Refused: the form's security token is missing or stale. Reload the page and try again.")
+				return
+			}
+		}
+		if rq.sess == nil {
+			var err error
+			if rq.sess, err = c.sessions.start(w, r, ""); err != nil {
+				c.fail(w, r, err)
+				return
+			}
+		}
+		rq.csrf = c.sessions.token(rq.sess)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestKey{}, rq)))
+	})
+}
+
+// signed serves h to signed-in users and sends everyone else to sign in.
+func (c *Console) signed(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if requestOf(r).user != nil {
+			h(w, r)
+			return
+		}
+		if r.Method != http.MethodGet {
+			c.renderError(w, r, http.StatusUnauthorized, "message", "Sign in", nil, "Sign in first.")
+			return
+		}
+		http.Redirect(w, r, Prefix+"signin?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+	}
+}
+
+// operator serves h to signed-in users who may act.
+func (c *Console) operator(h http.HandlerFunc) http.HandlerFunc {
+	return c.signed(func(w http.ResponseWriter, r *http.Request) {
+		if u := requestOf(r).user; u.ReadOnly {
+			c.deps.Log.Warn().Str("user", u.Name).Str("path", r.URL.Path).Msg("console action refused: read-only user")
+			c.renderError(w, r, http.StatusForbidden, "message", "Refused", nil,
+				fmt.Sprintf("Refused: %s is a read-only user and may look but not act. Nothing changed.", u.Name))
+			return
+		}
+		h(w, r)
+	})
+}

@@ -1,0 +1,355 @@
+package console
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/wlproj/wlproj/internal/bounds"
+)
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "f")
+	require.NoError(t, os.WriteFile(path, []byte(content), 0o600))
+	return path
+}
+
+func TestUsersFile(t *testing.T) {
+	t.Parallel()
+	h, err := bcrypt.GenerateFromPassword([]byte("pw"), bcrypt.MinCost)
+	require.NoError(t, err)
+	hash := strings.Replace(string(h), "$2a$", "$2y$", 1)
+
+	u, err := loadUsers(writeFile(t, "# comment\n\nada:"+hash+"\nviv:"+string(h)+"\n"), []string{" viv "})
+	require.NoError(t, err)
+	require.NotNil(t, u.check("ada", "pw"), "htpasswd -B's $2y$ is bcrypt")
+	require.Nil(t, u.check("ada", "nope"))
+	require.Nil(t, u.check("eve", "pw"))
+	require.False(t, u["ada"].ReadOnly)
+	require.True(t, u["viv"].ReadOnly)
+
+	for name, c := range map[string]struct {
+		file     string
+		readOnly []string
+		want     string
+	}{
+		"md5 htpasswd":             {"ada:$apr1$abc$def\n", nil, "only bcrypt"},
+		"sha htpasswd":             {"ada:{SHA}abc=\n", nil, "only bcrypt"},
+		"plain text":               {"ada:secret\n", nil, "only bcrypt"},
+		"no colon":                 {"ada\n", nil, "line 1: not name:hash"},
+		"twice":                    {"ada:" + hash + "\nada:" + hash + "\n", nil, "line 2: ada is there twice"},
+		"empty":                    {"# nobody\n", nil, "has no users"},
+		"broken bcrypt":            {"ada:$2y$10$short\n", nil, "line 1: ada"},
+		"read-only name not in it": {"ada:" + hash + "\n", []string{"vvi"}, "names vvi, who is not in"},
+	} {
+		_, err := loadUsers(writeFile(t, c.file), c.readOnly)
+		require.ErrorContains(t, err, c.want, name)
+		var fe *bounds.FieldError
+		require.ErrorAs(t, err, &fe, name)
+	}
+	_, err = loadUsers(filepath.Join(t.TempDir(), "missing"), nil)
+	require.ErrorContains(t, err, "UsersFile")
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	ok := Config{UsersFile: "u", SessionTTL: time.Hour}
+	require.NoError(t, ok.Validate())
+	for want, c := range map[string]Config{
+		"UsersFile is required": {SessionTTL: time.Hour},
+		"TLSKeyFile":            {UsersFile: "u", SessionTTL: time.Hour, Port: 1, TLSCertFile: "c"},
+		"TLSCertFile":           {UsersFile: "u", SessionTTL: time.Hour, Port: 1, TLSKeyFile: "k"},
+		"Port must be":          {UsersFile: "u", SessionTTL: time.Hour, TLSCertFile: "c", TLSKeyFile: "k"},
+		"SessionTTL=":           {UsersFile: "u", SessionTTL: time.Minute},
+		"Port=":                 {UsersFile: "u", SessionTTL: time.Hour, Port: 70000},
+	} {
+		require.ErrorContains(t, c.Validate(), want)
+	}
+}
+
+func TestSessionKeyFile(t *testing.T) {
+	t.Parallel()
+	_, err := newSessions(writeFile(t, "short\n"), time.Hour)
+	require.ErrorContains(t, err, "fewer than 32")
+
+	// Two replicas with one key file read each other's cookies; a third
+	// with another key does not.
+	key := writeFile(t, strings.Repeat("k", 40)+"\n")
+	a, err := newSessions(key, time.Hour)
+	require.NoError(t, err)
+	b, err := newSessions(key, time.Hour)
+	require.NoError(t, err)
+	other, err := newSessions("", time.Hour)
+	require.NoError(t, err)
+	rec := &recorder{header: http.Header{}}
+	sess, err := a.start(rec, &http.Request{}, "ada")
+	require.NoError(t, err)
+	req := &http.Request{Header: http.Header{"Cookie": {rec.header.Get("Set-Cookie")}}}
+	require.Equal(t, sess, b.read(req))
+	require.Equal(t, a.token(sess), b.token(sess))
+	require.Nil(t, other.read(req))
+}
+
+// recorder keeps the headers a session writes.
+type recorder struct{ header http.Header }
+
+func (r *recorder) Header() http.Header         { return r.header }
+func (r *recorder) Write(b []byte) (int, error) { return len(b), nil }
+func (r *recorder) WriteHeader(int)             {}
+
+func TestSignIn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := b.client(t)
+
+	r := c.get(Prefix + "failed?reason=timeout")
+	require.Equal(t, http.StatusSeeOther, r.code, "every page needs a sign-in")
+	require.Equal(t, Prefix+"signin?next="+url.QueryEscape(Prefix+"failed?reason=timeout"), r.location)
+	require.Equal(t, http.StatusSeeOther, c.get(Prefix+"audit").code)
+
+	c.get(Prefix + "signin")
+	r = c.post(Prefix+"signin", url.Values{"user": {"ada"}, "password": {"wrong"}})
+	require.Equal(t, http.StatusUnauthorized, r.code)
+	require.Contains(t, r.body, "Wrong user name or password.")
+	r = c.post(Prefix+"signin", url.Values{"user": {"nobody"}, "password": {adaPassword}})
+	require.Equal(t, http.StatusUnauthorized, r.code, "an unknown name says the same")
+	require.Contains(t, r.body, "Wrong user name or password.")
+
+	before := c.http.Jar.Cookies(mustURL(t, b.srv.URL+Prefix))
+	r = c.post(Prefix+"signin", url.Values{"user": {"ada"}, "password": {adaPassword},
+		"next": {Prefix + "failed?reason=timeout"}})
+	require.Equal(t, http.StatusSeeOther, r.code)
+	require.Equal(t, Prefix+"failed?reason=timeout", r.location)
+	cookie := setCookie(t, r)
+	require.True(t, cookie.HttpOnly)
+	require.Equal(t, http.SameSiteStrictMode, cookie.SameSite)
+	require.False(t, cookie.Secure, "plain HTTP")
+	require.Equal(t, Prefix, cookie.Path)
+	require.Equal(t, int(SessionTTLDefault.Seconds()), cookie.MaxAge)
+	require.NotEqual(t, before[0].Value, cookie.Value, "a new session on sign-in")
+
+	r = c.get(Prefix)
+	require.Equal(t, http.StatusOK, r.code)
+	require.Contains(t, r.body, "ada")
+
+	// A tampered cookie is no session at all.
+	jar, _ := cookiejar.New(nil)
+	jar.SetCookies(mustURL(t, b.srv.URL+Prefix), []*http.Cookie{{Name: cookieName, Value: cookie.Value[:len(cookie.Value)-2] + "xx", Path: Prefix}})
+	forged := b.client(t)
+	forged.http.Jar = jar
+	require.Equal(t, http.StatusSeeOther, forged.get(Prefix).code)
+
+	// Sign-out ends it; the old page's form is useless after.
+	r = c.post(Prefix+"signout", url.Values{})
+	require.Equal(t, http.StatusSeeOther, r.code)
+	require.Equal(t, http.StatusSeeOther, c.get(Prefix).code)
+}
+
+func TestNextNeverLeavesTheConsole(t *testing.T) {
+	t.Parallel()
+	for next, want := range map[string]string{
+		Prefix + "failed?x=1":  Prefix + "failed?x=1",
+		"//evil.example/":      Prefix,
+		"https://evil.example": Prefix,
+		Prefix + "/\\evil":     Prefix,
+		"/elsewhere":           Prefix,
+		"":                     Prefix,
+	} {
+		require.Equal(t, want, safeNext(next), next)
+	}
+}
+
+func setCookie(t *testing.T, r response) *http.Cookie {
+	t.Helper()
+	cookies := (&http.Response{Header: r.header}).Cookies()
+	require.Len(t, cookies, 1)
+	return cookies[0]
+}
+
+func mustURL(t *testing.T, s string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(s)
+	require.NoError(t, err)
+	return u
+}
+
+func TestSignInIsRateLimited(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *Config, _ *Deps) { c.SignInBurst, c.SignInPerMinute = 3, 1 })
+	c := b.client(t)
+	c.get(Prefix + "signin")
+	for range 3 {
+		require.Equal(t, http.StatusUnauthorized, c.post(Prefix+"signin", url.Values{"user": {"ada"}, "password": {"guess"}}).code)
+	}
+	r := c.post(Prefix+"signin", url.Values{"user": {"ada"}, "password": {adaPassword}})
+	require.Equal(t, http.StatusTooManyRequests, r.code, "even the right password waits")
+	require.Equal(t, "60", r.header.Get("Retry-After"))
+	require.Contains(t, r.body, "Too many sign-in attempts")
+	// Another name from the same address is limited too.
+	require.Equal(t, http.StatusTooManyRequests, c.post(Prefix+"signin", url.Values{"user": {"viv"}, "password": {vivPassword}}).code)
+
+	// One name from many addresses runs out as well.
+	l := newSignInLimiter(1, 2)
+	now := time.Now()
+	require.True(t, l.allow(now, "addr:1", "user:ada"))
+	require.True(t, l.allow(now, "addr:2", "user:ada"))
+	require.False(t, l.allow(now, "addr:3", "user:ada"))
+	require.True(t, l.allow(now, "addr:3", "user:viv"))
+	require.True(t, l.allow(now.Add(time.Minute), "addr:4", "user:ada"), "the budget refills")
+}
+
+func TestSecurityHeaders(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := b.operator(t)
+	for _, path := range []string{Prefix + "signin", Prefix, Prefix + "failed", Prefix + "nope", Prefix + "static/style.css",
+		Prefix + "events/x"} {
+		r := c.get(path)
+		csp := r.header.Get("Content-Security-Policy")
+		require.Contains(t, csp, "default-src 'none'", path)
+		require.Contains(t, csp, "frame-ancestors 'none'", path)
+		require.NotContains(t, csp, "script-src", path)
+		require.NotContains(t, csp, "unsafe-inline", path)
+		require.Equal(t, "DENY", r.header.Get("X-Frame-Options"), path)
+		require.Equal(t, "nosniff", r.header.Get("X-Content-Type-Options"), path)
+		if !strings.Contains(path, "static") {
+			require.Equal(t, "no-store", r.header.Get("Cache-Control"), path)
+			require.NotContains(t, r.body, "<script", path)
+			require.NotContains(t, r.body, "style=", path)
+		}
+	}
+}
+
+func TestPostsNeedTheFormToken(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.failed(t, 2, "timeout", time.Hour)
+	form := func() url.Values {
+		return url.Values{"action": {"replay"}, "scope": {"ids"}, "id": {itoa(ids[0])}}
+	}
+	ada := b.operator(t)
+	other := b.operator(t)
+
+	noToken := form()
+	noToken.Set("csrf", "")
+	r := ada.post(Prefix+"actions/dry-run", noToken)
+	require.Equal(t, http.StatusForbidden, r.code)
+	require.Contains(t, r.body, "security token is missing or stale")
+
+	// A token is worth nothing with another session's cookie.
+	stolen := form()
+	stolen.Set("csrf", other.csrf)
+	require.Equal(t, http.StatusForbidden, ada.post(Prefix+"actions/dry-run", stolen).code)
+
+	// A browser's cross-site POST is refused before the token is read.
+	req, err := http.NewRequest(http.MethodPost, b.srv.URL+Prefix+"actions/dry-run", strings.NewReader(form().Encode()))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	r = ada.do(req)
+	require.Equal(t, http.StatusForbidden, r.code)
+	require.Contains(t, r.body, "another site")
+
+	// Sign-in needs it too: no login CSRF.
+	fresh := b.client(t)
+	require.Equal(t, http.StatusForbidden, fresh.post(Prefix+"signin", url.Values{"user": {"ada"}, "password": {adaPassword}}).code)
+
+	require.Equal(t, http.StatusOK, ada.post(Prefix+"actions/dry-run", form()).code, "with the token it goes")
+	require.Zero(t, b.audits(t))
+	require.Equal(t, 2, b.count(t, `status = 'failed'`))
+}
+
+func TestReadOnlyUserCannotAct(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.failed(t, 2, "mapping_error", time.Hour)
+	viv := b.viewer(t)
+	for path, page := range map[string]string{Prefix + "failed": "failed", Prefix + "events/" + itoa(ids[0]): "event", Prefix: "overview"} {
+		r := viv.get(path)
+		require.Equal(t, http.StatusOK, r.code)
+		require.Contains(t, r.body, "read-only", page)
+		for _, action := range []string{"actions/dry-run", "actions/apply", "projections/pause", `name="id"`} {
+			require.NotContains(t, r.body, action, "%s shows %s to a read-only user", page, action)
+		}
+	}
+	for _, path := range []string{"actions/dry-run", "actions/apply"} {
+		r := viv.post(Prefix+path, url.Values{"action": {"replay"}, "scope": {"ids"}, "id": {itoa(ids[0])},
+			"why": {"x"}, "token": {"1-x"}})
+		require.Equal(t, http.StatusForbidden, r.code, path)
+		require.Contains(t, r.body, "viv is a read-only user")
+	}
+	r := viv.post(Prefix+"projections/pause", url.Values{"projection": {"search"}, "op": {"pause"}, "why": {"x"}})
+	require.Equal(t, http.StatusForbidden, r.code)
+	require.Equal(t, 2, b.count(t, `status = 'failed'`))
+	require.Zero(t, b.audits(t))
+}
+
+// selfSigned writes a certificate and key for 127.0.0.1.
+func selfSigned(t *testing.T) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
+	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600))
+	return certFile, keyFile
+}
+
+func TestOwnPortOverTLS(t *testing.T) {
+	t.Parallel()
+	cert, key := selfSigned(t)
+	b := setup(t, func(c *Config, _ *Deps) {
+		c.Port, c.TLSCertFile, c.TLSKeyFile = freePort(t), cert, key
+	})
+	b.con.Serve()
+	base := "https://" + b.con.Addr()
+	require.True(t, strings.HasPrefix(b.con.Addr(), "127.0.0.1:"), "loopback by default")
+	jar, _ := cookiejar.New(nil)
+	c := &client{t: t, base: base, http: &http.Client{Jar: jar,
+		Transport:     &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, //nolint:gosec // our own test certificate
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+
+	r := c.get("/")
+	require.Equal(t, http.StatusFound, r.code)
+	require.Equal(t, Prefix, r.location)
+	r = c.get(Prefix + "signin")
+	require.True(t, setCookie(t, r).Secure, "Secure over TLS")
+	require.Equal(t, "max-age=31536000", r.header.Get("Strict-Transport-Security"))
+	r = c.post(Prefix+"signin", url.Values{"user": {"ada"}, "password": {adaPassword}})
+	require.Equal(t, http.StatusSeeOther, r.code)
+	require.True(t, setCookie(t, r).Secure)
+	require.Equal(t, http.StatusOK, c.get(Prefix).code)
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}

@@ -1,0 +1,232 @@
+package console
+
+import (
+	"cmp"
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+
+	"github.com/wlproj/wlproj/consume"
+	"github.com/wlproj/wlproj/internal/bounds"
+	"github.com/wlproj/wlproj/leader"
+	"github.com/wlproj/wlproj/outbox"
+)
+
+// Defaults of Config. The CLI's flags take theirs from here.
+const (
+	AddrDefault       = "127.0.0.1"
+	SessionTTLDefault = 8 * time.Hour
+)
+
+// Prefix is the path every page of the console is under, on its own
+// listener or mounted on the replica's HTTP listener.
+const Prefix = "/console/"
+
+const (
+	signInPerMinuteDefault = 10
+	signInBurstDefault     = 5
+	requestTimeoutDefault  = 15 * time.Second
+	// activityTTL is how long the overview's chart is reused: an hour of
+	// acks is a count over many index entries, and a person reloading the
+	// page needs no fresher bars.
+	activityTTL = 10 * time.Second
+	// maxFormBytes bounds a POST body: a selection of a whole page of ids
+	// and a why fit many times over.
+	maxFormBytes = 1 << 20
+)
+
+// Accepted ranges of Config.
+var (
+	// PortRange is what Port accepts; 0 is no listener of its own.
+	PortRange       = bounds.Range[int]{Min: 0, Max: 65535}
+	SessionTTLRange = bounds.Range[time.Duration]{Min: 5 * time.Minute, Max: 7 * 24 * time.Hour}
+)
+
+// Config configures the console.
+type Config struct {
+	// UsersFile is the htpasswd file of the users, bcrypt hashes only
+	// (htpasswd -B). Required.
+	UsersFile string
+	// ReadOnlyUsers are users of UsersFile who may look but not act; each
+	// must be in the file. Defaults to none.
+	ReadOnlyUsers []string
+	// SessionKeyFile holds the secret, at least 32 bytes, that sessions are
+	// signed and encrypted with; replicas sharing it share sessions.
+	// Defaults to a random key of this process: its sessions end with it.
+	SessionKeyFile string
+	// SessionTTL is how long a sign-in lasts. Defaults to 8h.
+	SessionTTL time.Duration
+	// Addr is the bind address of the console's own listener. Defaults to
+	// 127.0.0.1.
+	Addr string
+	// Port is the console's own listener; 0 serves it only through Handler,
+	// which the caller mounts under Prefix. Defaults to 0.
+	Port int
+	// TLSCertFile and TLSKeyFile, both or neither, serve the own listener
+	// over TLS, with Secure cookies. Default to plain HTTP.
+	TLSCertFile, TLSKeyFile string
+	// MaxProcessing is the stuck cap the overview counts with. Defaults to
+	// 300s.
+	MaxProcessing time.Duration
+	// SignInPerMinute and SignInBurst rate-limit sign-in attempts, per
+	// client address and per user name. Default to 10 and 5.
+	SignInPerMinute, SignInBurst int
+}
+
+// Deps is what the console reads and acts on.
+type Deps struct {
+	// Pool is the outbox database. Required.
+	Pool *pgxpool.Pool
+	// State is this replica's role, as its elector sees it. Required.
+	State func() leader.State
+	// LeaderName is the name the replicas compete under. Required.
+	LeaderName string
+	// Projections are the projections the binary knows: the overview shows
+	// each one's lag and pause, and only these can be paused.
+	Projections []string
+	Log         zerolog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	c.SessionTTL = cmp.Or(c.SessionTTL, SessionTTLDefault)
+	c.Addr = cmp.Or(c.Addr, AddrDefault)
+	c.MaxProcessing = cmp.Or(c.MaxProcessing, consume.MaxProcessingDefault)
+	c.SignInPerMinute = cmp.Or(c.SignInPerMinute, signInPerMinuteDefault)
+	c.SignInBurst = cmp.Or(c.SignInBurst, signInBurstDefault)
+	return c
+}
+
+// Validate checks the settings that need no file read; a range error is a
+// *bounds.FieldError. It applies no defaults: a zero SessionTTL or Port is
+// checked as given (the sign-in limits, which have no flag, take theirs).
+func (c Config) Validate() error {
+	switch {
+	case c.UsersFile == "":
+		return bounds.Invalid("UsersFile", "is required: the console has no page without sign-in")
+	case c.TLSCertFile != "" && c.TLSKeyFile == "":
+		return bounds.Invalid("TLSKeyFile", "is required with a TLS certificate")
+	case c.TLSKeyFile != "" && c.TLSCertFile == "":
+		return bounds.Invalid("TLSCertFile", "is required with a TLS key")
+	case c.TLSCertFile != "" && c.Port == 0:
+		return bounds.Invalid("Port", "must be the console's own port to serve TLS: the HTTP listener serves health checks in plain HTTP")
+	}
+	return bounds.First(
+		bounds.Check("Port", c.Port, PortRange),
+		bounds.Check("SessionTTL", c.SessionTTL, SessionTTLRange),
+		bounds.Check("SignInPerMinute", c.SignInPerMinute, bounds.Range[int]{Min: 0, Max: 10_000}),
+		bounds.Check("SignInBurst", c.SignInBurst, bounds.Range[int]{Min: 0, Max: 10_000}),
+	)
+}
+
+// Console is the operator's web UI of one replica.
+type Console struct {
+	cfg      Config
+	deps     Deps
+	users    users
+	sessions *sessions
+	limiter  *signInLimiter
+	pages    pages
+	handler  http.Handler
+
+	srv *http.Server
+	ln  net.Listener
+
+	activity struct {
+		sync.Mutex
+		at      time.Time
+		buckets []outbox.Bucket
+	}
+}
+
+// New reads the users and the session key, and binds the console's own
+// listener if it has one, so that a bad file or a taken port fails at start.
+func New(cfg Config, deps Deps) (*Console, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if deps.Pool == nil || deps.State == nil || deps.LeaderName == "" {
+		return nil, errors.New("console: Pool, State and LeaderName are required")
+	}
+	u, err := loadUsers(cfg.UsersFile, cfg.ReadOnlyUsers)
+	if err != nil {
+		return nil, err
+	}
+	sess, err := newSessions(cfg.SessionKeyFile, cfg.SessionTTL)
+	if err != nil {
+		return nil, err
+	}
+	p, err := loadPages()
+	if err != nil {
+		return nil, err
+	}
+	c := &Console{cfg: cfg, deps: deps, users: u, sessions: sess, pages: p,
+		limiter: newSignInLimiter(cfg.SignInPerMinute, cfg.SignInBurst)}
+	c.deps.Log = deps.Log.With().Str("service", "console").Logger()
+	c.handler = c.routes()
+	if cfg.Port != 0 {
+		if err := c.listen(); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Handler serves the pages under Prefix; mount it there.
+func (c *Console) Handler() http.Handler { return c.handler }
+
+func (c *Console) listen() error {
+	ln, err := net.Listen("tcp", net.JoinHostPort(c.cfg.Addr, strconv.Itoa(c.cfg.Port)))
+	if err != nil {
+		return err
+	}
+	if c.cfg.TLSCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.cfg.TLSCertFile, c.cfg.TLSKeyFile)
+		if err != nil {
+			ln.Close()
+			return bounds.Invalid("TLSCertFile", "%v", err)
+		}
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	}
+	mux := http.NewServeMux()
+	mux.Handle(Prefix, c.handler)
+	mux.Handle("GET /{$}", http.RedirectHandler(Prefix, http.StatusFound))
+	c.ln = ln
+	c.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: requestTimeoutDefault + 15*time.Second, MaxHeaderBytes: 64 << 10}
+	return nil
+}
+
+// Addr is the address of the console's own listener; empty without one.
+func (c *Console) Addr() string {
+	if c.ln == nil {
+		return ""
+	}
+	return c.ln.Addr().String()
+}
+
+// Serve serves the own listener, if any, until Close.
+func (c *Console) Serve() {
+	if c.srv != nil {
+		go func() { _ = c.srv.Serve(c.ln) }()
+	}
+}
+
+// Close stops the own listener, letting requests in flight finish for a
+// second.
+func (c *Console) Close() {
+	if c.srv == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = c.srv.Shutdown(ctx)
+}

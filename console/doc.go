@@ -1,0 +1,26 @@
+// Package console is the operator's web UI: an overview of the outbox and
+// its replicas, the failed rows with their payloads and histories, the
+// audit log, and the audited actions on failed rows (replay, discard) and
+// on projections (pause, resume), served by every replica.
+//
+// It decides nothing of its own about rows: every read goes through
+// outbox and replay, and every action through replay's action path, the
+// one the CLI uses, with the same caps, refusals and audit rows. The
+// signed-in user is the audit row's "by"; "why" is required.
+//
+// An action is a dry run, then a confirmation, then the action:
+//
+//	filter, selection or one row ──dry run──▶ N rows, token T
+//	     confirm with why ──apply(expect T)──▶ done, audit id
+//	                        └─ rows changed since ──▶ refused, nothing changed
+//
+// The token (replay.SelectionToken) names the dry run's rows; the action
+// refuses unless it selects exactly those, so a confirmation given for N
+// rows never applies to others.
+//
+// Security: sign-in against a file of bcrypt hashes, sessions in signed and
+// encrypted cookies (HttpOnly, SameSite=Strict, Secure over TLS), a session
+// token in every form plus the browser's own cross-origin check on every
+// POST, rate-limited sign-in, a CSP without any script, no framing. Pages
+// are html/template, so payloads and error texts are always text.
+package console

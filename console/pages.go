@@ -1,0 +1,402 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/wlproj/wlproj/leader"
+	"github.com/wlproj/wlproj/outbox"
+	"github.com/wlproj/wlproj/replay"
+)
+
+const (
+	// chartWindow and chartBucket are the overview chart's hour in minutes.
+	chartWindow = time.Hour
+	chartBucket = time.Minute
+	// stuckShown is how many stuck rows the overview lists.
+	stuckShown = 20
+)
+
+type overviewView struct {
+	Snapshot      outbox.Snapshot
+	MaxProcessing time.Duration
+	Replicas      []replicaRow
+	Done, Failed  chart
+	Stats         []replay.Stat
+	FailedTotal   int64
+	Stuck         []outbox.StuckRow
+}
+
+type replicaRow struct {
+	Name   string
+	Leader bool
+	This   bool
+	Since  time.Time
+}
+
+func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	v := overviewView{MaxProcessing: c.cfg.MaxProcessing}
+	var err error
+	v.Snapshot, err = outbox.TakeSnapshotWith(ctx, c.deps.Pool, outbox.SnapshotOptions{
+		MaxProcessing: c.cfg.MaxProcessing, Projections: append([]string{}, c.deps.Projections...)})
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	sessions, err := outbox.Replicas(ctx, c.deps.Pool, c.deps.LeaderName)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	this := c.deps.State().WorkerID
+	for _, s := range sessions {
+		name := strings.TrimPrefix(s.ApplicationName, leader.LockSessionName(""))
+		v.Replicas = append(v.Replicas, replicaRow{Name: name, Leader: s.Holding, This: name == this, Since: s.Since})
+	}
+	buckets, err := c.activityBuckets(ctx)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	v.Done, v.Failed = activityCharts(buckets)
+	if v.Stats, err = replay.Stats(ctx, c.deps.Pool, replay.Filter{}); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	for _, s := range v.Stats {
+		v.FailedTotal += s.Count
+	}
+	if v.Stuck, err = outbox.Stuck(ctx, c.deps.Pool, c.cfg.MaxProcessing, stuckShown); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "overview", "Overview", v)
+}
+
+// activityBuckets reads the chart's hour, or reuses the last read for a
+// few seconds.
+func (c *Console) activityBuckets(ctx context.Context) ([]outbox.Bucket, error) {
+	a := &c.activity
+	a.Lock()
+	defer a.Unlock()
+	if a.buckets != nil && time.Since(a.at) < activityTTL {
+		return a.buckets, nil
+	}
+	b, err := outbox.Activity(ctx, c.deps.Pool, chartWindow, chartBucket)
+	if err != nil {
+		return nil, err
+	}
+	a.buckets, a.at = b, time.Now()
+	return b, nil
+}
+
+type failedView struct {
+	Fields    []field
+	Sort      field
+	Size      int
+	Typed     []field
+	Filter    string
+	HasFilter bool
+	Count     int64
+	Events    []replay.FailedEvent
+	First     string
+	Prev      string
+	Next      string
+	SortLinks map[string]string
+	Max       int
+}
+
+func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	raw := r.URL.Query()
+	q, qerr := parseFailedQuery(raw, time.Now())
+	reasons, err := replay.Reasons(ctx, c.deps.Pool)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	v := failedView{Fields: filterForm(raw, c.deps.Projections, reasons), Sort: sortField(raw.Get("sort")), Size: q.size,
+		Max: replay.MaxDefault}
+	if qerr != nil {
+		// The form keeps what was typed, so the mistake can be mended.
+		c.renderError(w, r, http.StatusBadRequest, "failed", "Failed events", v, qerr.Error())
+		return
+	}
+	for _, f := range filterFields {
+		if s, ok := q.typed[f]; ok {
+			v.Typed = append(v.Typed, field{Name: f, Value: s})
+		}
+	}
+	v.Filter, v.HasFilter = q.typed.describe(), len(q.typed) > 0
+	if v.Count, err = replay.Count(ctx, c.deps.Pool, q.filter); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	page, err := replay.ListPage(ctx, c.deps.Pool, replay.PageRequest{Filter: q.filter, Sort: q.sort,
+		After: q.after, Before: q.before, Size: q.size})
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	v.Events = page.Events
+	if q.after != nil || q.before != nil {
+		v.First = q.url()
+	}
+	if page.Prev != nil {
+		v.Prev = q.url("before", page.Prev.String())
+	}
+	if page.Next != nil {
+		v.Next = q.url("after", page.Next.String())
+	}
+	v.SortLinks = map[string]string{}
+	for _, k := range replay.SortKeys {
+		// A column's link sorts by it, newest or largest first; on the
+		// column sorted by, it flips the direction.
+		s := replay.Sort{Key: k}
+		if q.sort.Key == k {
+			s.Asc = !q.sort.Asc
+		}
+		sq := q
+		sq.sort = s
+		v.SortLinks[string(k)] = sq.url("sort", s.String())
+	}
+	c.render(w, r, http.StatusOK, "failed", "Failed events", v)
+}
+
+// filterForm is the failed page's filter form, filled with what was typed.
+// Its lists are the projections the binary knows and the reasons failed
+// rows have now (the overview counts them), plus whatever was typed.
+func filterForm(raw url.Values, projections, reasons []string) []field {
+	choice := func(name string, values []string) []option {
+		cur := raw.Get(name)
+		values = slices.Clone(values)
+		if cur != "" && !slices.Contains(values, cur) {
+			values = append(values, cur)
+		}
+		slices.Sort(values)
+		opts := []option{{Value: "", Label: "any", Selected: cur == ""}}
+		for _, val := range values {
+			opts = append(opts, option{Value: val, Label: val, Selected: val == cur})
+		}
+		return opts
+	}
+	placeholders := map[string]string{"since": "24h, 7d, 2025-06-01 or RFC3339", "until": "same forms as since",
+		"scope_key": "e.g. library-3", "entity_type": "e.g. book", "text": "words in the last error"}
+	var fs []field
+	for _, name := range filterFields {
+		f := field{Name: name, Label: filterLabels[name], Value: raw.Get(name), Placeholder: placeholders[name]}
+		switch name {
+		case "projection":
+			f.Options = choice(name, projections)
+		case "reason":
+			f.Options = choice(name, reasons)
+		case "class":
+			f.Options = choice(name, classes)
+		}
+		fs = append(fs, f)
+	}
+	return fs
+}
+
+var sortLabels = map[replay.SortKey]string{replay.SortFailedAt: "failed at", replay.SortID: "id",
+	replay.SortAttempts: "attempts", replay.SortReplays: "replays"}
+
+func sortField(cur string) field {
+	f := field{Name: "sort", Label: "sort by"}
+	for _, k := range replay.SortKeys {
+		for _, asc := range []bool{false, true} {
+			s := replay.Sort{Key: k, Asc: asc}
+			dir := ", newest first"
+			if k != replay.SortFailedAt {
+				dir = ", largest first"
+			}
+			if asc {
+				dir = strings.NewReplacer("newest", "oldest", "largest", "smallest").Replace(dir)
+			}
+			f.Options = append(f.Options, option{Value: s.String(), Label: sortLabels[k] + dir,
+				Selected: s.String() == cur || (cur == "" && s == replay.SortDefault)})
+		}
+	}
+	return f
+}
+
+type eventView struct {
+	Event  replay.EventDetail
+	Audits []replay.AuditEntry
+	CanAct bool
+}
+
+// pathID reads the {id} of the path: a positive number.
+func pathID(r *http.Request, what string) (int64, error) {
+	s := r.PathValue("id")
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, badf("%s id %q is not a positive number", what, s)
+	}
+	return id, nil
+}
+
+func (c *Console) event(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "event")
+	if err != nil {
+		c.refuse(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	d, err := replay.Event(r.Context(), c.deps.Pool, id)
+	switch {
+	case errors.Is(err, replay.ErrNotFound):
+		c.renderError(w, r, http.StatusNotFound, "message", "Not found", nil,
+			"There is no event "+strconv.FormatInt(id, 10)+" in the outbox or the dead letter (done events are pruned after the retention).")
+		return
+	case err != nil:
+		c.fail(w, r, err)
+		return
+	}
+	audits, err := replay.AuditLog(r.Context(), c.deps.Pool, replay.AuditFilter{EventID: id, Limit: 100})
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	v := eventView{Event: d, Audits: audits,
+		CanAct: !requestOf(r).user.ReadOnly && d.Status == outbox.StatusFailed && d.ArchivedAt.IsZero()}
+	c.render(w, r, http.StatusOK, "event", "Event "+strconv.FormatInt(id, 10), v)
+}
+
+// auditActions are the actions an audit row may record.
+var auditActions = []string{"replay", "discard", "archive", "restore", "pause", "resume"}
+
+var auditFields = []string{"action", "by", "text", "since", "until", "event", "before"}
+
+type auditView struct {
+	Fields  []field
+	Entries []replay.AuditEntry
+	Older   string
+	First   string
+}
+
+func (c *Console) audit(w http.ResponseWriter, r *http.Request) {
+	raw := r.URL.Query()
+	v := auditView{Fields: auditForm(raw)}
+	f, err := parseAuditQuery(raw, time.Now())
+	if err != nil {
+		c.renderError(w, r, http.StatusBadRequest, "audit", "Audit log", v, err.Error())
+		return
+	}
+	// One row past the page tells whether there are older ones.
+	limit := f.Limit
+	f.Limit++
+	entries, err := replay.AuditLog(r.Context(), c.deps.Pool, f)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	base := url.Values{}
+	for _, k := range auditFields {
+		if s := raw.Get(k); s != "" && k != "before" {
+			base.Set(k, s)
+		}
+	}
+	if len(entries) > limit {
+		entries = entries[:limit]
+		older := url.Values{}
+		for k, s := range base {
+			older[k] = s
+		}
+		older.Set("before", strconv.FormatInt(entries[len(entries)-1].ID, 10))
+		v.Older = Prefix + "audit?" + older.Encode()
+	}
+	if f.Before != 0 {
+		v.First = Prefix + "audit?" + base.Encode()
+	}
+	v.Entries = entries
+	c.render(w, r, http.StatusOK, "audit", "Audit log", v)
+}
+
+func parseAuditQuery(raw url.Values, now time.Time) (replay.AuditFilter, error) {
+	f := replay.AuditFilter{Limit: replay.PageSizeDefault}
+	for k, vals := range raw {
+		if !slices.Contains(auditFields, k) {
+			return f, badf("unknown filter %q: the audit log filters by %s", k, strings.Join(auditFields[:6], ", "))
+		}
+		if len(vals) > 1 {
+			return f, badf("the filter %s is given %d times; give it once", k, len(vals))
+		}
+	}
+	f.Action, f.By, f.Text = raw.Get("action"), strings.TrimSpace(raw.Get("by")), strings.TrimSpace(raw.Get("text"))
+	if f.Action != "" && !slices.Contains(auditActions, f.Action) {
+		return f, badf("action %q is none of %s", f.Action, strings.Join(auditActions, ", "))
+	}
+	var err error
+	if f.Since, err = replay.ParseTime(raw.Get("since"), now); err != nil {
+		return f, badf("since: %v", err)
+	}
+	if f.Until, err = replay.ParseTime(raw.Get("until"), now); err != nil {
+		return f, badf("until: %v", err)
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
+		return f, badf("the time window is empty: since %s is not before until %s", formatTime(f.Since), formatTime(f.Until))
+	}
+	for _, n := range []struct {
+		name string
+		dst  *int64
+	}{{"event", &f.EventID}, {"before", &f.Before}} {
+		if s := strings.TrimSpace(raw.Get(n.name)); s != "" {
+			id, err := strconv.ParseInt(s, 10, 64)
+			if err != nil || id <= 0 {
+				return f, badf("%s %q is not a positive number", n.name, s)
+			}
+			*n.dst = id
+		}
+	}
+	return f, nil
+}
+
+func auditForm(raw url.Values) []field {
+	action := field{Name: "action", Label: "action", Options: []option{{Value: "", Label: "any", Selected: raw.Get("action") == ""}}}
+	for _, a := range auditActions {
+		action.Options = append(action.Options, option{Value: a, Label: a, Selected: raw.Get("action") == a})
+	}
+	return []field{
+		action,
+		{Name: "by", Label: "by", Value: raw.Get("by"), Placeholder: "a user, or auto"},
+		{Name: "text", Label: "why contains", Value: raw.Get("text")},
+		{Name: "since", Label: "since", Value: raw.Get("since"), Placeholder: "24h, 7d, a date or RFC3339"},
+		{Name: "until", Label: "until", Value: raw.Get("until")},
+		{Name: "event", Label: "event id", Value: raw.Get("event")},
+	}
+}
+
+type auditEntryView struct {
+	Entry replay.AuditEntry
+	// Shown are the ids listed one by one, when few enough to link.
+	Shown []int64
+}
+
+func (c *Console) auditEntry(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "audit")
+	if err != nil {
+		c.refuse(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	a, err := replay.Audit(r.Context(), c.deps.Pool, id)
+	switch {
+	case errors.Is(err, replay.ErrNotFound):
+		c.renderError(w, r, http.StatusNotFound, "message", "Not found", nil, "There is no audit row "+strconv.FormatInt(id, 10)+".")
+		return
+	case err != nil:
+		c.fail(w, r, err)
+		return
+	}
+	v := auditEntryView{Entry: a}
+	if len(a.IDs) <= 200 {
+		v.Shown = a.IDs
+	}
+	c.render(w, r, http.StatusOK, "audit_entry", "Audit "+strconv.FormatInt(id, 10), v)
+}

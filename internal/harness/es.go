@@ -1,0 +1,112 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// ES sends one request to the engine at base and decodes a 2xx answer into
+// out (if not nil); any other status is an error quoting the engine.
+func ES(ctx context.Context, base, method, path string, body []byte, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(base, "/")+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode >= 300 {
+		return &StatusError{Request: method + " " + path, Code: resp.StatusCode, Body: string(bytes.TrimSpace(data))}
+	}
+	if out != nil {
+		return json.Unmarshal(data, out)
+	}
+	return nil
+}
+
+// StatusError is an engine answer other than 2xx.
+type StatusError struct {
+	Request string
+	Code    int
+	Body    string
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("%s: %d %s: %s", e.Request, e.Code, http.StatusText(e.Code), e.Body)
+}
+
+// CreateIndex creates name with testdata/mapping.json, the strict mapping
+// the demo's books and blocks fit.
+func CreateIndex(ctx context.Context, base, name string) error {
+	mapping, err := testdata("mapping.json")
+	if err != nil {
+		return err
+	}
+	if err := ES(ctx, base, http.MethodPut, "/"+name, mapping, nil); err != nil {
+		return fmt.Errorf("create index %s: %w", name, err)
+	}
+	return nil
+}
+
+// DeleteIndex deletes the indices; missing ones are no error.
+// A name that is an alias (a rebuild turns the index into one) deletes the
+// indices behind it, and the rebuild's timestamped ones (name-*) too.
+func DeleteIndex(ctx context.Context, base string, names ...string) error {
+	targets := []string{}
+	for _, name := range names {
+		var aliased map[string]any
+		if ES(ctx, base, http.MethodGet, "/_alias/"+name, nil, &aliased) == nil {
+			for index := range aliased {
+				targets = append(targets, index)
+			}
+		} else {
+			targets = append(targets, name)
+		}
+		targets = append(targets, name+"-*")
+	}
+	return ES(ctx, base, http.MethodDelete, "/"+strings.Join(targets, ",")+"?ignore_unavailable=true&allow_no_indices=true", nil, nil)
+}
+
+// DocCount refreshes index, so every acked write is visible, and counts
+// its documents.
+func DocCount(ctx context.Context, base, index string) (int, error) {
+	if err := ES(ctx, base, http.MethodPost, "/"+index+"/_refresh", nil, nil); err != nil {
+		return 0, err
+	}
+	var c struct {
+		Count int `json:"count"`
+	}
+	err := ES(ctx, base, http.MethodGet, "/"+index+"/_count", nil, &c)
+	return c.Count, err
+}
+
+// NewIndexName is an index name of the test's own; the index, if the test
+// creates it, is deleted when the test ends.
+func NewIndexName(t testing.TB) string {
+	t.Helper()
+	name := UniqueName("wlproj-t-")
+	base := ElasticURL(t)
+	t.Cleanup(func() { _ = DeleteIndex(context.Background(), base, name) })
+	return name
+}
+
+// NewIndex is CreateIndex for tests: an index of the test's own with the
+// strict mapping, deleted when the test ends.
+func NewIndex(t testing.TB) string {
+	t.Helper()
+	name := NewIndexName(t)
+	require.NoError(t, CreateIndex(context.Background(), ElasticURL(t), name))
+	return name
+}

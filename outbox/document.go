@@ -1,0 +1,81 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// DocEvent is one event of a document, as `wlproj doc` shows it.
+type DocEvent struct {
+	ID          int64      `json:"id"`
+	Op          string     `json:"op"`
+	Version     int64      `json:"version"`
+	Status      string     `json:"status"`
+	ErrorReason *string    `json:"error_reason"`
+	CreatedAt   time.Time  `json:"created_at"`
+	ProcessedAt *time.Time `json:"processed_at"`
+}
+
+// Document is a document's ledger entry next to its events.
+type Document struct {
+	Projection string     `json:"projection"`
+	EntityType string     `json:"entity_type"`
+	EntityID   string     `json:"entity_id"`
+	Applied    *Applied   `json:"applied"`
+	AppliedAt  *time.Time `json:"applied_at"`
+	Events     []DocEvent `json:"events"`
+}
+
+const docLedgerSQL = `SELECT version, event_id, deleted, applied_at FROM outbox_applied
+ WHERE projection = $1 AND entity_type = $2 AND entity_id = $3`
+
+// docEventsSQL reads the document's events that can still change it
+// (through the partial indexes of pending, processing and failed rows), the
+// event the ledger names, and, with $5, every other row too (a table scan:
+// there is no index by entity, which would cost every claim and ack).
+const docEventsSQL = `
+WITH doc AS (
+  SELECT * FROM outbox_events
+   WHERE status IN ('pending', 'processing', 'failed')
+     AND projection = $1 AND entity_type = $2 AND entity_id = $3
+  UNION
+  SELECT * FROM outbox_events WHERE id = $4
+  UNION
+  SELECT * FROM outbox_events WHERE $5 AND projection = $1 AND entity_type = $2 AND entity_id = $3
+)
+SELECT id, op, coalesce(event_version, id), status, error_reason, created_at, processed_at
+  FROM doc
+ ORDER BY coalesce(event_version, id) DESC, id DESC
+ LIMIT 50`
+
+// ReadDocument returns the ledger entry and the events of one document.
+func ReadDocument(ctx context.Context, q Querier, projection, entityType, entityID string, all bool) (Document, error) {
+	d := Document{Projection: projection, EntityType: entityType, EntityID: entityID, Events: []DocEvent{}}
+	var a Applied
+	var at time.Time
+	err := q.QueryRow(ctx, docLedgerSQL, projection, entityType, entityID).Scan(&a.Version, &a.EventID, &a.Deleted, &at)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return d, fmt.Errorf("ledger: %w", err)
+	default:
+		d.Applied, d.AppliedAt = &a, &at
+	}
+	rows, err := q.Query(ctx, docEventsSQL, projection, entityType, entityID, a.EventID, all)
+	if err != nil {
+		return d, fmt.Errorf("events: %w", err)
+	}
+	d.Events, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (DocEvent, error) {
+		var e DocEvent
+		err := r.Scan(&e.ID, &e.Op, &e.Version, &e.Status, &e.ErrorReason, &e.CreatedAt, &e.ProcessedAt)
+		return e, err
+	})
+	if err != nil {
+		return d, fmt.Errorf("events: %w", err)
+	}
+	return d, nil
+}

@@ -1,0 +1,30 @@
+package outbox
+
+import "fmt"
+
+// The election's SQL lives here, next to the leader table it writes and the
+// status query that reads it, so the lock key is written once.
+
+// lockKey is the advisory-lock key of a leader name: one bigint, which
+// pg_locks shows split into classid (high half) and objid (low half).
+const lockKey = `hashtextextended(%s, 0)`
+
+// LockSQL blocks until this session holds the leader lock of the name $1.
+var LockSQL = "SELECT pg_advisory_lock(" + fmt.Sprintf(lockKey, "$1") + ")"
+
+// UnlockSQL releases the leader lock of the name $1.
+var UnlockSQL = "SELECT pg_advisory_unlock(" + fmt.Sprintf(lockKey, "$1") + ")"
+
+// BumpEpochSQL records holder $2 as leader of name $1 and returns the new
+// epoch: the fencing token every claim and ack of this leader carries.
+const BumpEpochSQL = `
+INSERT INTO outbox_leader (name, holder, epoch, acquired_at) VALUES ($1, $2, 1, now())
+ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, epoch = outbox_leader.epoch + 1, acquired_at = now()
+RETURNING epoch`
+
+// EpochSQL reads the current epoch of the name $1.
+const EpochSQL = `SELECT epoch FROM outbox_leader WHERE name = $1`
+
+// NotifyChannel is the channel the insert trigger (migration 00001) notifies;
+// migrations' tests check the two agree.
+const NotifyChannel = "outbox_events"

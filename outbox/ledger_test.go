@@ -1,0 +1,91 @@
+package outbox_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wlproj/wlproj/outbox"
+)
+
+// ledger reads one document's ledger entry, nil when there is none.
+func (b bundle) ledger(t *testing.T, entity string) *outbox.Applied {
+	t.Helper()
+	var a outbox.Applied
+	err := b.db.Pool.QueryRow(context.Background(), `SELECT version, event_id, deleted FROM outbox_applied
+		WHERE projection = 'search' AND entity_type = 'book' AND entity_id = $1`, entity).Scan(&a.Version, &a.EventID, &a.Deleted)
+	if err != nil {
+		return nil
+	}
+	return &a
+}
+
+func (b bundle) claimAndAck(t *testing.T, epoch int64) []outbox.Event {
+	t.Helper()
+	events, err := b.store.Claim(context.Background(), epoch, 100, time.Minute)
+	require.NoError(t, err)
+	ids := make([]int64, len(events))
+	for i, e := range events {
+		ids[i] = e.ID
+	}
+	_, err = b.store.AckDone(context.Background(), epoch, ids, ids)
+	require.NoError(t, err)
+	return events
+}
+
+func TestLedgerMovesForwardWithTheAckAndNeverBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.setEpoch(t, 1)
+	b.db.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version) VALUES
+		('book', 'r1', 'upsert', 2), ('book', 'r1', 'delete', 3), ('book', 'r2', 'upsert', NULL)`)
+	events := b.claimAndAck(t, 1)
+	require.Len(t, events, 3)
+	require.Nil(t, events[0].Applied, "nothing applied yet when claimed")
+	require.Equal(t, &outbox.Applied{Version: 3, EventID: 2, Deleted: true}, b.ledger(t, "r1"), "the newest of the batch")
+	require.Equal(t, &outbox.Applied{Version: 3, EventID: 3}, b.ledger(t, "r2"), "a null version is the outbox id")
+
+	// An older version acked later (say a replay) leaves the ledger alone.
+	b.db.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version) VALUES ('book', 'r1', 'upsert', 2)`)
+	events = b.claimAndAck(t, 1)
+	require.Equal(t, &outbox.Applied{Version: 3, EventID: 2, Deleted: true}, events[0].Applied, "the claim carries the entry")
+	require.True(t, events[0].Stale())
+	require.Equal(t, &outbox.Applied{Version: 3, EventID: 2, Deleted: true}, b.ledger(t, "r1"))
+}
+
+func TestFencedAckMovesNoLedgerEntry(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.setEpoch(t, 1)
+	b.db.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version) VALUES ('book', 'r1', 'upsert', 5)`)
+	events, err := b.store.Claim(context.Background(), 1, 10, time.Minute)
+	require.NoError(t, err)
+	b.setEpoch(t, 2)
+	acked, err := b.store.AckDone(context.Background(), 1, []int64{events[0].ID}, []int64{events[0].ID})
+	require.NoError(t, err)
+	require.Empty(t, acked)
+	require.Nil(t, b.ledger(t, "r1"), "a deposed leader's late write changes nothing")
+}
+
+func TestStaleOrdersByVersionThenOutboxID(t *testing.T) {
+	t.Parallel()
+	v := func(n int64) *int64 { return &n }
+	applied := &outbox.Applied{Version: 5, EventID: 10}
+	for _, c := range []struct {
+		name  string
+		e     outbox.Event
+		stale bool
+	}{
+		{"no entry", outbox.Event{ID: 1, EventVersion: v(1)}, false},
+		{"older version", outbox.Event{ID: 11, EventVersion: v(4), Applied: applied}, true},
+		{"newer version", outbox.Event{ID: 9, EventVersion: v(6), Applied: applied}, false},
+		{"same version, the applied event", outbox.Event{ID: 10, EventVersion: v(5), Applied: applied}, true},
+		{"same version, an earlier row", outbox.Event{ID: 9, EventVersion: v(5), Applied: applied}, true},
+		{"same version, a later row", outbox.Event{ID: 11, EventVersion: v(5), Applied: applied}, false},
+		{"null version is the id", outbox.Event{ID: 4, Applied: applied}, true},
+	} {
+		require.Equal(t, c.stale, c.e.Stale(), c.name)
+	}
+}

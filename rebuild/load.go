@@ -1,0 +1,277 @@
+package rebuild
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/wlproj/wlproj/classify"
+	"github.com/wlproj/wlproj/consume"
+	"github.com/wlproj/wlproj/outbox"
+	"github.com/wlproj/wlproj/projection"
+)
+
+const (
+	// checkpointEvery bounds the work a crash repeats.
+	checkpointEvery = time.Second
+	// Transient failures (429, 5xx, timeouts) of a chunk are retried with
+	// the daemon's backoff; after loadTries the load stops, resumable.
+	loadTries       = 6
+	loadBackoffBase = 200 * time.Millisecond
+	loadBackoffMax  = 5 * time.Second
+)
+
+// Refused is a source row the engine (or the handler's checks) refused, with
+// the daemon's reason for it.
+type Refused struct {
+	EntityType string `json:"entity_type"`
+	EntityID   string `json:"entity_id"`
+	Version    int64  `json:"version"`
+	Reason     string `json:"reason"`
+	Message    string `json:"message"`
+}
+
+// chunk is BulkSize consecutive source rows and, once its worker is done,
+// what became of them.
+type chunk struct {
+	rows []sourceRow
+	last key
+	done chan struct{}
+
+	loaded, superseded int64
+	refused            []Refused
+	err                error
+}
+
+// loader sends chunks of source rows to the rebuild's index through the
+// search handler (the daemon's bulk building, versioning and reading of
+// answers), Concurrency at a time, and records in key order how far the
+// engine confirmed.
+type loader struct {
+	cfg    Config
+	pool   *pgxpool.Pool
+	search *projection.Search
+	row    *Row
+	rep    *Report
+}
+
+// load reads the source table after the row's checkpoint in one REPEATABLE
+// READ snapshot and loads it; see the package doc for why the snapshot is
+// taken only now.
+func (l *loader) load(ctx context.Context, table string) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	chunks := make(chan *chunk, l.cfg.Concurrency)
+	ordered := make(chan *chunk, 4*l.cfg.Concurrency)
+	// Twice as many workers as bulks in flight: one prepares its chunk
+	// (the ledger read) while the other's bulk is in the engine.
+	inFlight := make(chan struct{}, l.cfg.Concurrency)
+	var wg sync.WaitGroup
+	for range 2 * l.cfg.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c := range chunks {
+				l.send(ctx, c, inFlight)
+				close(c.done)
+			}
+		}()
+	}
+	collected := make(chan error, 1)
+	go func() { collected <- l.collect(ctx, ordered, cancel) }()
+
+	readErr := l.read(ctx, table, chunks, ordered)
+	close(chunks)
+	close(ordered)
+	wg.Wait()
+	if err := <-collected; err != nil {
+		return err
+	}
+	return readErr
+}
+
+// read streams the snapshot into chunks, handed to the workers and, in the
+// same order, to the collector.
+func (l *loader) read(ctx context.Context, table string, chunks, ordered chan<- *chunk) error {
+	tx, err := l.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only
+	var after *key
+	if l.row.LoadedType != nil && l.row.LoadedID != nil {
+		after = &key{Type: *l.row.LoadedType, ID: *l.row.LoadedID}
+	}
+	c := &chunk{done: make(chan struct{})}
+	flush := func() error {
+		if len(c.rows) == 0 {
+			return nil
+		}
+		select {
+		case ordered <- c:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		chunks <- c
+		c = &chunk{done: make(chan struct{})}
+		return nil
+	}
+	before := l.row.RowsLoaded + l.row.RowsRefused + l.row.RowsSuperseded
+	counted := func(n int64) {
+		l.rep.Rows = before + n
+		l.cfg.Progress.Phase("load", l.rep.Rows)
+		l.cfg.Progress.Add(before)
+	}
+	err = readSource(ctx, tx, table, after, counted,
+		func(r sourceRow) error {
+			c.rows = append(c.rows, r)
+			c.last = key{Type: r.EntityType, ID: r.EntityID}
+			if len(c.rows) < l.cfg.BulkSize {
+				return nil
+			}
+			return flush()
+		})
+	if err == nil {
+		err = flush()
+	}
+	return err
+}
+
+// collect takes the chunks in key order as they finish, adds them up, and
+// checkpoints the key before which every row is in the engine. The first
+// failed chunk stops the load.
+func (l *loader) collect(ctx context.Context, ordered <-chan *chunk, stop context.CancelFunc) error {
+	last := time.Now()
+	var failed error
+	for c := range ordered {
+		<-c.done
+		if failed != nil {
+			continue
+		}
+		if c.err != nil {
+			failed = c.err
+			stop()
+			continue
+		}
+		l.row.RowsLoaded += c.loaded
+		l.row.RowsSuperseded += c.superseded
+		l.row.RowsRefused += int64(len(c.refused))
+		l.row.LoadedType, l.row.LoadedID = &c.last.Type, &c.last.ID
+		l.rep.refuse(c.refused, l.cfg.OnRefused)
+		l.cfg.Progress.Add(int64(len(c.rows)))
+		if time.Since(last) >= checkpointEvery {
+			if err := checkpoint(ctx, l.pool, l.row); err != nil {
+				failed = err
+				stop()
+			}
+			last = time.Now()
+		}
+	}
+	if failed == nil {
+		failed = checkpoint(context.WithoutCancel(ctx), l.pool, l.row)
+	} else {
+		// What finished before the failure is in the engine: keep it.
+		_ = checkpoint(context.WithoutCancel(ctx), l.pool, l.row)
+	}
+	return failed
+}
+
+// send loads one chunk: rows the ledger has a newer version or a delete of
+// are dropped, the rest go to the engine, transient failures again after a
+// backoff.
+func (l *loader) send(ctx context.Context, c *chunk, inFlight chan struct{}) {
+	if ctx.Err() != nil {
+		c.err = ctx.Err()
+		return
+	}
+	events, stale, err := l.fresh(ctx, c.rows)
+	if err != nil {
+		c.err = err
+		return
+	}
+	c.superseded = int64(stale)
+	for try := 0; len(events) > 0; try++ {
+		var retry []outbox.Event
+		var retryAfter time.Duration
+		inFlight <- struct{}{}
+		results := l.search.Handle(ctx, events)
+		<-inFlight
+		for i, r := range results {
+			ev := events[i]
+			ce := classify.Classify(r.Err)
+			switch {
+			case r.Err == nil && r.Superseded:
+				c.superseded++
+			case r.Err == nil:
+				c.loaded++
+			case ce.Class == classify.Deterministic:
+				c.refused = append(c.refused, Refused{EntityType: ev.EntityType, EntityID: ev.EntityID,
+					Version: *ev.EventVersion, Reason: ce.Reason, Message: ce.Message})
+			default:
+				retry, retryAfter = append(retry, ev), max(retryAfter, ce.RetryAfter)
+				if try+1 >= loadTries || ctx.Err() != nil {
+					c.err = fmt.Errorf("loading %s:%s into %s: %w (after %d tries)", ev.EntityType, ev.EntityID, l.row.Target, r.Err, try+1)
+					return
+				}
+			}
+		}
+		events = retry
+		if len(events) > 0 && sleep(ctx, consume.Backoff(try, loadBackoffBase, loadBackoffMax, retryAfter)) != nil {
+			c.err = ctx.Err()
+			return
+		}
+	}
+}
+
+const ledgerSQL = `
+SELECT u.i FROM unnest($2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS u(entity_type, entity_id, version, i)
+  JOIN outbox_applied a ON a.projection = $1 AND a.entity_type = u.entity_type AND a.entity_id = u.entity_id
+ WHERE a.version > u.version OR (a.deleted AND a.version >= u.version)`
+
+// fresh turns the rows into the events the search handler takes (version:
+// the row's), leaving out those the ledger holds something newer of. The
+// ledger is read now, not in the snapshot: a delete applied since then
+// would otherwise be undone once the engine has forgotten it.
+func (l *loader) fresh(ctx context.Context, rows []sourceRow) ([]outbox.Event, int, error) {
+	types, ids, versions := make([]string, len(rows)), make([]string, len(rows)), make([]int64, len(rows))
+	for i, r := range rows {
+		types[i], ids[i], versions[i] = r.EntityType, r.EntityID, r.Version
+	}
+	dbRows, err := l.pool.Query(ctx, ledgerSQL, l.cfg.Projection, types, ids, versions)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read the ledger: %w", err)
+	}
+	stale, err := pgx.CollectRows(dbRows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, 0, fmt.Errorf("read the ledger: %w", err)
+	}
+	skip := make(map[int64]bool, len(stale))
+	for _, i := range stale {
+		skip[i-1] = true
+	}
+	events := make([]outbox.Event, 0, len(rows)-len(stale))
+	for i, r := range rows {
+		if skip[int64(i)] {
+			continue
+		}
+		v := r.Version
+		events = append(events, outbox.Event{ID: int64(i + 1), Projection: l.cfg.Projection, EntityType: r.EntityType,
+			EntityID: r.EntityID, Op: outbox.OpUpsert, EventVersion: &v, Payload: r.Doc})
+	}
+	return events, len(stale), nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

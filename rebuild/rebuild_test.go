@@ -1,0 +1,384 @@
+package rebuild
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/olivere/elastic/v7"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wlproj/wlproj/internal/bounds"
+	"github.com/wlproj/wlproj/internal/harness"
+	"github.com/wlproj/wlproj/projection"
+)
+
+// bundle is a database with a source table, an alias name of the test's
+// own (its indexes are deleted when the test ends), and a client.
+type bundle struct {
+	ctx    context.Context
+	db     harness.DB
+	base   string
+	alias  string
+	client *elastic.Client
+}
+
+// sourceDDL is the SoT of the tests: one row per document, as the
+// application keeps it.
+const sourceDDL = `
+CREATE TABLE search_index (
+    entity_type text   NOT NULL,
+    entity_id   text   NOT NULL,
+    doc         jsonb  NOT NULL,
+    version     bigint NOT NULL,
+    PRIMARY KEY (entity_type, entity_id)
+)`
+
+func setup(t *testing.T, rows int) bundle {
+	t.Helper()
+	b := bundle{ctx: context.Background(), db: harness.NewDatabase(t), base: harness.ElasticURL(t), alias: harness.NewIndexName(t)}
+	t.Cleanup(func() { _ = harness.DeleteIndex(context.Background(), b.base, b.alias+"-*") })
+	var err error
+	b.client, err = projection.NewElasticClient(projection.ElasticOptions{URL: b.base})
+	require.NoError(t, err)
+	b.db.Exec(t, sourceDDL)
+	b.db.Exec(t, `INSERT INTO search_index
+		SELECT 'book', 'b' || g, jsonb_build_object('kind', 'book', 'title', 'Book ' || g, 'word_count', g), 1
+		  FROM generate_series(1, $1) g`, rows)
+	return b
+}
+
+func (b bundle) config(t *testing.T) Config {
+	mapping, err := os.ReadFile(filepath.Join(harness.Root(t), "testdata", "mapping.json"))
+	require.NoError(t, err)
+	return Config{Pool: b.db.Pool, Client: b.client, Alias: b.alias, SourceTable: "search_index",
+		By: "alice", Why: "test rebuild", Mapping: mapping, MappingFile: "testdata/mapping.json", ConfirmTimeout: 20 * time.Second}
+}
+
+// leader starts a real replica draining into the alias and waits until it leads.
+func (b bundle) leader(t *testing.T) *harness.Replica {
+	t.Helper()
+	r := harness.StartReplica(t, "r1", harness.ReplicaEnv(b.db.URL, b.base, b.alias, harness.Quick...))
+	harness.Leader(t, r)
+	return r
+}
+
+func (b bundle) resolve(t *testing.T) named {
+	t.Helper()
+	n, err := engine{client: b.client}.resolve(b.ctx, b.alias)
+	require.NoError(t, err)
+	return n
+}
+
+func (b bundle) count(t *testing.T, index string) int {
+	t.Helper()
+	n, err := harness.DocCount(b.ctx, b.base, index)
+	require.NoError(t, err)
+	return n
+}
+
+// produce writes events at rate until the test stops it: updates of the
+// loaded documents, new documents, and deletes if deletes is set. Versions
+// only grow, so each event is its document's newest.
+func (b bundle) produce(t *testing.T, rate, rows int, deletes bool) *harness.Producer {
+	t.Helper()
+	var version atomic.Int64
+	version.Store(10)
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(1, 2))
+	next := func(n int) []harness.Event {
+		mu.Lock()
+		defer mu.Unlock()
+		events := make([]harness.Event, n)
+		for i := range events {
+			v := version.Add(1)
+			id := fmt.Sprintf("b%d", 1+rng.IntN(rows))
+			op := "upsert"
+			switch k := rng.IntN(10); {
+			case k < 2:
+				id = fmt.Sprintf("new%d", v)
+			case k == 2 && deletes:
+				op = "delete"
+			}
+			events[i] = harness.Event{EntityType: "book", EntityID: id, Op: op, Version: v,
+				Payload: json.RawMessage(fmt.Sprintf(`{"kind": "book", "title": "v%d", "word_count": %d}`, v, v))}
+		}
+		return events
+	}
+	p := harness.Produce(b.ctx, harness.SourceWriter{DB: b.db.Pool, Table: "search_index"}, harness.ProducerConfig{Rate: rate, Next: next})
+	t.Cleanup(p.Stop)
+	return p
+}
+
+// readLoop counts the alias's documents until stopped: every answer must
+// be a success and never below an earlier one (the producer never deletes).
+type readLoop struct {
+	stop   chan struct{}
+	done   chan struct{}
+	reads  atomic.Int64
+	errs   []string
+	falls  []string
+	maxSee int64
+}
+
+func (b bundle) read(t *testing.T) *readLoop {
+	r := &readLoop{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		for {
+			select {
+			case <-r.stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			var c struct {
+				Count int64 `json:"count"`
+			}
+			err := harness.ES(b.ctx, b.base, http.MethodGet, "/"+b.alias+"/_count", nil, &c)
+			r.reads.Add(1)
+			switch {
+			case err != nil:
+				r.errs = append(r.errs, err.Error())
+			case c.Count < r.maxSee:
+				r.falls = append(r.falls, fmt.Sprintf("%d after %d", c.Count, r.maxSee))
+			default:
+				r.maxSee = c.Count
+			}
+		}
+	}()
+	return r
+}
+
+func (r *readLoop) finish() { close(r.stop); <-r.done }
+
+// TestRebuildSwapsUnderReadersAndWriters rebuilds 50,000 documents while a
+// reader counts the alias in a loop and the application writes throughout;
+// a real leader dual-writes. The reader never fails nor sees fewer
+// documents, and at the end every document is at its newest version.
+func TestRebuildSwapsUnderReadersAndWriters(t *testing.T) {
+	t.Parallel()
+	const rows = 50_000
+	b := setup(t, rows)
+	b.leader(t)
+	cfg := b.config(t)
+
+	// The first rebuild creates the alias: ELASTIC_INDEX did not exist.
+	first, err := Run(b.ctx, cfg)
+	require.NoError(t, err)
+	require.True(t, first.Created)
+	require.Equal(t, []string{first.Rebuild.Target}, b.resolve(t).Indexes)
+	require.Equal(t, rows, b.count(t, b.alias))
+
+	reader := b.read(t)
+	producer := b.produce(t, 300, rows, false)
+	time.Sleep(300 * time.Millisecond)
+	cfg.Mapping = nil // the second copies the current index's mapping
+	rep, err := Run(b.ctx, cfg)
+	require.NoError(t, err)
+	time.Sleep(300 * time.Millisecond)
+	producer.Stop()
+	reader.finish()
+
+	require.Equal(t, rep.Rows, rep.Loaded+rep.Superseded, "every source row loaded or newer already")
+	require.GreaterOrEqual(t, rep.Rows, int64(rows))
+	require.Zero(t, rep.Refused)
+	t.Logf("first rebuild %.1fs, second %.1fs (%d rows, %d superseded); %d reads, %d events produced", first.Seconds, rep.Seconds, rep.Rows, rep.Superseded, reader.reads.Load(), producer.Committed())
+	require.Equal(t, first.Rebuild.Target, rep.Rebuild.OldIndex)
+	require.Equal(t, []string{rep.Rebuild.Target}, b.resolve(t).Indexes)
+	require.Empty(t, reader.errs, "reads of the alias failed")
+	require.Empty(t, reader.falls, "a read saw fewer documents than an earlier one")
+	require.Greater(t, reader.reads.Load(), int64(20))
+	require.Greater(t, producer.Committed(), int64(100))
+
+	harness.Drained(t, b.db.Pool, 30*time.Second)
+	harness.Verified(t, b.db.Pool, b.alias)
+	harness.SourceMatched(t, b.db.Pool, b.alias, "search_index")
+	require.Equal(t, 1, b.db.Int(t, `SELECT count(*) FROM outbox_rebuilds WHERE state = 'swapped' AND id = $1
+		AND dual_write_at IS NOT NULL AND dual_write_by = 'r1'`, rep.Rebuild.ID))
+	require.GreaterOrEqual(t, b.count(t, first.Rebuild.Target), rows, "the old index is kept")
+}
+
+// stopAt is a Progress that cancels the rebuild once n rows are done.
+type stopAt struct {
+	noProgress
+	n      int64
+	done   atomic.Int64
+	cancel context.CancelFunc
+}
+
+func (s *stopAt) Add(n int64) {
+	if s.done.Add(n) >= s.n {
+		s.cancel()
+	}
+}
+
+// TestRebuildResumesAfterCrash stops a rebuild half-way (the context
+// cancelled, as by Ctrl-C): the alias stays on the old, concrete index and
+// the rebuild open. Events, deletes among them, go on; a re-run converts
+// the index into an alias and nothing is lost or resurrected.
+func TestRebuildResumesAfterCrash(t *testing.T) {
+	t.Parallel()
+	const rows = 20_000
+	b := setup(t, rows)
+	require.NoError(t, harness.CreateIndex(b.ctx, b.base, b.alias))
+	b.leader(t)
+	producer := b.produce(t, 200, rows, true)
+	cfg := b.config(t)
+	cfg.Mapping = nil
+
+	ctx, cancel := context.WithCancel(b.ctx)
+	cfg.Progress = &stopAt{n: rows / 3, cancel: cancel}
+	_, err := Run(ctx, cfg)
+	var stopped *StoppedError
+	require.ErrorAs(t, err, &stopped)
+	require.Equal(t, named{Indexes: []string{b.alias}, Concrete: true}, b.resolve(t), "the alias is untouched")
+	open, err := Open(b.ctx, b.db.Pool, Projection)
+	require.NoError(t, err)
+	require.NotNil(t, open)
+	require.Greater(t, open.RowsLoaded, int64(0))
+	require.Less(t, open.RowsLoaded, int64(rows))
+
+	time.Sleep(500 * time.Millisecond) // dual-writes go on meanwhile
+	cfg.Progress = nil
+	rep, err := Run(b.ctx, cfg)
+	require.NoError(t, err)
+	producer.Stop()
+	require.True(t, rep.Resumed)
+	require.True(t, rep.Converted)
+	require.Equal(t, []string{open.Target}, b.resolve(t).Indexes)
+
+	harness.Drained(t, b.db.Pool, 30*time.Second)
+	harness.Verified(t, b.db.Pool, b.alias)
+	harness.SourceMatched(t, b.db.Pool, b.alias, "search_index")
+	require.Equal(t, "open,resume,swap", str(t, b.db, `SELECT string_agg(selector->>'step', ',' ORDER BY id)
+		FROM outbox_replay_audit WHERE action = 'rebuild'`))
+}
+
+// str is the single text sql returns.
+func str(t *testing.T, db harness.DB, sql string) string {
+	t.Helper()
+	var s string
+	require.NoError(t, db.Pool.QueryRow(context.Background(), sql).Scan(&s))
+	return s
+}
+
+// TestRebuildBadInput: each bad request is a clear error and changes
+// nothing: no rebuild row, no audit row, no new index, the alias as it was.
+func TestRebuildBadInput(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 10)
+	require.NoError(t, harness.CreateIndex(b.ctx, b.base, b.alias))
+	b.db.Exec(t, `CREATE TABLE no_version (entity_type text, entity_id text, doc jsonb)`)
+	b.db.Exec(t, `CREATE TABLE text_doc (entity_type text, entity_id text, doc text, version bigint)`)
+	good := b.config(t)
+	good.Mapping = nil
+	for _, tc := range []struct {
+		name  string
+		edit  func(*Config)
+		input bool
+		msg   string
+	}{
+		{"unknown projection", func(c *Config) { c.Projection = "chronicle" }, true, `projection "chronicle" cannot be rebuilt`},
+		{"no table", func(c *Config) { c.SourceTable = "nope" }, true, `source table "nope" does not exist`},
+		{"no column", func(c *Config) { c.SourceTable = "no_version" }, true, "source table no_version has no column version"},
+		{"column type", func(c *Config) { c.SourceTable = "text_doc" }, true, "column doc of source table text_doc is text, not jsonb or json"},
+		{"mapping not JSON", func(c *Config) { c.Mapping, c.MappingFile = []byte("{mappings"), "m.json" }, true, "mapping file m.json is not a JSON object"},
+		{"mapping refused", func(c *Config) {
+			c.Mapping, c.MappingFile = []byte(`{"mappings": {"properties": {"title": {"type": "nope"}}}}`), "bad.json"
+		}, true, "the engine refused the new index's mapping (bad.json): 400 mapper_parsing_exception"},
+		{"no who", func(c *Config) { c.By = " " }, false, "By is required"},
+	} {
+		cfg := good
+		tc.edit(&cfg)
+		_, err := Run(b.ctx, cfg)
+		require.ErrorContains(t, err, tc.msg, tc.name)
+		var input *InputError
+		var field *bounds.FieldError
+		if tc.input {
+			require.ErrorAs(t, err, &input, tc.name)
+			require.ErrorContains(t, err, "; nothing changed", tc.name)
+		} else {
+			require.ErrorAs(t, err, &field, tc.name)
+		}
+	}
+
+	release, ok, err := TryLock(b.ctx, b.db.Pool, Projection)
+	require.NoError(t, err)
+	require.True(t, ok)
+	_, err = Run(b.ctx, good)
+	var busy *BusyError
+	require.ErrorAs(t, err, &busy)
+	require.ErrorContains(t, err, `another rebuild command of projection "search" is running (Postgres backend pid`)
+	release()
+
+	_, err = Cleanup(b.ctx, good)
+	var refused *RefusedError
+	require.ErrorAs(t, err, &refused)
+	require.EqualError(t, err, `nothing to clean for projection "search": no swapped or aborted rebuild keeps an index; nothing changed`)
+	_, err = Abort(b.ctx, good)
+	require.EqualError(t, err, `no open rebuild of projection "search" to abort; nothing changed`)
+
+	require.Zero(t, b.db.Int(t, `SELECT count(*) FROM outbox_rebuilds`))
+	require.Zero(t, b.db.Int(t, `SELECT count(*) FROM outbox_replay_audit`))
+	require.Equal(t, named{Indexes: []string{b.alias}, Concrete: true}, b.resolve(t))
+	var indexes []map[string]any
+	require.NoError(t, harness.ES(b.ctx, b.base, http.MethodGet, "/_cat/indices/"+b.alias+"-*?format=json", nil, &indexes))
+	require.Empty(t, indexes)
+}
+
+// TestLoaderDropsWhatTheLedgerHasNewer: a source row older than the
+// ledger's entry, or not newer than a delete in it, is not sent.
+func TestLoaderDropsWhatTheLedgerHasNewer(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	b.db.Exec(t, `INSERT INTO outbox_applied (projection, entity_type, entity_id, version, deleted, event_id) VALUES
+		('search', 'book', 'newer', 5, false, 1), ('search', 'book', 'deleted', 3, true, 2),
+		('search', 'book', 'older', 1, false, 3), ('chronicle', 'book', 'other', 9, false, 4)`)
+	l := &loader{cfg: Config{Projection: Projection}, pool: b.db.Pool}
+	rows := []sourceRow{{"book", "newer", nil, 4}, {"book", "deleted", nil, 3}, {"book", "older", nil, 2},
+		{"book", "other", nil, 2}, {"book", "unknown", nil, 1}}
+	events, stale, err := l.fresh(b.ctx, rows)
+	require.NoError(t, err)
+	require.Equal(t, 2, stale)
+	var ids []string
+	for _, e := range events {
+		ids = append(ids, e.EntityID)
+	}
+	require.Equal(t, []string{"older", "other", "unknown"}, ids)
+}
+
+// TestRebuildEmitOutbox enqueues an event per source row instead of
+// bulk-loading; the leader carries them to both indexes. A row the new
+// index refuses is reported with its reason, not skipped silently.
+func TestRebuildEmitOutbox(t *testing.T) {
+	t.Parallel()
+	const rows = 1000
+	b := setup(t, rows)
+	b.db.Exec(t, `INSERT INTO search_index VALUES ('book', 'bad', '{"kind": "book", "colour": "red"}', 1)`)
+	require.NoError(t, harness.CreateIndex(b.ctx, b.base, b.alias))
+	b.leader(t)
+	cfg := b.config(t)
+	cfg.Mapping, cfg.EmitOutbox, cfg.EmitRate, cfg.EmitBacklog = nil, true, 20_000, 1000
+	var refused []Refused
+	cfg.OnRefused = func(r Refused) { refused = append(refused, r) }
+	rep, err := Run(b.ctx, cfg)
+	require.NoError(t, err)
+	require.Equal(t, int64(rows+1), rep.Rows)
+	require.Equal(t, int64(rows), rep.Loaded)
+	require.Equal(t, map[string]int64{"mapping_error": 1}, rep.RefusedByReason)
+	require.Len(t, refused, 1)
+	require.Equal(t, "bad", refused[0].EntityID)
+	require.Contains(t, refused[0].Message, "strict_dynamic_mapping_exception")
+	require.Equal(t, rows+1, b.db.Count(t, `scope_key = $1`, fmt.Sprintf("rebuild:%d", rep.Rebuild.ID)))
+	require.Equal(t, []string{rep.Rebuild.Target}, b.resolve(t).Indexes)
+	require.Equal(t, rows, b.count(t, b.alias))
+	harness.Verified(t, b.db.Pool, b.alias)
+}

@@ -1,0 +1,145 @@
+package rebuild
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// The source table (the SoT) holds one row per document, written by the
+// application in the same transaction as the document's outbox event:
+//
+//	entity_type text    -- with entity_id, the document's _id (type:id)
+//	entity_id   text
+//	doc         jsonb   -- the document, a JSON object
+//	version     bigint  -- the version of the event that wrote the row
+//
+// A deleted document has no row. An index on (entity_type, entity_id), such
+// as the primary key, lets the load and a resume read in key order.
+var sourceColumns = []struct {
+	name  string
+	types []string
+}{
+	{"entity_type", []string{"text", "character varying"}},
+	{"entity_id", []string{"text", "character varying"}},
+	{"doc", []string{"jsonb", "json"}},
+	{"version", []string{"bigint", "integer", "smallint"}},
+}
+
+// checkSource returns the source table's name as Postgres quotes it, or an
+// *InputError naming the missing table or column. Only that quoted name,
+// never the operator's text, goes into the statements that read the table.
+func checkSource(ctx context.Context, pool *pgxpool.Pool, table string) (string, error) {
+	if strings.TrimSpace(table) == "" {
+		return "", inputf("no source table: give --from-table (the SoT, e.g. search_index)")
+	}
+	var quoted *string
+	if err := pool.QueryRow(ctx, `SELECT to_regclass($1)::text`, table).Scan(&quoted); err != nil {
+		return "", inputf("source table %q: %v", table, err)
+	}
+	if quoted == nil {
+		return "", inputf("source table %q does not exist", table)
+	}
+	rows, err := pool.Query(ctx, `
+		SELECT attname, format_type(atttypid, NULL) FROM pg_attribute
+		 WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped`, table)
+	if err != nil {
+		return "", fmt.Errorf("read the columns of %s: %w", *quoted, err)
+	}
+	have := map[string]string{}
+	for rows.Next() {
+		var name, typ string
+		if err := rows.Scan(&name, &typ); err != nil {
+			return "", err
+		}
+		have[name] = typ
+	}
+	if err := rows.Err(); err != nil {
+		return "", err
+	}
+	for _, c := range sourceColumns {
+		typ, ok := have[c.name]
+		if !ok {
+			return "", inputf("source table %s has no column %s (it needs entity_type text, entity_id text, doc jsonb, version bigint)", *quoted, c.name)
+		}
+		if !contains(c.types, typ) {
+			return "", inputf("column %s of source table %s is %s, not %s", c.name, *quoted, typ, strings.Join(c.types, " or "))
+		}
+	}
+	return *quoted, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// sourceRow is one row of the source table.
+type sourceRow struct {
+	EntityType, EntityID string
+	Doc                  json.RawMessage
+	Version              int64
+}
+
+// key is a position in the source table's (entity_type, entity_id) order.
+type key struct {
+	Type, ID string
+}
+
+// afterKey is the WHERE clause of a read that resumes after a key; the
+// first read has none, so that no row sorts before where it starts.
+func afterKey(after *key) (string, []any) {
+	if after == nil {
+		return "", nil
+	}
+	return ` WHERE (entity_type, entity_id) > ($1, $2)`, []any{after.Type, after.ID}
+}
+
+// readSource streams the rows of table after a key, in key order, to each,
+// within tx (the rebuild's snapshot); it counts them first, for progress.
+func readSource(ctx context.Context, tx pgx.Tx, table string, after *key, counted func(int64), each func(sourceRow) error) error {
+	where, args := afterKey(after)
+	var total int64
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+table+where, args...).Scan(&total); err != nil {
+		return fmt.Errorf("count %s: %w", table, err)
+	}
+	counted(total)
+	rows, err := tx.Query(ctx, `SELECT entity_type, entity_id, doc::text, version FROM `+table+where+
+		` ORDER BY entity_type, entity_id`, args...)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", table, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r sourceRow
+		var doc []byte
+		var version *int64
+		var typ, id *string
+		if err := rows.Scan(&typ, &id, &doc, &version); err != nil {
+			return fmt.Errorf("read %s: %w", table, err)
+		}
+		r.Doc = doc
+		if typ != nil {
+			r.EntityType = *typ
+		}
+		if id != nil {
+			r.EntityID = *id
+		}
+		r.Version = -1 // a NULL version is refused as invalid, like a negative one
+		if version != nil {
+			r.Version = *version
+		}
+		if err := each(r); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}

@@ -1,0 +1,127 @@
+package replay
+
+import (
+	"cmp"
+	"context"
+	"time"
+
+	"github.com/wlproj/wlproj/internal/bounds"
+)
+
+// BatchDefault is the most rows one archive transaction moves, so that an
+// archive of a large backlog never holds many row locks for long.
+const BatchDefault = 10_000
+
+// ArchiveRequest is one archive: failed and discarded rows whose failure is
+// older than OlderThan move from outbox_events to outbox_dead_letter.
+type ArchiveRequest struct {
+	// OlderThan is how long ago, on this host's clock, a row must have
+	// failed (updated_at) to move. Required.
+	OlderThan time.Duration
+	// IDs, Projection and Reason narrow the selection and combine with AND.
+	// Every id must exist and be failed or discarded, or nothing moves.
+	IDs        []int64
+	Projection string
+	Reason     string
+	// By and Why go to the audit rows and are required.
+	By, Why string
+	// DryRun reports what would move and changes nothing.
+	DryRun bool
+	// BatchSize is the most rows one transaction, with its own audit row,
+	// moves. Defaults to 10000.
+	BatchSize int
+	// Given is the selector as the operator typed it, as in Request.
+	Given map[string]string
+}
+
+// archiveSQL moves rows in one statement; the status check makes it a
+// compare-and-set. History is kept as it was: archived_at and the audit id
+// say when and by whom the row was archived.
+const archiveSQL = `
+WITH moved AS (
+  DELETE FROM outbox_events
+   WHERE id = ANY(@ids) AND (status = 'failed' OR status = 'discarded')
+  RETURNING id, projection, entity_type, entity_id, op, event_version, payload, scope_key, status,
+            attempts, error_class, error_reason, last_error, error_history, replay_count, created_at, updated_at
+)
+INSERT INTO outbox_dead_letter (id, projection, entity_type, entity_id, op, event_version, payload, scope_key, status,
+            attempts, error_class, error_reason, last_error, error_history, replay_count, created_at, updated_at,
+            archived_at, archive_audit_id)
+SELECT id, projection, entity_type, entity_id, op, event_version, payload, scope_key, status,
+       attempts, error_class, error_reason, last_error, error_history, replay_count, created_at, updated_at,
+       now(), @audit_id::bigint
+  FROM moved`
+
+var archiveAction = action{name: "archive", doing: "archiving", rows: closedRows, sql: archiveSQL}
+
+// Archive moves the selected failed and discarded rows, with every column,
+// to the dead letter under the same ids. Selected by IDs, it is one
+// transaction and refuses like Replay; otherwise it moves batches of
+// BatchSize rows, each committed with its own audit row, until none is
+// left, and a failure stops it after the batches already committed.
+func Archive(ctx context.Context, db Beginner, ar ArchiveRequest) (Report, error) {
+	ar.BatchSize = cmp.Or(ar.BatchSize, BatchDefault)
+	req := Request{IDs: ar.IDs, Projection: ar.Projection, Reason: ar.Reason, Until: time.Now().Add(-ar.OlderThan),
+		By: ar.By, Why: ar.Why, DryRun: ar.DryRun, Given: ar.Given}
+	rep := Report{DryRun: ar.DryRun}
+	if err := req.check(archiveAction.doing); err != nil {
+		return rep, err
+	}
+	switch {
+	case ar.OlderThan <= 0:
+		return rep, bounds.Invalid("OlderThan", "must be positive, got %s", ar.OlderThan)
+	case ar.BatchSize < 0:
+		return rep, bounds.Invalid("BatchSize", "must not be negative, got %d", ar.BatchSize)
+	case len(ar.IDs) > ar.BatchSize:
+		return rep, bounds.Invalid("IDs", "names %d ids, more than the %d one archive moves at once", len(ar.IDs), ar.BatchSize)
+	}
+	if len(req.IDs) > 0 || req.DryRun {
+		return archiveAction.once(ctx, db, req, 0)
+	}
+	for {
+		b, err := archiveAction.once(ctx, db, req, ar.BatchSize)
+		if err != nil {
+			return rep, err
+		}
+		if b.AuditID != 0 {
+			rep.Events = append(rep.Events, b.Events...)
+			rep.AuditIDs = append(rep.AuditIDs, b.AuditID)
+			rep.AuditID, rep.At = cmp.Or(rep.AuditID, b.AuditID), b.At
+		}
+		if len(b.Events) < ar.BatchSize {
+			return rep, nil
+		}
+	}
+}
+
+// restoreSQL brings archived rows back as pending under the same id, with
+// their history and one more replay; the insert trigger wakes the leader at
+// commit. Whether an event is stale by then is the claim's business.
+const restoreSQL = `
+WITH back AS (
+  DELETE FROM outbox_dead_letter WHERE id = ANY(@ids)
+  RETURNING id, projection, entity_type, entity_id, op, event_version, payload, scope_key,
+            attempts, error_class, error_reason, last_error, error_history, replay_count, created_at
+)
+INSERT INTO outbox_events (id, projection, entity_type, entity_id, op, event_version, payload, scope_key,
+            status, attempts, next_retry_at, error_class, error_reason, last_error, error_history,
+            replay_count, created_at, updated_at)
+SELECT id, projection, entity_type, entity_id, op, event_version, payload, scope_key,
+       'pending', CASE WHEN @reset THEN 0 ELSE attempts END, now(), error_class, error_reason, last_error,
+       outbox_append_error(error_history, jsonb_build_object(
+           'event', 'restored', 'by', @by::text, 'why', @why::text, 'at', now(),
+           'audit_id', @audit_id::bigint, 'reset_attempts', @reset::bool), @keep),
+       replay_count + 1, created_at, now()
+  FROM back`
+
+var restoreAction = action{name: "restore", doing: "restoring", rows: archivedRows, sql: restoreSQL}
+
+// Restore brings archived rows back into outbox_events as pending, by id
+// only, in one transaction with one audit row; an unknown id refuses the
+// whole request. The other Request fields work as in Replay.
+func Restore(ctx context.Context, db Beginner, req Request) (Report, error) {
+	if len(req.IDs) == 0 {
+		return Report{DryRun: req.DryRun}, bounds.Invalid("IDs", "are required: archived rows come back by id only")
+	}
+	return restoreAction.run(ctx, db, req)
+}

@@ -1,0 +1,477 @@
+package replay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/wlproj/wlproj/internal/bounds"
+	"github.com/wlproj/wlproj/outbox"
+)
+
+// The reads a person paging through failed rows needs beyond List and
+// Stats: keyset pages in several orders, a count, one row with its payload
+// and history, and the audit log. The console uses them; the CLI may.
+
+const (
+	// PageSizeDefault is the rows of a Page when PageRequest.Size is zero.
+	PageSizeDefault = 50
+	// pageSizeMax bounds a page, so a request cannot ask for the table.
+	pageSizeMax = 1000
+)
+
+// PageSizeRange is what PageRequest.Size accepts.
+var PageSizeRange = bounds.Range[int]{Min: 1, Max: pageSizeMax}
+
+// SortKey is a column a Page can be ordered by; ties go by id.
+type SortKey string
+
+// The orders of a Page.
+const (
+	SortFailedAt SortKey = "failed_at" // updated_at, the time of failure
+	SortID       SortKey = "id"
+	SortAttempts SortKey = "attempts"
+	SortReplays  SortKey = "replays"
+)
+
+// SortKeys are the keys a Sort may name, in the order a form offers them.
+var SortKeys = []SortKey{SortFailedAt, SortID, SortAttempts, SortReplays}
+
+// sortColumns maps each key to its column and the type its cursor value is
+// sent as.
+var sortColumns = map[SortKey]struct{ col, typ string }{
+	SortFailedAt: {"updated_at", "timestamptz"},
+	SortID:       {"id", "bigint"},
+	SortAttempts: {"attempts", "bigint"},
+	SortReplays:  {"replay_count", "bigint"},
+}
+
+// Sort orders a Page by Key, largest (newest) first unless Asc.
+type Sort struct {
+	Key SortKey
+	Asc bool
+}
+
+// SortDefault is newest failure first: triage starts from what just broke.
+var SortDefault = Sort{Key: SortFailedAt}
+
+// String is the form ParseSort reads: "failed_at" ascending, "-failed_at"
+// descending.
+func (s Sort) String() string {
+	if s.Asc {
+		return string(s.Key)
+	}
+	return "-" + string(s.Key)
+}
+
+// ParseSort reads a Sort written as String writes it; empty is SortDefault.
+func ParseSort(v string) (Sort, error) {
+	if v == "" {
+		return SortDefault, nil
+	}
+	key, desc := strings.CutPrefix(v, "-")
+	if _, ok := sortColumns[SortKey(key)]; !ok {
+		names := make([]string, len(SortKeys))
+		for i, k := range SortKeys {
+			names[i] = string(k)
+		}
+		return Sort{}, fmt.Errorf("unknown sort %q: use one of %s, with - for descending", v, strings.Join(names, ", "))
+	}
+	return Sort{Key: SortKey(key), Asc: !desc}, nil
+}
+
+// Cursor is the position of a row in a Sort: its sort value (a failure time
+// in Unix microseconds, Postgres' precision, or the integer) and its id.
+type Cursor struct {
+	Value, ID int64
+}
+
+// String is the form ParseCursor reads.
+func (c Cursor) String() string {
+	return strconv.FormatInt(c.Value, 10) + "." + strconv.FormatInt(c.ID, 10)
+}
+
+// ParseCursor reads a cursor written by Cursor.String.
+func ParseCursor(v string) (Cursor, error) {
+	a, b, ok := strings.Cut(v, ".")
+	value, err1 := strconv.ParseInt(a, 10, 64)
+	id, err2 := strconv.ParseInt(b, 10, 64)
+	if !ok || err1 != nil || err2 != nil || id <= 0 {
+		return Cursor{}, fmt.Errorf("malformed page cursor %q", v)
+	}
+	return Cursor{Value: value, ID: id}, nil
+}
+
+// cursor is e's position in s.
+func (s Sort) cursor(e FailedEvent) Cursor {
+	c := Cursor{ID: e.ID}
+	switch s.Key {
+	case SortFailedAt:
+		c.Value = e.UpdatedAt.UnixMicro()
+	case SortID:
+		c.Value = e.ID
+	case SortAttempts:
+		c.Value = int64(e.Attempts)
+	case SortReplays:
+		c.Value = int64(e.ReplayCount)
+	}
+	return c
+}
+
+func (s Sort) arg(c Cursor) any {
+	if s.Key == SortFailedAt {
+		return time.UnixMicro(c.Value)
+	}
+	return c.Value
+}
+
+// PageRequest asks for one page of failed (or archived) rows.
+type PageRequest struct {
+	Filter Filter
+	// Sort defaults to SortDefault.
+	Sort Sort
+	// After is the Next cursor of the page before; Before the Prev cursor of
+	// the page after. At most one is set; neither is the first page.
+	After, Before *Cursor
+	// Size is the rows per page. Defaults to 50.
+	Size int
+}
+
+// Page is a run of rows in the requested order, with the cursors of its
+// neighbours: nil where there is nothing more in that direction (Prev may
+// lead to an empty page when rows before it went away meanwhile).
+type Page struct {
+	Events     []FailedEvent
+	Next, Prev *Cursor
+}
+
+// page directions: the first page, the one after a cursor, the one before.
+const (
+	pageFirst = iota
+	pageAfter
+	pageBefore
+)
+
+type pageKey struct {
+	archived bool
+	sort     Sort
+	dir      int
+}
+
+// pageSQL holds every page query, put together once from the literals of
+// the row sets and sortColumns: after the filter's parameters come the
+// cursor (value, id), then the limit. Paging by keyset costs the same on
+// the last page as on the first, where an OFFSET would read every row
+// before it.
+var pageSQL = func() map[pageKey]string {
+	param := func(n int) string { return "$" + strconv.Itoa(filterParams+n) }
+	m := map[pageKey]string{}
+	for _, archived := range []bool{false, true} {
+		rs := Filter{Archived: archived}.rows()
+		for key, c := range sortColumns {
+			for _, asc := range []bool{false, true} {
+				for _, dir := range []int{pageFirst, pageAfter, pageBefore} {
+					// A page before a cursor is read backwards, then reversed.
+					forward := asc != (dir == pageBefore)
+					cmp, order := "<", c.col+" DESC, id DESC"
+					if forward {
+						cmp, order = ">", c.col+", id"
+					}
+					where, limit := rs.where, param(1)
+					if dir != pageFirst {
+						where += "\n   AND (" + c.col + ", id) " + cmp + " (" + param(1) + "::" + c.typ + ", " + param(2) + "::bigint)"
+						limit = param(3)
+					}
+					m[pageKey{archived, Sort{key, asc}, dir}] = `SELECT ` + rs.cols + `
+  FROM ` + rs.table + `
+ WHERE ` + where + `
+ ORDER BY ` + order + `
+ LIMIT ` + limit
+				}
+			}
+		}
+	}
+	return m
+}()
+
+// ListPage reads one page of the rows matching req.Filter (whose Limit it
+// ignores).
+func ListPage(ctx context.Context, db outbox.Querier, req PageRequest) (Page, error) {
+	if req.Sort == (Sort{}) {
+		req.Sort = SortDefault
+	}
+	if req.Size == 0 {
+		req.Size = PageSizeDefault
+	}
+	if err := bounds.Check("Size", req.Size, PageSizeRange); err != nil {
+		return Page{}, err
+	}
+	if req.After != nil && req.Before != nil {
+		return Page{}, bounds.Invalid("After", "and Before exclude each other")
+	}
+	dir, at := pageFirst, req.After
+	switch {
+	case req.After != nil:
+		dir = pageAfter
+	case req.Before != nil:
+		dir, at = pageBefore, req.Before
+	}
+	sql, ok := pageSQL[pageKey{req.Filter.Archived, req.Sort, dir}]
+	if !ok {
+		return Page{}, bounds.Invalid("Sort", "unknown key %q", req.Sort.Key)
+	}
+	args := req.Filter.args()
+	if at != nil {
+		args = append(args, req.Sort.arg(*at), at.ID)
+	}
+	// One row past the page tells whether there is more.
+	rows, err := db.Query(ctx, sql, append(args, req.Size+1)...)
+	if err != nil {
+		return Page{}, fmt.Errorf("page of failed events: %w", err)
+	}
+	events, err := pgx.CollectRows(rows, scanFailed)
+	if err != nil {
+		return Page{}, fmt.Errorf("page of failed events: %w", err)
+	}
+	more := len(events) > req.Size
+	if more {
+		events = events[:req.Size]
+	}
+	p := Page{Events: events}
+	if dir == pageBefore {
+		slices.Reverse(p.Events)
+	}
+	if len(p.Events) == 0 {
+		return p, nil
+	}
+	first, last := req.Sort.cursor(p.Events[0]), req.Sort.cursor(p.Events[len(p.Events)-1])
+	// Going forward, there is a page before unless this is the first; going
+	// back, there is one after: the page the cursor came from.
+	if (dir == pageBefore && more) || dir == pageAfter {
+		p.Prev = &first
+	}
+	if (dir != pageBefore && more) || dir == pageBefore {
+		p.Next = &last
+	}
+	return p, nil
+}
+
+// Count is the number of rows f matches (its Limit ignored).
+func Count(ctx context.Context, db outbox.Querier, f Filter) (int64, error) {
+	var n int64
+	if err := db.QueryRow(ctx, f.rows().count, f.args()...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count failed events: %w", err)
+	}
+	return n, nil
+}
+
+// reasonsSQL lists the distinct reasons of the failed rows by skipping
+// through outbox_events_failed_idx, one probe per reason, so its cost
+// follows the number of reasons, not of rows.
+const reasonsSQL = `
+WITH RECURSIVE r AS (
+    (SELECT error_reason FROM outbox_events WHERE status = 'failed' ORDER BY error_reason LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.error_reason FROM outbox_events e
+             WHERE e.status = 'failed' AND e.error_reason > r.error_reason
+             ORDER BY e.error_reason LIMIT 1)
+      FROM r WHERE r.error_reason IS NOT NULL)
+SELECT error_reason FROM r WHERE error_reason IS NOT NULL`
+
+// Reasons are the error reasons failed rows have now, sorted: the choices
+// of a filter form, cheap at any number of failed rows (Stats counts them,
+// and reads every row).
+func Reasons(ctx context.Context, db outbox.Querier) ([]string, error) {
+	rows, err := db.Query(ctx, reasonsSQL)
+	if err != nil {
+		return nil, fmt.Errorf("failed reasons: %w", err)
+	}
+	reasons, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("failed reasons: %w", err)
+	}
+	return reasons, nil
+}
+
+// ErrNotFound is an id that names no row.
+var ErrNotFound = errors.New("not found")
+
+// EventDetail is one row of the outbox or the dead letter, whole.
+type EventDetail struct {
+	FailedEvent
+	EventVersion *int64
+	// Payload is the JSON payload, indented.
+	Payload             string
+	NextRetryAt         *time.Time
+	LockedBy            string
+	ClaimToken          *int64
+	LeaseUntil          *time.Time
+	ProcessingStartedAt *time.Time
+	ProcessedAt         *time.Time
+	CreatedAt           time.Time
+	// History is error_history, oldest first: each failed attempt, reclaim,
+	// replay, discard and restore, the newest outbox.HistoryKeep of them.
+	History []HistoryEntry
+}
+
+// HistoryEntry is one element of error_history. Which fields are set
+// depends on Event: empty for a failed attempt (Attempt, Class, Reason,
+// Error, Worker, Epoch), else replayed, discarded, restored (By, Why,
+// AuditID) or stuck_reclaimed (Why, Worker, ReclaimedBy).
+type HistoryEntry struct {
+	At            time.Time `json:"at"`
+	Event         string    `json:"event"`
+	Attempt       int       `json:"attempt"`
+	Class         string    `json:"class"`
+	Reason        string    `json:"reason"`
+	Error         string    `json:"error"`
+	Worker        string    `json:"worker"`
+	Epoch         int64     `json:"epoch"`
+	By            string    `json:"by"`
+	Why           string    `json:"why"`
+	AuditID       int64     `json:"audit_id"`
+	ResetAttempts bool      `json:"reset_attempts"`
+	ReclaimedBy   string    `json:"reclaimed_by"`
+}
+
+// The columns of a row that both tables have, in EventDetail's order; the
+// ones only outbox_events has are NULL for the dead letter.
+const eventDetailSQL = `
+SELECT id, projection, entity_type, entity_id, op, attempts,
+       coalesce(error_reason, ''), coalesce(error_class, ''), coalesce(last_error, ''), updated_at,
+       replay_count, coalesce(scope_key, ''), status, NULL::timestamptz,
+       event_version, jsonb_pretty(payload), next_retry_at, coalesce(locked_by, ''), claim_token,
+       lease_until, processing_started_at, processed_at, created_at, error_history
+  FROM outbox_events WHERE id = $1
+UNION ALL
+SELECT id, projection, entity_type, entity_id, op, attempts,
+       coalesce(error_reason, ''), coalesce(error_class, ''), coalesce(last_error, ''), updated_at,
+       replay_count, coalesce(scope_key, ''), status, archived_at,
+       event_version, jsonb_pretty(payload), NULL, '', NULL,
+       NULL, NULL, NULL, created_at, error_history
+  FROM outbox_dead_letter WHERE id = $1`
+
+// Event reads the row id from outbox_events or, archived, from the dead
+// letter; ErrNotFound if neither holds it.
+func Event(ctx context.Context, db outbox.Querier, id int64) (EventDetail, error) {
+	var d EventDetail
+	var history []byte
+	row := db.QueryRow(ctx, eventDetailSQL, id)
+	e, err := scanEvent(row, &d.EventVersion, &d.Payload, &d.NextRetryAt, &d.LockedBy, &d.ClaimToken,
+		&d.LeaseUntil, &d.ProcessingStartedAt, &d.ProcessedAt, &d.CreatedAt, &history)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return d, fmt.Errorf("event %d: %w", id, ErrNotFound)
+	case err != nil:
+		return d, fmt.Errorf("event %d: %w", id, err)
+	}
+	d.FailedEvent = e
+	if err := json.Unmarshal(history, &d.History); err != nil {
+		return d, fmt.Errorf("event %d: error_history: %w", id, err)
+	}
+	return d, nil
+}
+
+// AuditEntry is one row of outbox_replay_audit: one action by one person
+// (or policy) on a set of rows.
+type AuditEntry struct {
+	ID     int64     `json:"id"`
+	Action string    `json:"action"`
+	By     string    `json:"by"`
+	Why    string    `json:"why"`
+	At     time.Time `json:"at"`
+	Count  int       `json:"count"`
+	IDs    []int64   `json:"ids"`
+	// Selector is what was asked for, as stored: the resolved selector and,
+	// under "given", what the person typed.
+	Selector json.RawMessage `json:"selector"`
+}
+
+// AuditFilter selects audit rows; zero fields do not filter.
+type AuditFilter struct {
+	Action string
+	By     string
+	// Text matches rows whose why contains it, ignoring case.
+	Text string
+	// Since (inclusive) and Until (exclusive) bound the time of the action.
+	Since, Until time.Time
+	// EventID selects the actions that took this row.
+	EventID int64
+	// Before pages back: only rows with a smaller id.
+	Before int64
+	// Limit caps the rows. Defaults to 50.
+	Limit int
+}
+
+const auditListSQL = `
+SELECT id, action, replayed_by, reason, replayed_at, event_count, event_ids, selector
+  FROM outbox_replay_audit
+ WHERE ($1::text IS NULL OR action = $1)
+   AND ($2::text IS NULL OR replayed_by = $2)
+   AND ($3::text IS NULL OR strpos(lower(reason), lower($3)) > 0)
+   AND ($4::timestamptz IS NULL OR replayed_at >= $4)
+   AND ($5::timestamptz IS NULL OR replayed_at < $5)
+   AND ($6::bigint IS NULL OR event_ids @> ARRAY[$6::bigint])
+   AND ($7::bigint IS NULL OR id < $7)
+ ORDER BY id DESC
+ LIMIT $8`
+
+// AuditLog lists audit rows matching f, newest first.
+func AuditLog(ctx context.Context, db outbox.Querier, f AuditFilter) ([]AuditEntry, error) {
+	if f.Limit == 0 {
+		f.Limit = PageSizeDefault
+	}
+	if err := bounds.Check("Limit", f.Limit, PageSizeRange); err != nil {
+		return nil, err
+	}
+	var eventID, before any
+	if f.EventID != 0 {
+		eventID = f.EventID
+	}
+	if f.Before != 0 {
+		before = f.Before
+	}
+	rows, err := db.Query(ctx, auditListSQL, nullString(f.Action), nullString(f.By), nullString(f.Text),
+		nullTime(f.Since), nullTime(f.Until), eventID, before, f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("audit log: %w", err)
+	}
+	entries, err := pgx.CollectRows(rows, scanAudit)
+	if err != nil {
+		return nil, fmt.Errorf("audit log: %w", err)
+	}
+	return entries, nil
+}
+
+// Audit reads one audit row; ErrNotFound if there is none.
+func Audit(ctx context.Context, db outbox.Querier, id int64) (AuditEntry, error) {
+	rows, err := db.Query(ctx, `
+SELECT id, action, replayed_by, reason, replayed_at, event_count, event_ids, selector
+  FROM outbox_replay_audit WHERE id = $1`, id)
+	if err != nil {
+		return AuditEntry{}, fmt.Errorf("audit %d: %w", id, err)
+	}
+	a, err := pgx.CollectExactlyOneRow(rows, scanAudit)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return a, fmt.Errorf("audit %d: %w", id, ErrNotFound)
+	case err != nil:
+		return a, fmt.Errorf("audit %d: %w", id, err)
+	}
+	return a, nil
+}
+
+func scanAudit(r pgx.CollectableRow) (AuditEntry, error) {
+	var a AuditEntry
+	var sel []byte
+	err := r.Scan(&a.ID, &a.Action, &a.By, &a.Why, &a.At, &a.Count, &a.IDs, &sel)
+	a.Selector = sel
+	return a, err
+}

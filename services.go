@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/olivere/elastic/v7"
+	"github.com/rs/zerolog"
+
+	"github.com/wlproj/wlproj/consume"
+	"github.com/wlproj/wlproj/leader"
+	"github.com/wlproj/wlproj/outbox"
+	"github.com/wlproj/wlproj/projection"
+	"github.com/wlproj/wlproj/rebuild"
+	"github.com/wlproj/wlproj/replay"
+)
+
+// projections is every projection this binary knows, by the name producers
+// write in outbox_events.projection, with how to build its handler. A new
+// projection is its file in projection/ and one line here; the loop, the
+// CLI (pause, resume, status) and the gauges take their names from here.
+var projections = map[string]func(c *runCmd, d projectionDeps) (projection.Handler, error){
+	"search": func(c *runCmd, d projectionDeps) (projection.Handler, error) {
+		return projection.NewSearch(projection.SearchConfig{Client: d.es, Index: c.ElasticIndex, MaxPayloadBytes: c.MaxPayloadBytes})
+	},
+	"chronicle": func(c *runCmd, d projectionDeps) (projection.Handler, error) {
+		return projection.NewChronicle(projection.ChronicleConfig{Pool: d.pool, MaxPayloadBytes: c.ChronicleMaxPayloadBytes})
+	},
+}
+
+// projectionDeps is what the projections' constructors draw on.
+type projectionDeps struct {
+	es   *elastic.Client
+	pool *pgxpool.Pool
+}
+
+// projectionNames lists the known projections, sorted.
+func projectionNames() []string { return slices.Sorted(maps.Keys(projections)) }
+
+// newRegistry builds every known projection's handler.
+func newRegistry(c *runCmd, d projectionDeps) (projection.Registry, error) {
+	reg := projection.Registry{}
+	for name, build := range projections {
+		h, err := build(c, d)
+		if err != nil {
+			return nil, fmt.Errorf("%s projection: %w", name, err)
+		}
+		reg[name] = h
+	}
+	return reg, nil
+}
+
+// daemonParts is what a replica runs: the leader's services and the engine
+// check that health and auto-replay share.
+type daemonParts struct {
+	services []leader.Service
+	pingES   func(ctx context.Context) error
+	// engine logs the engine's name and version once it answers.
+	engine *projection.EngineProbe
+}
+
+// newDaemon builds the projections and registers every service the leader
+// runs. A new leader-only service is added here and nowhere else.
+func newDaemon(c *runCmd, pool *pgxpool.Pool, workerID string, log zerolog.Logger) (daemonParts, error) {
+	es, err := projection.NewElasticClient(projection.ElasticOptions{
+		URL: c.ElasticURL, Username: c.ElasticUsername, Password: c.ElasticPassword,
+		CAFile: c.ElasticCAFile, Timeout: seconds(c.ElasticTimeout),
+	})
+	if err != nil {
+		return daemonParts{}, fmt.Errorf("engine client: %w", err)
+	}
+	registry, err := newRegistry(c, projectionDeps{es: es, pool: pool})
+	if err != nil {
+		return daemonParts{}, err
+	}
+	probe := projection.NewEngineProbe(es, c.ElasticURL)
+	d := daemonParts{pingES: probe.Ping, engine: probe}
+
+	store := &outbox.Store{Pool: pool, Owner: workerID, LeaderName: c.LeaderName}
+	loop, err := consume.NewLoop(c.consumeConfig(), store, registry, log)
+	if err != nil {
+		return daemonParts{}, err
+	}
+	pruner, err := consume.NewPruner(consume.PrunerConfig{Retention: c.Retention}, store, log)
+	if err != nil {
+		return daemonParts{}, err
+	}
+	d.services = []leader.Service{loop, consume.NewReclaimer(loop.Config(), store, log), pruner}
+	d.services = append(d.services, rebuild.NewDualWrite(pool, rebuild.Projection, registry[rebuild.Projection].(*projection.Search), workerID, log))
+	if c.AutoReplay {
+		auto, err := replay.NewAutoReplayer(pool, replay.AutoReplayerConfig{PerMinute: c.AutoReplayPerMinute},
+			func(ctx context.Context) bool { return d.pingES(ctx) == nil }, log)
+		if err != nil {
+			return daemonParts{}, err
+		}
+		d.services = append(d.services, auto)
+	}
+	if c.FailedArchiveAfter > 0 {
+		archiver, err := replay.NewAutoArchiver(pool, c.FailedArchiveAfter, log)
+		if err != nil {
+			return daemonParts{}, err
+		}
+		d.services = append(d.services, archiver)
+	}
+	return d, nil
+}
