@@ -36,7 +36,6 @@ stack-down:
 # after the other; stack.sh prints each one's wall time.
 test:
 	@scripts/tools.sh
-	@scripts/browser.sh
 	@rc=0; \
 	$(STACK) with $(MAKE) --no-print-directory test-go || rc=$$?; \
 	$(MAKE) --no-print-directory test-engines || rc=$$?; \

@@ -67,30 +67,11 @@ const (
 
 // benchConsole adds cfg.Rows failed rows to the migrated database of pool
 // (the caller's reset empties them), then times the console's pages on it.
-// The rows look like a bad week: four reasons, two projections, a hundred
-// scope keys, failure times spread over seven days, last errors of about
-// 200 characters.
 func benchConsole(ctx context.Context, pool *pgxpool.Pool, cfg ConsoleBenchConfig) (*ConsoleReport, error) {
 	cfg.Rows = cmp.Or(cfg.Rows, 100_000)
 	cfg.Samples = cmp.Or(cfg.Samples, 20)
-	if _, err := pool.Exec(ctx, `
-		INSERT INTO outbox_events (projection, entity_type, entity_id, op, event_version, payload, scope_key, status,
-		                           attempts, error_class, error_reason, last_error, error_history, created_at, updated_at)
-		SELECT CASE WHEN g % 5 = 0 THEN 'chronicle' ELSE 'search' END, 'book', 'b' || g, 'upsert', 1,
-		       jsonb_build_object('kind', 'book', 'title', 'Book ' || g, 'body', repeat('lorem ipsum ', 20)),
-		       'lib-' || (g % 100), 'failed', 1 + g % 10,
-		       CASE WHEN g % 10 < 6 THEN 'deterministic' ELSE 'transient' END,
-		       (ARRAY['mapping_error', 'mapping_error', 'mapping_error', 'mapping_error', 'payload_invalid', 'payload_invalid',
-		              'server_error', 'server_error', 'timeout', 'timeout'])[1 + g % 10],
-		       'elasticsearch 400 strict_dynamic_mapping_exception: mapping set to strict, dynamic introduction of [field_'
-		           || (g % 997) || '] within [_doc] is not allowed; document book:b' || g || ' ' || repeat('x', 40),
-		       jsonb_build_array(jsonb_build_object('at', now(), 'attempt', 1, 'reason', 'mapping_error', 'error', 'boom')),
-		       now() - interval '8 days', now() - make_interval(secs => (g * 604800.0) / $1)
-		  FROM generate_series(1, $1) g`, cfg.Rows); err != nil {
-		return nil, fmt.Errorf("console bench: load: %w", err)
-	}
-	if _, err := pool.Exec(ctx, `ANALYZE outbox_events`); err != nil {
-		return nil, fmt.Errorf("console bench: analyze: %w", err)
+	if err := seedFailedRows(ctx, pool, cfg.Rows); err != nil {
+		return nil, err
 	}
 	var lastAt time.Time
 	var lastID int64
@@ -141,6 +122,32 @@ func benchConsole(ctx context.Context, pool *pgxpool.Pool, cfg ConsoleBenchConfi
 		}
 	}
 	return rep, nil
+}
+
+// seedFailedRows writes rows failed rows that look like a bad week: four
+// reasons, two projections, a hundred scope keys, failure times spread over
+// seven days, last errors of about 200 characters.
+func seedFailedRows(ctx context.Context, pool *pgxpool.Pool, rows int) error {
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO outbox_events (projection, entity_type, entity_id, op, event_version, payload, scope_key, status,
+		                           attempts, error_class, error_reason, last_error, error_history, created_at, updated_at)
+		SELECT CASE WHEN g % 5 = 0 THEN 'chronicle' ELSE 'search' END, 'book', 'b' || g, 'upsert', 1,
+		       jsonb_build_object('kind', 'book', 'title', 'Book ' || g, 'body', repeat('lorem ipsum ', 20)),
+		       'lib-' || (g % 100), 'failed', 1 + g % 10,
+		       CASE WHEN g % 10 < 6 THEN 'deterministic' ELSE 'transient' END,
+		       (ARRAY['mapping_error', 'mapping_error', 'mapping_error', 'mapping_error', 'payload_invalid', 'payload_invalid',
+		              'server_error', 'server_error', 'timeout', 'timeout'])[1 + g % 10],
+		       'elasticsearch 400 strict_dynamic_mapping_exception: mapping set to strict, dynamic introduction of [field_'
+		           || (g % 997) || '] within [_doc] is not allowed; document book:b' || g || ' ' || repeat('x', 40),
+		       jsonb_build_array(jsonb_build_object('at', now(), 'attempt', 1, 'reason', 'mapping_error', 'error', 'boom')),
+		       now() - interval '8 days', now() - make_interval(secs => (g * 604800.0) / $1)
+		  FROM generate_series(1, $1) g`, rows); err != nil {
+		return fmt.Errorf("console bench: load: %w", err)
+	}
+	if _, err := pool.Exec(ctx, `ANALYZE outbox_events`); err != nil {
+		return fmt.Errorf("console bench: analyze: %w", err)
+	}
+	return nil
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -80,6 +80,7 @@ import (
 	"syscall"
 )
 
+// main is long for its flag declarations, one per line.
 func main() {
 	cfg := defaultConfig()
 	fs := flag.NewFlagSet("bench", flag.ExitOnError)

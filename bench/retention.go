@@ -54,29 +54,9 @@ func (b *bench) retention(ctx context.Context) error {
 	}
 	p := b.startProducer(ctx, cfg.RetentionRate, 0, cfg.RetentionDocs)
 	defer p.Stop()
-	// Each sample reads the events acked since the one before, up to a
-	// moment shortly before it: an ack's processed_at is its statement's
-	// start, so one still running at the sample is read by the next.
-	var waits, acks [][]float64
-	prev := t0.Add(-ackSettleWindow)
-	tick := time.NewTicker(cfg.RetentionSample)
-	defer tick.Stop()
-	for range int(cfg.RetentionDuration / cfg.RetentionSample) {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
-		}
-		s, until, wait, ack, err := b.retentionSample(ctx, r, prev)
-		if err != nil {
-			return err
-		}
-		s.T = harness.Round3(until.Add(ackSettleWindow).Sub(t0).Seconds())
-		s.Autovacuums -= vacuums0
-		prev = until
-		rt.Samples, waits, acks = append(rt.Samples, s), append(waits, wait), append(acks, ack)
-		b.say("retention: t=%.0fs rows %d (backlog %d, dead ~%d), %.1f MB; ledger %d rows, %.1f MB; claim p99 %.1f ms over %d; pruned %d",
-			s.T, s.Rows, s.Backlog, s.DeadRows, mb(s.Bytes), s.LedgerRows, mb(s.LedgerBytes), s.ClaimWaitP99Ms, s.Acked, s.Pruned)
+	waits, acks, err := b.retentionSamples(ctx, r, rt, t0, vacuums0)
+	if err != nil {
+		return err
 	}
 	p.Stop()
 	if err := p.Err(); err != nil {
@@ -109,6 +89,37 @@ func (b *bench) retention(ctx context.Context) error {
 			v.RowsRatio, v.BytesRatio, v.ClaimWaitP99Ratio, v.ClaimWaitP99LastMs, v.ClaimWaitP99FirstMs)
 	}
 	return nil
+}
+
+// retentionSamples samples the outbox every -retention-sample for
+// -retention-duration and returns each sample's insert-to-claim waits and
+// ack times.
+func (b *bench) retentionSamples(ctx context.Context, r *harness.Replica, rt *Retention, t0 time.Time, vacuums0 int64) (waits, acks [][]float64, err error) {
+	cfg := b.cfg
+	// Each sample reads the events acked since the one before, up to a
+	// moment shortly before it: an ack's processed_at is its statement's
+	// start, so one still running at the sample is read by the next.
+	prev := t0.Add(-ackSettleWindow)
+	tick := time.NewTicker(cfg.RetentionSample)
+	defer tick.Stop()
+	for range int(cfg.RetentionDuration / cfg.RetentionSample) {
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-tick.C:
+		}
+		s, until, wait, ack, err := b.retentionSample(ctx, r, prev)
+		if err != nil {
+			return nil, nil, err
+		}
+		s.T = harness.Round3(until.Add(ackSettleWindow).Sub(t0).Seconds())
+		s.Autovacuums -= vacuums0
+		prev = until
+		rt.Samples, waits, acks = append(rt.Samples, s), append(waits, wait), append(acks, ack)
+		b.say("retention: t=%.0fs rows %d (backlog %d, dead ~%d), %.1f MB; ledger %d rows, %.1f MB; claim p99 %.1f ms over %d; pruned %d",
+			s.T, s.Rows, s.Backlog, s.DeadRows, mb(s.Bytes), s.LedgerRows, mb(s.LedgerBytes), s.ClaimWaitP99Ms, s.Acked, s.Pruned)
+	}
+	return waits, acks, nil
 }
 
 // seedPrunable writes -retention-seed done rows acked an hour before the

@@ -148,21 +148,41 @@ func (b *bench) endToEnd(ctx context.Context) error {
 	return nil
 }
 
+// freshBacklog recreates the daemon's index empty, as the raw runs have
+// theirs (an earlier step may have left documents in it), and writes the
+// documents as pending events.
+func (b *bench) freshBacklog(ctx context.Context) error {
+	if err := b.deleteIndex(ctx, b.index); err != nil {
+		return err
+	}
+	if err := b.createIndex(ctx, b.index); err != nil {
+		return err
+	}
+	return b.backlog(ctx)
+}
+
+// startLeader starts a replica, waits until it leads and returns when it
+// took the lock, on Postgres' clock.
+func (b *bench) startLeader(ctx context.Context, name string, extra ...string) (*harness.Replica, time.Time, error) {
+	var t0 time.Time
+	r, err := b.startReplica(ctx, name, extra...)
+	if err != nil {
+		return nil, t0, err
+	}
+	if _, err := waitLeader(ctx, r); err != nil {
+		return nil, t0, err
+	}
+	err = b.pool.QueryRow(ctx, `SELECT acquired_at FROM outbox_leader WHERE name = $1`, b.index).Scan(&t0)
+	return r, t0, err
+}
+
 // e2eRun loads the documents as pending events into a fresh index and times one leader
 // draining them into the daemon's index, then checks the index and
 // recreates it empty, with the same settings. It returns the drain and the
 // leader's peak RSS; cpuProfile, if not empty, is where the leader's CPU
 // profile goes.
 func (b *bench) e2eRun(ctx context.Context, cpuProfile string) (*Throughput, int64, error) {
-	// A fresh index, as the raw runs have: an earlier step (retention) may
-	// have left documents in it.
-	if err := b.deleteIndex(ctx, b.index); err != nil {
-		return nil, 0, err
-	}
-	if err := b.createIndex(ctx, b.index); err != nil {
-		return nil, 0, err
-	}
-	if err := b.backlog(ctx); err != nil {
+	if err := b.freshBacklog(ctx); err != nil {
 		return nil, 0, err
 	}
 	cpu0 := sampleCPU()
@@ -174,15 +194,8 @@ func (b *bench) e2eRun(ctx context.Context, cpuProfile string) (*Throughput, int
 	if cpuProfile != "" {
 		extra = append(extra, "OUTBOX_PPROF=true")
 	}
-	r, err := b.startReplica(ctx, "e2e", extra...)
+	r, t0, err := b.startLeader(ctx, "e2e", extra...)
 	if err != nil {
-		return nil, 0, err
-	}
-	if _, err := waitLeader(ctx, r); err != nil {
-		return nil, 0, err
-	}
-	var t0 time.Time
-	if err := b.pool.QueryRow(ctx, `SELECT acquired_at FROM outbox_leader WHERE name = $1`, b.index).Scan(&t0); err != nil {
 		return nil, 0, err
 	}
 	profiled := make(chan error, 1)

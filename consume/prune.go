@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/wlproj/wlproj/internal/bounds"
+	"github.com/wlproj/wlproj/internal/serviceutil"
 	"github.com/wlproj/wlproj/leader"
 	"github.com/wlproj/wlproj/outbox"
 )
@@ -95,7 +96,7 @@ func (p *Pruner) runOnce(ctx context.Context) (PruneResult, error) {
 			n += count
 		}
 		res.Done += n
-		if n < p.cfg.Batch || p.rest(ctx) != nil {
+		if n < p.cfg.Batch || serviceutil.Sleep(ctx, p.cfg.Pause) != nil {
 			break
 		}
 	}
@@ -106,7 +107,7 @@ func (p *Pruner) runOnce(ctx context.Context) (PruneResult, error) {
 		}
 		ledgerPrunedTotal.Add(n)
 		res.Ledger += n
-		if n < p.cfg.Batch || p.rest(ctx) != nil {
+		if n < p.cfg.Batch || serviceutil.Sleep(ctx, p.cfg.Pause) != nil {
 			break
 		}
 	}
@@ -114,13 +115,4 @@ func (p *Pruner) runOnce(ctx context.Context) (PruneResult, error) {
 		p.log.Info().Int("done", res.Done).Int("ledger", res.Ledger).Dur("retention", p.cfg.Retention).Msg("pruned")
 	}
 	return res, nil
-}
-
-func (p *Pruner) rest(ctx context.Context) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(p.cfg.Pause):
-		return nil
-	}
 }

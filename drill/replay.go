@@ -170,9 +170,7 @@ func (d *drill) replayAfterDelete(ctx context.Context, sc *Scenario) error {
 	if err != nil {
 		return err
 	}
-	old.cur.scrape()
-	old.cur.r.Kill()
-	h, err := d.takeover(ctx, sc, epoch, t0, t0)
+	h, err := d.killLeader(ctx, sc, old, epoch, t0)
 	if err != nil {
 		return err
 	}
@@ -184,7 +182,19 @@ func (d *drill) replayAfterDelete(ctx context.Context, sc *Scenario) error {
 	if err := d.waitStandby(ctx, old); err != nil {
 		return err
 	}
-	if err := d.poll(ctx, "the replayed rows to be done", func(ctx context.Context) (bool, error) {
+	if err := d.waitReplayedDone(ctx, ids); err != nil {
+		return err
+	}
+	if err := d.checkSeedDocs(ctx); err != nil {
+		return err
+	}
+	return d.checkSeedLedger(ctx)
+}
+
+// waitReplayedDone waits until every replayed row is done; one failing
+// again ends the drill.
+func (d *drill) waitReplayedDone(ctx context.Context, ids []int64) error {
+	return d.poll(ctx, "the replayed rows to be done", func(ctx context.Context) (bool, error) {
 		var done, failed int
 		err := d.s.DB.Pool.QueryRow(ctx, `
 			SELECT count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status = 'failed')
@@ -193,13 +203,7 @@ func (d *drill) replayAfterDelete(ctx context.Context, sc *Scenario) error {
 			return false, harness.Fatal(fmt.Errorf("%d replayed rows failed again", failed))
 		}
 		return err == nil && done == len(ids), err
-	}); err != nil {
-		return err
-	}
-	if err := d.checkSeedDocs(ctx); err != nil {
-		return err
-	}
-	return d.checkSeedLedger(ctx)
+	})
 }
 
 // checkSeedDocs reads the seeded books' documents (get is real-time, no

@@ -119,15 +119,22 @@ func (d *drill) takeover(ctx context.Context, sc *Scenario, epoch int64, fault, 
 	return h, nil
 }
 
+// killLeader kills old, the leader at epoch, with SIGKILL at t0 (its
+// metrics scraped just before: a killed process cannot be read) and waits
+// for the next leader's first ack.
+func (d *drill) killLeader(ctx context.Context, sc *Scenario, old *slot, epoch int64, t0 time.Time) (handover, error) {
+	old.cur.scrape()
+	old.cur.r.Kill()
+	return d.takeover(ctx, sc, epoch, t0, t0)
+}
+
 func (d *drill) kill9(ctx context.Context, sc *Scenario) error {
 	for i := 1; i <= d.cfg.Kills; i++ {
 		old, epoch, t0, err := d.settled(ctx)
 		if err != nil {
 			return err
 		}
-		old.cur.scrape()
-		old.cur.r.Kill()
-		h, err := d.takeover(ctx, sc, epoch, t0, t0)
+		h, err := d.killLeader(ctx, sc, old, epoch, t0)
 		if err != nil {
 			return fmt.Errorf("round %d: %w", i, err)
 		}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/wlproj/wlproj/internal/serviceutil"
 )
 
 // emitPoll is how often the emitter looks at the backlog it waits for.
@@ -102,7 +104,7 @@ func (e *emitter) chunk(ctx context.Context, table string) (int64, error) {
 // pace waits for the rate and the backlog to allow the next chunk.
 func (e *emitter) pace(ctx context.Context, start time.Time, sent int64) error {
 	if due := start.Add(time.Duration(float64(sent) / float64(e.cfg.EmitRate) * float64(time.Second))); time.Until(due) > 0 {
-		if err := sleep(ctx, time.Until(due)); err != nil {
+		if err := serviceutil.Sleep(ctx, time.Until(due)); err != nil {
 			return err
 		}
 	}
@@ -116,7 +118,7 @@ func (e *emitter) pace(ctx context.Context, start time.Time, sent int64) error {
 		if pending <= int64(e.cfg.EmitBacklog) {
 			return nil
 		}
-		if err := sleep(ctx, emitPoll); err != nil {
+		if err := serviceutil.Sleep(ctx, emitPoll); err != nil {
 			return err
 		}
 	}
@@ -142,7 +144,7 @@ func (e *emitter) drain(ctx context.Context) error {
 		if open == 0 {
 			break
 		}
-		if err := sleep(ctx, emitPoll); err != nil {
+		if err := serviceutil.Sleep(ctx, emitPoll); err != nil {
 			return err
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/wlproj/wlproj/classify"
 	"github.com/wlproj/wlproj/consume"
+	"github.com/wlproj/wlproj/internal/serviceutil"
 	"github.com/wlproj/wlproj/outbox"
 	"github.com/wlproj/wlproj/projection"
 )
@@ -220,7 +221,7 @@ func (l *loader) send(ctx context.Context, c *chunk, inFlight chan struct{}) {
 			}
 		}
 		events = retry
-		if len(events) > 0 && sleep(ctx, consume.Backoff(try, loadBackoffBase, loadBackoffMax, retryAfter)) != nil {
+		if len(events) > 0 && serviceutil.Sleep(ctx, consume.Backoff(try, loadBackoffBase, loadBackoffMax, retryAfter)) != nil {
 			c.err = ctx.Err()
 			return
 		}
@@ -263,15 +264,4 @@ func (l *loader) fresh(ctx context.Context, rows []sourceRow) ([]outbox.Event, i
 			EntityID: r.EntityID, Op: outbox.OpUpsert, EventVersion: &v, Payload: r.Doc})
 	}
 	return events, len(stale), nil
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/olivere/elastic/v7"
 
+	"github.com/wlproj/wlproj/internal/serviceutil"
 	"github.com/wlproj/wlproj/projection"
 )
 
@@ -287,7 +288,7 @@ func (r *runner) waitDualWrite(ctx context.Context, row *Row) error {
 			return fmt.Errorf("no leader confirmed within %s that it writes to %s too: a `wlproj run` replica must lead, "+
 				"with ELASTIC_INDEX=%s (replicas with another index ignore this rebuild)", r.cfg.ConfirmTimeout, row.Target, row.Alias)
 		}
-		if err := sleep(ctx, confirmPoll); err != nil {
+		if err := serviceutil.Sleep(ctx, confirmPoll); err != nil {
 			return err
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"io"
 	"testing"
 	"time"
+
+	"github.com/wlproj/wlproj/internal/serviceutil"
 )
 
 const (
@@ -60,16 +62,7 @@ func Poll(ctx context.Context, timeout time.Duration, what string, cond func(ctx
 }
 
 // Sleep pauses for d, or until ctx ends and returns its error.
-func Sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
+var Sleep = serviceutil.Sleep
 
 // Eventually is Poll for tests. cond may fail the test itself (require):
 // it runs on the test's goroutine.

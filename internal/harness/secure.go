@@ -169,6 +169,27 @@ func StartSecuredNode(ctx context.Context, stackEnv map[string]string, engine En
 
 func (n *SecuredNode) start(ctx context.Context, home, javaHome, runUser string, cfg SecuredConfig) error {
 	conf := filepath.Join(n.dir, "config")
+	if err := n.configure(home, conf, cfg); err != nil {
+		return err
+	}
+	httpPort, err := FreePort()
+	if err != nil {
+		return err
+	}
+	if err := n.launch(home, javaHome, conf, runUser, httpPort, cfg.Heap); err != nil {
+		return err
+	}
+	n.URL = "https://127.0.0.1:" + strconv.Itoa(httpPort)
+	if err := n.waitHealthy(ctx, cfg); err != nil {
+		return fmt.Errorf("%w\n%s", err, n.logTail())
+	}
+	return nil
+}
+
+// configure copies the distribution's config with the node's certificate,
+// the one user, and jvm.options without the GC logs and heap dumps that
+// would land relative to the working directory.
+func (n *SecuredNode) configure(home, conf string, cfg SecuredConfig) error {
 	if out, err := exec.Command("cp", "-r", filepath.Join(home, "config"), conf).CombinedOutput(); err != nil {
 		return fmt.Errorf("copy config: %v: %s", err, out)
 	}
@@ -191,7 +212,6 @@ func (n *SecuredNode) start(ctx context.Context, home, javaHome, runUser string,
 			return err
 		}
 	}
-	// GC logs and heap dumps would land relative to the working directory.
 	jvm := filepath.Join(conf, "jvm.options")
 	opts, err := os.ReadFile(jvm)
 	if err != nil {
@@ -203,13 +223,11 @@ func (n *SecuredNode) start(ctx context.Context, home, javaHome, runUser string,
 			kept = append(kept, line)
 		}
 	}
-	if err := os.WriteFile(jvm, []byte(strings.Join(kept, "\n")), 0o644); err != nil {
-		return err
-	}
-	httpPort, err := FreePort()
-	if err != nil {
-		return err
-	}
+	return os.WriteFile(jvm, []byte(strings.Join(kept, "\n")), 0o644)
+}
+
+// launch starts the node with security on and TLS on HTTP only.
+func (n *SecuredNode) launch(home, javaHome, conf, runUser string, httpPort int, heap string) error {
 	transportPort, err := FreePort()
 	if err != nil {
 		return err
@@ -218,7 +236,6 @@ func (n *SecuredNode) start(ctx context.Context, home, javaHome, runUser string,
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
 		return err
 	}
-
 	n.cmd = exec.Command(filepath.Join(home, "bin", "elasticsearch"),
 		"-Ediscovery.type=single-node", "-Enetwork.host=127.0.0.1",
 		"-Ehttp.port="+strconv.Itoa(httpPort), "-Etransport.port="+strconv.Itoa(transportPort),
@@ -230,7 +247,7 @@ func (n *SecuredNode) start(ctx context.Context, home, javaHome, runUser string,
 		"-Ecluster.routing.allocation.disk.threshold_enabled=false",
 		"-Epath.data="+filepath.Join(n.dir, "data"), "-Epath.logs="+filepath.Join(n.dir, "logs"))
 	n.cmd.Env = append(os.Environ(), "ES_JAVA_HOME="+javaHome, "ES_PATH_CONF="+conf, "ES_TMPDIR="+tmp,
-		"ES_JAVA_OPTS=-Xms"+cfg.Heap+" -Xmx"+cfg.Heap, "HOME="+n.dir)
+		"ES_JAVA_OPTS=-Xms"+heap+" -Xmx"+heap, "HOME="+n.dir)
 	log, err := os.Create(filepath.Join(n.dir, "console.log"))
 	if err != nil {
 		return err
@@ -255,10 +272,13 @@ func (n *SecuredNode) start(ctx context.Context, home, javaHome, runUser string,
 		return err
 	}
 	go func() { _ = n.cmd.Wait(); close(n.exited) }()
+	return nil
+}
 
-	n.URL = "https://127.0.0.1:" + strconv.Itoa(httpPort)
+// waitHealthy polls the cluster health over TLS as the user until it answers.
+func (n *SecuredNode) waitHealthy(ctx context.Context, cfg SecuredConfig) error {
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: cfg.CA.Pool()}}}
-	err = Poll(ctx, 3*time.Minute, "secured "+n.Engine.Name+" to answer", func(ctx context.Context) (bool, error) {
+	return Poll(ctx, 3*time.Minute, "secured "+n.Engine.Name+" to answer", func(ctx context.Context) (bool, error) {
 		select {
 		case <-n.exited:
 			return false, Fatal(errors.New("it exited"))
@@ -276,10 +296,6 @@ func (n *SecuredNode) start(ctx context.Context, home, javaHome, runUser string,
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, fmt.Errorf("status %d", resp.StatusCode)
 	})
-	if err != nil {
-		return fmt.Errorf("%w\n%s", err, n.logTail())
-	}
-	return nil
 }
 
 func (n *SecuredNode) logTail() string {
