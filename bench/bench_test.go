@@ -127,6 +127,7 @@ func TestBenchSmoke(t *testing.T) {
 	require.Positive(t, rb.RowsPerSec)
 	require.Positive(t, rb.RawPerSec)
 	require.Positive(t, rb.Ratio)
+	require.InDelta(t, rb.RowsPerSec/rb.RawUnderLivePerSec, rb.RatioUnderLive, 1e-9)
 	require.Positive(t, rb.Reads)
 	require.Zero(t, rb.ReadsFailed)
 	require.Zero(t, rb.ReadsMissing)
@@ -138,7 +139,7 @@ func TestBenchSmoke(t *testing.T) {
 		require.Positive(t, con.Pages[page].MedianMs, page)
 	}
 
-	require.Len(t, rep.Targets, 14)
+	require.Len(t, rep.Targets, 15)
 	profile, err := os.Stat(cfg.CPUProfile)
 	require.NoError(t, err, "the leader's CPU profile")
 	require.Positive(t, profile.Size())

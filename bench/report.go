@@ -351,7 +351,8 @@ func newReport(cfg Config) *Report {
 	}
 }
 
-// finish computes the ratios and checks the targets.
+// finish computes the ratios and checks the targets: one check per
+// target, in a row, so that the targets read as a list.
 func (r *Report) finish() {
 	r.FinishedAt = time.Now().UTC()
 	r.DurationSeconds = harness.Round3(r.FinishedAt.Sub(r.StartedAt).Seconds())
@@ -415,6 +416,7 @@ func (r *Report) finish() {
 	}
 	if rb := r.Rebuild; rb != nil {
 		add("rebuild load / raw bulk", ">= 0.8", harness.Round3(rb.Ratio), "ratio", rb.Ratio >= 0.8)
+		add("rebuild load / raw bulk under the same live events", ">= 0.8", harness.Round3(rb.RatioUnderLive), "ratio", rb.RatioUnderLive >= 0.8)
 	}
 	if c := r.Console; c != nil {
 		first := c.Pages["first_screen"].P95Ms
@@ -432,7 +434,9 @@ func median(values []float64) float64 {
 	return 0
 }
 
-// Table prints every figure, then the targets.
+// Table prints every figure, then the targets. It is long because it is
+// one line per step in the report's order, kept together so the columns
+// read as one table.
 func (r *Report) Table(w io.Writer) {
 	fmt.Fprintf(w, "wlproj bench: %s (%s), Postgres %s, %s, %d CPUs%s\n\n", r.Versions.Engine, r.Engine.Name, r.Versions.Postgres,
 		r.Versions.Go, r.Machine.CPUs, map[bool]string{true: " (smoke sizes)", false: ""}[r.Smoke])
@@ -499,8 +503,8 @@ func (r *Report) Table(w io.Writer) {
 			len(c.Pairs), c.MedianRatio, c.MinRatio, c.MaxRatio, c.WlprojMicrosPerEvent, c.PostgresMicrosPerEvent, c.PostgresAllMicrosPerEvent)
 	}
 	if rb := r.Rebuild; rb != nil {
-		fmt.Fprintf(tw, "10 rebuild of %d rows\tload %.2fs = %.0f/s, %.3f of raw %.0f/s; %.2fs in all; %d live events\t\n",
-			rb.Rows, rb.LoadSeconds, rb.RowsPerSec, rb.Ratio, rb.RawPerSec, rb.TotalSeconds, rb.LiveEvents)
+		fmt.Fprintf(tw, "10 rebuild of %d rows\tload %.2fs = %.0f/s, %.3f of quiet raw %.0f/s, %.3f of raw under the same live events %.0f/s; %.2fs in all; %d live events\t\n",
+			rb.Rows, rb.LoadSeconds, rb.RowsPerSec, rb.Ratio, rb.RawPerSec, rb.RatioUnderLive, rb.RawUnderLivePerSec, rb.TotalSeconds, rb.LiveEvents)
 		fmt.Fprintf(tw, "  reads of the alias during it\t%d, %d failed, %d saw fewer documents; %s\t\n", rb.Reads, rb.ReadsFailed, rb.ReadsMissing, rb.Verdict)
 	}
 	if c := r.Console; c != nil {
