@@ -7,7 +7,7 @@
 //	make bench BENCH_SMOKE=1         # every step on tiny sizes, under a minute
 //	make bench BENCH_FLAGS='-done-rows 10000000'
 //	go run ./bench -h                # every flag
-//	go run ./bench -compare bench/results-*.json   # one table, one row per engine
+//	go run ./bench -compare -compare-out bench/engines.json bench/results-*.json   # one table, one row per engine
 //
 // It runs on the local stack (`make bench` sources .stack/env): DATABASE_URL
 // names a superuser, ELASTIC_URL the engine. It creates a database and
@@ -107,7 +107,8 @@ func main() {
 	fs.IntVar(&cfg.RebuildRows, "rebuild-rows", cfg.RebuildRows, "rows of the source table the rebuild step loads")
 	fs.IntVar(&cfg.ConsoleRows, "console-rows", cfg.ConsoleRows, "failed rows the console step's pages show")
 	fs.IntVar(&cfg.ConsoleSamples, "console-samples", cfg.ConsoleSamples, "times each console page is timed")
-	compare := fs.Bool("compare", false, "print one table of the results JSON files given as arguments (one per engine), and exit")
+	compare := fs.Bool("compare", false, "print one table of the results JSON files given as arguments (one per engine), write it as JSON to -compare-out if given, and exit")
+	compareOut := fs.String("compare-out", "", "with -compare: where the per-engine table goes as JSON")
 	steps := fs.String("steps", "", "comma-separated steps to run (raw,e2e,pg,latency,failover,claim,retention,pairs,rebuild,console; default all)")
 	fs.StringVar(&cfg.Out, "out", envOr("BENCH_OUT", cfg.Out), "where the JSON goes (BENCH_OUT)")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", cfg.CPUProfile, "write a CPU profile of the leader during step 2 here")
@@ -116,7 +117,7 @@ func main() {
 	fs.BoolVar(&cfg.Verbose, "v", false, "copy the replicas' logs to stderr")
 	_ = fs.Parse(os.Args[1:])
 	if *compare {
-		if err := compareResults(os.Stdout, fs.Args()); err != nil {
+		if err := compareResults(os.Stdout, *compareOut, fs.Args()); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
