@@ -29,18 +29,11 @@ type opsBundle struct {
 func opsSetup(t *testing.T) opsBundle {
 	t.Helper()
 	b := opsBundle{db: harness.NewDatabase(t), ctx: context.Background()}
-	rows, err := b.db.Pool.Query(b.ctx, `
+	b.ids = harness.Column[int64](t, b.db, `
 		INSERT INTO outbox_events (entity_type, entity_id, op, scope_key, created_at)
 		SELECT 'book', 'b' || g, 'upsert', 'lib-' || (g % 2), now() - interval '2 hours'
 		  FROM generate_series(1, 7) g
 		RETURNING id`)
-	require.NoError(t, err)
-	for rows.Next() {
-		var id int64
-		require.NoError(t, rows.Scan(&id))
-		b.ids = append(b.ids, id)
-	}
-	require.NoError(t, rows.Err())
 	b.db.Exec(t, `
 		UPDATE outbox_events SET status = 'failed', attempts = 5, error_class = 'transient', error_reason = 'timeout',
 		       last_error = 'context deadline exceeded' || chr(10) || 'second line', updated_at = now() - interval '1 hour'

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -95,16 +94,8 @@ func TestCmdPauseResumeAudited(t *testing.T) {
 	require.Zero(t, code)
 	require.Regexp(t, `^chronicle is not paused \(resumed \S+Z by alice: disk replaced\); nothing changed`, out)
 
-	var actions []string
-	rows, err := b.db.Pool.Query(context.Background(), `
+	actions := harness.Column[string](t, b.db, `
 		SELECT action || ' ' || replayed_by || ' ' || reason || ' ' || (selector->>'projection') || ' ' || event_count || ' ' || cardinality(event_ids)
 		  FROM outbox_replay_audit ORDER BY id`)
-	require.NoError(t, err)
-	for rows.Next() {
-		var a string
-		require.NoError(t, rows.Scan(&a))
-		actions = append(actions, a)
-	}
-	require.NoError(t, rows.Err())
 	require.Equal(t, []string{"pause alice INC-7 chronicle disk full chronicle 0 0", "resume alice disk replaced chronicle 0 0"}, actions)
 }

@@ -80,16 +80,7 @@ func TestLedgerKillsDeletesAndReplays(t *testing.T) {
 // ids runs an insert and returns the ids it returns.
 func (c *cluster) ids(sql string, args ...any) []int64 {
 	c.t.Helper()
-	rows, err := c.db.Pool.Query(context.Background(), sql, args...)
-	require.NoError(c.t, err)
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		require.NoError(c.t, rows.Scan(&id))
-		ids = append(ids, id)
-	}
-	require.NoError(c.t, rows.Err())
-	return ids
+	return harness.Column[int64](c.t, c.db, sql, args...)
 }
 
 // produceOutOfOrder inserts versions events for each of entities books in a

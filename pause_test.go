@@ -151,14 +151,5 @@ func TestChronicleExactlyOnceAfterKillsAndReplays(t *testing.T) {
 
 func (c *cluster) auditActions() []string {
 	c.t.Helper()
-	var actions []string
-	rows, err := c.db.Pool.Query(c.t.Context(), `SELECT action FROM outbox_replay_audit ORDER BY id`)
-	require.NoError(c.t, err)
-	for rows.Next() {
-		var a string
-		require.NoError(c.t, rows.Scan(&a))
-		actions = append(actions, a)
-	}
-	require.NoError(c.t, rows.Err())
-	return actions
+	return harness.Column[string](c.t, c.db, `SELECT action FROM outbox_replay_audit ORDER BY id`)
 }

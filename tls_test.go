@@ -169,6 +169,24 @@ func TestTLSWithCredentials(t *testing.T) {
 		r.Stop(10 * time.Second)
 		seen.add("logs of "+r.Name, r.Logs())
 	}
+	// refused runs a replica with setting until the events from..to are
+	// each pending for reason, as where also says, and it has logged reason
+	// as an error; it returns the replica's /readyz body, a 503.
+	refused := func(t *testing.T, name, setting string, from, to int, reason, where string) string {
+		t.Helper()
+		r := harness.StartReplica(t, name, env(setting))
+		harness.Leader(t, r)
+		produce(from, to)
+		harness.Eventually(t, 20*time.Second, "events classified as "+reason, func() bool {
+			return db.Count(t, `entity_id::int >= $1 AND status = 'pending' AND error_reason = $2 AND `+where, from, reason) == to-from+1
+		})
+		body := readyz(r, http.StatusServiceUnavailable)
+		harness.Eventually(t, 10*time.Second, "an error logged for "+reason, func() bool {
+			return hasLogLine(r.Logs(), "error", func(l logLine) bool { return l.Reason == reason })
+		})
+		stop(r)
+		return body
+	}
 
 	t.Run("events drain through TLS and basic auth", func(t *testing.T) {
 		r := harness.StartReplica(t, "tls-good", env())
@@ -188,24 +206,14 @@ func TestTLSWithCredentials(t *testing.T) {
 	})
 
 	t.Run("a wrong password: auth_error, retried, /readyz names the engine", func(t *testing.T) {
-		r := harness.StartReplica(t, "tls-wrong-password", env("ELASTIC_PASSWORD=not-"+password))
-		harness.Leader(t, r)
-		produce(51, 60)
-		harness.Eventually(t, 20*time.Second, "events classified as auth errors", func() bool {
-			return db.Count(t, `entity_id::int > 50 AND status = 'pending' AND error_reason = 'auth_error'
-				AND error_class = 'transient' AND attempts >= 2`) == 10
-		})
+		body := refused(t, "tls-wrong-password", "ELASTIC_PASSWORD=not-"+password, 51, 60, "auth_error",
+			`error_class = 'transient' AND attempts >= 2`)
 		require.Zero(t, db.Count(t, `status = 'failed'`), "an operator's mistake fails no event")
-		body := readyz(r, http.StatusServiceUnavailable)
 		require.Contains(t, body, `"elasticsearch":"answered 401: `+engine.url+`: auth_error: `)
 		require.Contains(t, body, `"database":"ok"`)
-		harness.Eventually(t, 10*time.Second, "an error logged for the refused credentials", func() bool {
-			return hasLogLine(r.Logs(), "error", func(l logLine) bool { return l.Reason == "auth_error" })
-		})
-		stop(r)
 
 		// Fixed: the same events drain, nothing was lost.
-		r = harness.StartReplica(t, "tls-fixed", env())
+		r := harness.StartReplica(t, "tls-fixed", env())
 		harness.Leader(t, r)
 		harness.Drained(t, db.Pool, 30*time.Second)
 		require.Equal(t, 60, db.Count(t, `status = 'done'`))
@@ -214,19 +222,9 @@ func TestTLSWithCredentials(t *testing.T) {
 	})
 
 	t.Run("a certificate from another CA is refused", func(t *testing.T) {
-		r := harness.StartReplica(t, "tls-other-ca", env("ELASTIC_CA_FILE="+otherCAFile))
-		harness.Leader(t, r)
-		produce(61, 65)
-		harness.Eventually(t, 20*time.Second, "events classified as TLS errors", func() bool {
-			return db.Count(t, `entity_id::int > 60 AND status = 'pending' AND error_reason = 'tls_error'
-				AND last_error LIKE '%certificate signed by unknown authority%'`) == 5
-		})
-		body := readyz(r, http.StatusServiceUnavailable)
+		body := refused(t, "tls-other-ca", "ELASTIC_CA_FILE="+otherCAFile, 61, 65, "tls_error",
+			`last_error LIKE '%certificate signed by unknown authority%'`)
 		require.Contains(t, body, `"elasticsearch":"unreachable: `+engine.url+`: tls_error: `)
-		harness.Eventually(t, 10*time.Second, "an error logged for the handshake", func() bool {
-			return hasLogLine(r.Logs(), "error", func(l logLine) bool { return l.Reason == "tls_error" })
-		})
-		stop(r)
 	})
 
 	t.Run("the password is in no output", func(t *testing.T) {

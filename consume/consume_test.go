@@ -28,38 +28,33 @@ func (f funcHandler) Handle(ctx context.Context, events []outbox.Event) []projec
 	return out
 }
 
-type bundle struct {
-	db    harness.DB
-	store *outbox.Store
-}
+// bundle is the test's database and the store the loop claims through.
+type bundle = harness.Outbox
 
+// setup makes w1 the leader of epoch 1, the epoch start runs the loop in.
 func setup(t *testing.T) bundle {
 	t.Helper()
-	db := harness.NewDatabase(t)
-	b := bundle{db: db, store: &outbox.Store{Pool: db.Pool, Owner: "w1", LeaderName: "test"}}
-	_, err := db.Pool.Exec(context.Background(), `INSERT INTO outbox_leader (name, holder, epoch) VALUES ('test', 'w1', 1)`)
-	require.NoError(t, err)
+	b := harness.NewOutbox(t)
+	b.Lead(t, 1)
 	return b
 }
 
-func (b bundle) exec(t *testing.T, sql string, args ...any) {
-	t.Helper()
-	_, err := b.db.Pool.Exec(context.Background(), sql, args...)
-	require.NoError(t, err)
-}
-
-func (b bundle) count(t *testing.T, where string) int {
-	t.Helper()
-	var n int
-	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_events WHERE `+where).Scan(&n))
-	return n
+// hangingHandler is a projection whose bulk never answers: each event
+// signals entered, then waits for its context to end.
+func hangingHandler() (h funcHandler, entered <-chan struct{}) {
+	ch := make(chan struct{}, 100)
+	return func(ctx context.Context, e outbox.Event) projection.Result {
+		ch <- struct{}{}
+		<-ctx.Done()
+		return projection.Result{Err: ctx.Err()}
+	}, ch
 }
 
 // start runs the loop as leader of epoch 1 and returns a function that
 // drains it and waits for it to return.
 func start(t *testing.T, b bundle, cfg Config, handlers projection.Registry) (drainAndWait func()) {
 	t.Helper()
-	loop, err := NewLoop(cfg, b.store, handlers, zerolog.Nop())
+	loop, err := NewLoop(cfg, b.Store, handlers, zerolog.Nop())
 	require.NoError(t, err)
 	drain := make(chan struct{})
 	done := make(chan struct{})
@@ -91,25 +86,25 @@ func TestLoopRecordsEveryOutcome(t *testing.T) {
 		}
 		return projection.Result{}
 	})
-	b.exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES
 		('book','ok','upsert'), ('book','flaky','upsert'), ('book','always-down','upsert'),
 		('book','bad','upsert'), ('book','old','upsert')`)
-	b.exec(t, `INSERT INTO outbox_events (projection, entity_type, entity_id, op) VALUES ('chronicle','book','x','upsert')`)
+	b.Exec(t, `INSERT INTO outbox_events (projection, entity_type, entity_id, op) VALUES ('chronicle','book','x','upsert')`)
 
-	loop, err := NewLoop(Config{MaxAttempts: 3}, b.store, projection.Registry{"search": h}, zerolog.Nop())
+	loop, err := NewLoop(Config{MaxAttempts: 3}, b.Store, projection.Registry{"search": h}, zerolog.Nop())
 	require.NoError(t, err)
 	// Each round makes the retries due at once instead of waiting out the backoff.
 	round := func() BatchResult {
 		res, err := loop.runOnce(context.Background(), 1)
 		require.NoError(t, err)
-		b.exec(t, `UPDATE outbox_events SET next_retry_at = now() WHERE status = 'pending'`)
+		b.Exec(t, `UPDATE outbox_events SET next_retry_at = now() WHERE status = 'pending'`)
 		return res
 	}
 	require.Equal(t, BatchResult{Done: 2, Superseded: 1, Retried: 2, Failed: 2}, round())
 	require.Equal(t, BatchResult{Retried: 2}, round())
 	require.Equal(t, BatchResult{Done: 1, Failed: 1}, round(), "the third attempt is the last")
 	require.Equal(t, BatchResult{}, round(), "nothing left to claim")
-	require.Zero(t, b.count(t, `status IN ('pending','processing')`))
+	require.Zero(t, b.Count(t, `status IN ('pending','processing')`))
 	type row struct {
 		status, reason, class string
 		attempts, history     int
@@ -117,7 +112,7 @@ func TestLoopRecordsEveryOutcome(t *testing.T) {
 	get := func(entity string) row {
 		var r row
 		var reason, class *string
-		require.NoError(t, b.db.Pool.QueryRow(context.Background(), `
+		require.NoError(t, b.Pool.QueryRow(context.Background(), `
 			SELECT status, error_reason, error_class, attempts, jsonb_array_length(error_history)
 			FROM outbox_events WHERE entity_id = $1`, entity).Scan(&r.status, &reason, &class, &r.attempts, &r.history))
 		if reason != nil {
@@ -137,56 +132,41 @@ func TestLoopRecordsEveryOutcome(t *testing.T) {
 func TestDrainReturnsUnfinishedWithoutAnAttempt(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	entered := make(chan struct{}, 100)
-	h := funcHandler(func(ctx context.Context, e outbox.Event) projection.Result {
-		entered <- struct{}{}
-		<-ctx.Done() // a bulk that never answers
-		return projection.Result{Err: ctx.Err()}
-	})
-	b.exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) SELECT 'book', g::text, 'upsert' FROM generate_series(1, 10) g`)
+	h, entered := hangingHandler()
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) SELECT 'book', g::text, 'upsert' FROM generate_series(1, 10) g`)
 	stop := start(t, b, Config{ShutdownGrace: time.Second, PollInterval: 20 * time.Millisecond}, projection.Registry{"search": h})
 	<-entered
-	require.Equal(t, 10, b.count(t, `status = 'processing'`))
+	require.Equal(t, 10, b.Count(t, `status = 'processing'`))
 
 	stop()
-	require.Equal(t, 10, b.count(t, `status = 'pending' AND attempts = 0 AND locked_by = 'w1' AND lease_until IS NULL`),
+	require.Equal(t, 10, b.Count(t, `status = 'pending' AND attempts = 0 AND locked_by = 'w1' AND lease_until IS NULL`),
 		"drain puts unfinished rows back without counting an attempt")
 }
 
 func TestClaimsOneBatchAheadAndTheDrainReleasesIt(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	entered := make(chan struct{}, 100)
-	h := funcHandler(func(ctx context.Context, e outbox.Event) projection.Result {
-		entered <- struct{}{}
-		<-ctx.Done()
-		return projection.Result{Err: ctx.Err()}
-	})
-	b.exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) SELECT 'book', g::text, 'upsert' FROM generate_series(1, 20) g`)
+	h, entered := hangingHandler()
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) SELECT 'book', g::text, 'upsert' FROM generate_series(1, 20) g`)
 	stop := start(t, b, Config{BulkSize: 5, Concurrency: 1, ShutdownGrace: time.Second, PollInterval: 20 * time.Millisecond},
 		projection.Registry{"search": h})
 	<-entered
 	// One batch in flight, the next claimed and waiting for the slot, no more.
-	harness.Eventually(t, 5*time.Second, "the next batch claimed", func() bool { return b.count(t, `status = 'processing'`) == 10 })
+	harness.Eventually(t, 5*time.Second, "the next batch claimed", func() bool { return b.Count(t, `status = 'processing'`) == 10 })
 	time.Sleep(100 * time.Millisecond)
-	require.Equal(t, 10, b.count(t, `status = 'processing'`))
-	require.Equal(t, 10, b.count(t, `status = 'pending'`))
+	require.Equal(t, 10, b.Count(t, `status = 'processing'`))
+	require.Equal(t, 10, b.Count(t, `status = 'pending'`))
 
 	stop()
-	require.Equal(t, 20, b.count(t, `status = 'pending' AND attempts = 0`), "the waiting batch goes back too")
+	require.Equal(t, 20, b.Count(t, `status = 'pending' AND attempts = 0`), "the waiting batch goes back too")
 }
 
 func TestLostLeadershipWritesNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	entered := make(chan struct{}, 100)
-	h := funcHandler(func(ctx context.Context, e outbox.Event) projection.Result {
-		entered <- struct{}{}
-		<-ctx.Done()
-		return projection.Result{Err: ctx.Err()}
-	})
-	b.exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', '1', 'upsert')`)
-	loop, err := NewLoop(Config{PollInterval: 20 * time.Millisecond}, b.store, projection.Registry{"search": h}, zerolog.Nop())
+	h, entered := hangingHandler()
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', '1', 'upsert')`)
+	loop, err := NewLoop(Config{PollInterval: 20 * time.Millisecond}, b.Store, projection.Registry{"search": h}, zerolog.Nop())
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -194,7 +174,7 @@ func TestLostLeadershipWritesNothing(t *testing.T) {
 	<-entered
 	cancel()
 	<-done
-	require.Equal(t, 1, b.count(t, `status = 'processing' AND attempts = 0`), "a deposed leader leaves rows for the next leader's reclaim")
+	require.Equal(t, 1, b.Count(t, `status = 'processing' AND attempts = 0`), "a deposed leader leaves rows for the next leader's reclaim")
 }
 
 func TestNotifyWakesTheLoop(t *testing.T) {
@@ -208,12 +188,12 @@ func TestNotifyWakesTheLoop(t *testing.T) {
 	start(t, b, Config{PollInterval: time.Minute}, projection.Registry{"search": h})
 	harness.Eventually(t, 5*time.Second, "listener attached", func() bool {
 		var n int
-		require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+		require.NoError(t, b.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND query = 'LISTEN outbox_events'`).Scan(&n))
 		return n == 1
 	})
 	inserted := time.Now()
-	b.exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', '1', 'upsert')`)
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', '1', 'upsert')`)
 	select {
 	case at := <-got:
 		require.Less(t, at.Sub(inserted), 5*time.Second)
@@ -225,13 +205,13 @@ func TestNotifyWakesTheLoop(t *testing.T) {
 func TestReclaimerRunOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, status, locked_by, claim_token, lease_until, processing_started_at)
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, status, locked_by, claim_token, lease_until, processing_started_at)
 		VALUES ('book', '1', 'upsert', 'processing', 'w0', 1, now() - interval '1 second', now())`)
-	r := NewReclaimer(Config{MaxAttempts: 5}, b.store, zerolog.Nop())
+	r := NewReclaimer(Config{MaxAttempts: 5}, b.Store, zerolog.Nop())
 	res, err := r.runOnce(context.Background(), 1)
 	require.NoError(t, err)
 	require.Len(t, res.Pending, 1)
-	require.Equal(t, 1, b.count(t, `status = 'pending' AND attempts = 1 AND error_history->0->>'event' = 'stuck_reclaimed'`))
+	require.Equal(t, 1, b.Count(t, `status = 'pending' AND attempts = 1 AND error_history->0->>'event' = 'stuck_reclaimed'`))
 }
 
 func TestBackoffGrowsWithJitterAndHonoursRetryAfter(t *testing.T) {

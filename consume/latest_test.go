@@ -41,7 +41,7 @@ func TestLedgerOnlyForLatestOnlyProjections(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	index, timeline := &recorder{}, &recorder{}
-	loop, err := NewLoop(Config{}, b.store, projection.Registry{"index": latestRecorder{index}, "timeline": timeline}, zerolog.Nop())
+	loop, err := NewLoop(Config{}, b.Store, projection.Registry{"index": latestRecorder{index}, "timeline": timeline}, zerolog.Nop())
 	require.NoError(t, err)
 	round := func() BatchResult {
 		res, err := loop.runOnce(context.Background(), 1)
@@ -49,7 +49,7 @@ func TestLedgerOnlyForLatestOnlyProjections(t *testing.T) {
 		return res
 	}
 	insert := func(version int) {
-		b.exec(t, `INSERT INTO outbox_events (projection, entity_type, entity_id, op, event_version)
+		b.Exec(t, `INSERT INTO outbox_events (projection, entity_type, entity_id, op, event_version)
 			VALUES ('index', 'book', '1', 'upsert', $1), ('timeline', 'book', '1', 'upsert', $1)`, version)
 	}
 
@@ -60,6 +60,6 @@ func TestLedgerOnlyForLatestOnlyProjections(t *testing.T) {
 
 	require.Equal(t, []int64{1}, index.sent, "the older version never reaches the latest-only projection")
 	require.Equal(t, []int64{2, 4}, timeline.sent, "the timeline gets every event")
-	require.Equal(t, 1, b.db.Int(t, `SELECT count(*) FROM outbox_applied`))
-	require.Equal(t, 1, b.db.Int(t, `SELECT count(*) FROM outbox_applied WHERE projection = 'index' AND version = 2`))
+	require.Equal(t, 1, b.Int(t, `SELECT count(*) FROM outbox_applied`))
+	require.Equal(t, 1, b.Int(t, `SELECT count(*) FROM outbox_applied WHERE projection = 'index' AND version = 2`))
 }

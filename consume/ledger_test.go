@@ -31,7 +31,7 @@ func newEngineFixture(t *testing.T) engineFixture {
 	require.NoError(t, err)
 	search, err := projection.NewSearch(projection.SearchConfig{Client: client, Index: f.index})
 	require.NoError(t, err)
-	f.loop, err = NewLoop(Config{MaxAttempts: 5}, f.store, projection.Registry{"search": search}, zerolog.Nop())
+	f.loop, err = NewLoop(Config{MaxAttempts: 5}, f.Store, projection.Registry{"search": search}, zerolog.Nop())
 	require.NoError(t, err)
 	// The engine forgets a delete's version after gc_deletes (60 s by
 	// default); zero makes every later step run "minutes later".
@@ -83,22 +83,22 @@ func TestLateReplayOfAnOlderUpsertDoesNotResurrect(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			f := newEngineFixture(t)
-			f.exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload)
+			f.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload)
 				VALUES ('book', 'r1', 'upsert', 2, '{"title": "Dune", "isbn": "x"}')`)
 			require.Equal(t, BatchResult{Failed: 1}, f.round(t), "isbn is not in the strict mapping")
-			f.exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version) VALUES ('book', 'r1', 'delete', 3)`)
+			f.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version) VALUES ('book', 'r1', 'delete', 3)`)
 			require.Equal(t, BatchResult{Done: 1}, f.round(t))
 
 			f.es(t, http.MethodPut, "/"+f.index+"/_mapping", `{"properties":{"isbn":{"type":"keyword"}}}`)
 			f.forgetTombstones(t, restart)
-			_, err := replay.Replay(context.Background(), f.db.Pool, replay.Request{IDs: []int64{1}, By: "alice", Why: "mapping fixed"})
+			_, err := replay.Replay(context.Background(), f.Pool, replay.Request{IDs: []int64{1}, By: "alice", Why: "mapping fixed"})
 			require.NoError(t, err)
 
 			sent := f.proxy.Requests()
 			require.Equal(t, BatchResult{Done: 1, Superseded: 1}, f.round(t), "the ledger drops the stale upsert")
 			require.Equal(t, sent, f.proxy.Requests(), "without sending it")
 			require.False(t, f.present(t, "book:r1"), "the deleted book stays deleted")
-			require.Equal(t, 2, f.count(t, `status = 'done'`))
+			require.Equal(t, 2, f.Count(t, `status = 'done'`))
 		})
 	}
 }
@@ -109,18 +109,18 @@ func TestRetryAfterTheDeleteDoesNotResurrect(t *testing.T) {
 	t.Parallel()
 	f := newEngineFixture(t)
 	f.proxy.Set(faultproxy.Fault{Status: http.StatusServiceUnavailable})
-	f.exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload)
+	f.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload)
 		VALUES ('book', 'r1', 'upsert', 2, '{"title": "Dune"}')`)
 	require.Equal(t, BatchResult{Retried: 1}, f.round(t))
 	f.proxy.Clear()
-	f.exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version) VALUES ('book', 'r1', 'delete', 3)`)
+	f.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version) VALUES ('book', 'r1', 'delete', 3)`)
 	require.Equal(t, BatchResult{Done: 1}, f.round(t), "the delete is due, the retry is not")
 	f.forgetTombstones(t, false)
 
-	f.exec(t, `UPDATE outbox_events SET next_retry_at = now() WHERE status = 'pending'`)
+	f.Exec(t, `UPDATE outbox_events SET next_retry_at = now() WHERE status = 'pending'`)
 	sent := f.proxy.Requests()
 	require.Equal(t, BatchResult{Done: 1, Superseded: 1}, f.round(t))
 	require.Equal(t, sent, f.proxy.Requests(), "the ledger drops the retry without sending it")
 	require.False(t, f.present(t, "book:r1"))
-	require.Equal(t, 1, f.count(t, `status = 'done' AND attempts = 1 AND event_version = 2`), "the retry ends done")
+	require.Equal(t, 1, f.Count(t, `status = 'done' AND attempts = 1 AND event_version = 2`), "the retry ends done")
 }

@@ -68,6 +68,16 @@ func waitLeader(t *testing.T, rs ...*replica) *replica {
 	return harness.EventuallyOne(t, 10*time.Second, "exactly one leader", rs, (*replica).leading)
 }
 
+// startPair starts replicas a and b on a database of their own and returns
+// it, the one of them elected and the other.
+func startPair(t *testing.T) (db harness.DB, leader, other *replica) {
+	t.Helper()
+	db = harness.NewDatabase(t)
+	a, b := startReplica(t, db, "a"), startReplica(t, db, "b")
+	leader = waitLeader(t, a, b)
+	return db, leader, map[*replica]*replica{a: b, b: a}[leader]
+}
+
 func lockHolderPID(t *testing.T, db harness.DB, worker string) int {
 	t.Helper()
 	var pid int
@@ -78,10 +88,7 @@ func lockHolderPID(t *testing.T, db harness.DB, worker string) int {
 
 func TestOneLeaderAndGracefulHandover(t *testing.T) {
 	t.Parallel()
-	db := harness.NewDatabase(t)
-	a, b := startReplica(t, db, "a"), startReplica(t, db, "b")
-	first := waitLeader(t, a, b)
-	other := map[*replica]*replica{a: b, b: a}[first]
+	_, first, other := startPair(t)
 	require.False(t, other.leading())
 	epoch := first.e.State().Epoch
 
@@ -93,10 +100,7 @@ func TestOneLeaderAndGracefulHandover(t *testing.T) {
 
 func TestTerminatedLockSessionStopsTheLeader(t *testing.T) {
 	t.Parallel()
-	db := harness.NewDatabase(t)
-	a, b := startReplica(t, db, "a"), startReplica(t, db, "b")
-	first := waitLeader(t, a, b)
-	other := map[*replica]*replica{a: b, b: a}[first]
+	db, first, other := startPair(t)
 	epoch := first.e.State().Epoch
 
 	pid := lockHolderPID(t, db, first.e.State().WorkerID)
@@ -124,10 +128,7 @@ func TestTerminatedLockSessionStopsTheLeader(t *testing.T) {
 
 func TestHealthTicksWhileStandby(t *testing.T) {
 	t.Parallel()
-	db := harness.NewDatabase(t)
-	a, b := startReplica(t, db, "a"), startReplica(t, db, "b")
-	l := waitLeader(t, a, b)
-	standby := map[*replica]*replica{a: b, b: a}[l]
+	_, _, standby := startPair(t)
 	before := standby.e.LastTick()
 	harness.Eventually(t, 2*time.Second, "standby ticks while it waits for the lock", func() bool {
 		return standby.e.LastTick().After(before)

@@ -3,7 +3,6 @@ package outbox_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -14,7 +13,7 @@ import (
 func (b bundle) ledger(t *testing.T, entity string) *outbox.Applied {
 	t.Helper()
 	var a outbox.Applied
-	err := b.db.Pool.QueryRow(context.Background(), `SELECT version, event_id, deleted FROM outbox_applied
+	err := b.Pool.QueryRow(context.Background(), `SELECT version, event_id, deleted FROM outbox_applied
 		WHERE projection = 'search' AND entity_type = 'book' AND entity_id = $1`, entity).Scan(&a.Version, &a.EventID, &a.Deleted)
 	if err != nil {
 		return nil
@@ -24,22 +23,17 @@ func (b bundle) ledger(t *testing.T, entity string) *outbox.Applied {
 
 func (b bundle) claimAndAck(t *testing.T, epoch int64) []outbox.Event {
 	t.Helper()
-	events, err := b.store.Claim(context.Background(), epoch, 100, time.Minute)
-	require.NoError(t, err)
-	ids := make([]int64, len(events))
-	for i, e := range events {
-		ids[i] = e.ID
-	}
-	_, err = b.store.AckDone(context.Background(), epoch, ids, ids)
-	require.NoError(t, err)
+	events := b.claim(t, epoch, 100)
+	ids := claimedIDs(events)
+	b.ackDone(t, epoch, ids, ids)
 	return events
 }
 
 func TestLedgerMovesForwardWithTheAckAndNeverBack(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.setEpoch(t, 1)
-	b.db.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version) VALUES
+	b.Lead(t, 1)
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version) VALUES
 		('book', 'r1', 'upsert', 2), ('book', 'r1', 'delete', 3), ('book', 'r2', 'upsert', NULL)`)
 	events := b.claimAndAck(t, 1)
 	require.Len(t, events, 3)
@@ -48,7 +42,7 @@ func TestLedgerMovesForwardWithTheAckAndNeverBack(t *testing.T) {
 	require.Equal(t, &outbox.Applied{Version: 3, EventID: 3}, b.ledger(t, "r2"), "a null version is the outbox id")
 
 	// An older version acked later (say a replay) leaves the ledger alone.
-	b.db.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version) VALUES ('book', 'r1', 'upsert', 2)`)
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version) VALUES ('book', 'r1', 'upsert', 2)`)
 	events = b.claimAndAck(t, 1)
 	require.Equal(t, &outbox.Applied{Version: 3, EventID: 2, Deleted: true}, events[0].Applied, "the claim carries the entry")
 	require.True(t, events[0].Stale())
@@ -58,14 +52,11 @@ func TestLedgerMovesForwardWithTheAckAndNeverBack(t *testing.T) {
 func TestFencedAckMovesNoLedgerEntry(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.setEpoch(t, 1)
-	b.db.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version) VALUES ('book', 'r1', 'upsert', 5)`)
-	events, err := b.store.Claim(context.Background(), 1, 10, time.Minute)
-	require.NoError(t, err)
-	b.setEpoch(t, 2)
-	acked, err := b.store.AckDone(context.Background(), 1, []int64{events[0].ID}, []int64{events[0].ID})
-	require.NoError(t, err)
-	require.Empty(t, acked)
+	b.Lead(t, 1)
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version) VALUES ('book', 'r1', 'upsert', 5)`)
+	events := b.claim(t, 1, 10)
+	b.Lead(t, 2)
+	require.Empty(t, b.ackDone(t, 1, []int64{events[0].ID}, []int64{events[0].ID}))
 	require.Nil(t, b.ledger(t, "r1"), "a deposed leader's late write changes nothing")
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -14,18 +13,10 @@ import (
 
 func (b bundle) setPaused(t *testing.T, projection string, paused bool) outbox.PauseResult {
 	t.Helper()
-	res, err := outbox.SetPaused(context.Background(), b.db.Pool,
+	res, err := outbox.SetPaused(context.Background(), b.Pool,
 		outbox.PauseRequest{Projection: projection, Paused: paused, By: "alice", Why: "INC-7"})
 	require.NoError(t, err)
 	return res
-}
-
-func claimedIDs(events []outbox.Event) []int64 {
-	ids := make([]int64, len(events))
-	for i, e := range events {
-		ids[i] = e.ID
-	}
-	return ids
 }
 
 // A paused projection's rows stay pending and do not hold up the rows
@@ -33,37 +24,28 @@ func claimedIDs(events []outbox.Event) []int64 {
 func TestClaimSkipsPausedProjections(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ctx := context.Background()
-	b.setEpoch(t, 1)
-	_, err := b.db.Pool.Exec(ctx, `
+	b.Lead(t, 1)
+	b.Exec(t, `
 		INSERT INTO outbox_events (projection, entity_type, entity_id, op)
 		SELECT CASE WHEN g <= 3 OR g = 5 THEN 'chronicle' ELSE 'search' END, 'book', g::text, 'upsert'
 		  FROM generate_series(1, 6) g`)
-	require.NoError(t, err)
 
 	b.setPaused(t, "chronicle", true)
-	events, err := b.store.Claim(ctx, 1, 2, time.Minute)
-	require.NoError(t, err)
-	require.Equal(t, []int64{4, 6}, claimedIDs(events), "the paused rows ahead block nothing")
-	events, err = b.store.Claim(ctx, 1, 10, time.Minute)
-	require.NoError(t, err)
-	require.Empty(t, events)
+	require.Equal(t, []int64{4, 6}, claimedIDs(b.claim(t, 1, 2)), "the paused rows ahead block nothing")
+	require.Empty(t, b.claim(t, 1, 10))
 	require.Equal(t, map[string]int{"pending": 4, "processing": 2}, b.statuses(t))
 
 	b.setPaused(t, "chronicle", false)
-	events, err = b.store.Claim(ctx, 1, 10, time.Minute)
-	require.NoError(t, err)
-	require.Equal(t, []int64{1, 2, 3, 5}, claimedIDs(events))
+	require.Equal(t, []int64{1, 2, 3, 5}, claimedIDs(b.claim(t, 1, 10)))
 }
 
 func TestPauseAndResumeAreAuditedCompareAndSet(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	_, err := b.db.Pool.Exec(ctx, `
+	b.Exec(t, `
 		INSERT INTO outbox_events (projection, entity_type, entity_id, op, status, locked_by, claim_token, lease_until)
 		VALUES ('chronicle', 'book', '1', 'upsert', 'processing', 'w1', 1, now() + interval '1 minute')`)
-	require.NoError(t, err)
 
 	res := b.setPaused(t, "chronicle", false)
 	require.False(t, res.Changed, "resuming a projection never paused changes nothing")
@@ -85,7 +67,7 @@ func TestPauseAndResumeAreAuditedCompareAndSet(t *testing.T) {
 	require.True(t, resumed.Changed)
 	require.False(t, resumed.State.Paused)
 
-	rows, err := b.db.Pool.Query(ctx, `
+	rows, err := b.Pool.Query(ctx, `
 		SELECT action, replayed_by, reason, selector, event_count, cardinality(event_ids)
 		  FROM outbox_replay_audit ORDER BY id`)
 	require.NoError(t, err)
@@ -107,7 +89,7 @@ func TestPauseAndResumeAreAuditedCompareAndSet(t *testing.T) {
 	require.Equal(t, []audit{{"pause", "alice", "INC-7", sel, 0, 0}, {"resume", "alice", "INC-7", sel, 0, 0}}, got,
 		"one audit row per change, none for the no-ops")
 
-	states, err := outbox.ProjectionStates(ctx, b.db.Pool)
+	states, err := outbox.ProjectionStates(ctx, b.Pool)
 	require.NoError(t, err)
 	require.Len(t, states, 1)
 	require.False(t, states[0].Paused)
@@ -121,11 +103,11 @@ func TestPauseRequiresByAndWhy(t *testing.T) {
 		"Why":        {Projection: "search", Paused: true, By: "alice", Why: "  "},
 		"Projection": {Paused: true, By: "alice", Why: "x"},
 	} {
-		_, err := outbox.SetPaused(context.Background(), b.db.Pool, req)
+		_, err := outbox.SetPaused(context.Background(), b.Pool, req)
 		var fe *bounds.FieldError
 		require.ErrorAs(t, err, &fe, field)
 		require.Equal(t, field, fe.Field)
 	}
-	require.Zero(t, b.db.Int(t, `SELECT count(*) FROM outbox_projection_state`))
-	require.Zero(t, b.db.Int(t, `SELECT count(*) FROM outbox_replay_audit`))
+	require.Zero(t, b.Int(t, `SELECT count(*) FROM outbox_projection_state`))
+	require.Zero(t, b.Int(t, `SELECT count(*) FROM outbox_replay_audit`))
 }

@@ -11,144 +11,137 @@ import (
 	"github.com/wlproj/wlproj/outbox"
 )
 
-type bundle struct {
-	db    harness.DB
-	store *outbox.Store
-}
+type bundle struct{ harness.Outbox }
 
 func setup(t *testing.T) bundle {
 	t.Helper()
-	db := harness.NewDatabase(t)
-	return bundle{db: db, store: &outbox.Store{Pool: db.Pool, Owner: "w1", LeaderName: "test"}}
+	return bundle{harness.NewOutbox(t)}
 }
 
-func (b bundle) setEpoch(t *testing.T, epoch int64) {
+// setupLeading is setup with w1 leading epoch and n pending books to claim.
+func setupLeading(t *testing.T, epoch int64, n int) bundle {
 	t.Helper()
-	_, err := b.db.Pool.Exec(context.Background(), `
-		INSERT INTO outbox_leader (name, holder, epoch) VALUES ('test', 'w1', $1)
-		ON CONFLICT (name) DO UPDATE SET epoch = excluded.epoch`, epoch)
-	require.NoError(t, err)
+	b := setup(t)
+	b.Lead(t, epoch)
+	b.insert(t, n)
+	return b
 }
 
 func (b bundle) insert(t *testing.T, n int) {
 	t.Helper()
-	_, err := b.db.Pool.Exec(context.Background(), `
+	b.Exec(t, `
 		INSERT INTO outbox_events (entity_type, entity_id, op, payload)
 		SELECT 'book', g::text, 'upsert', jsonb_build_object('title', 'b' || g) FROM generate_series(1, $1) g`, n)
-	require.NoError(t, err)
 }
 
 func (b bundle) statuses(t *testing.T) map[string]int {
 	t.Helper()
-	rows, err := b.db.Pool.Query(context.Background(), `SELECT status, count(*) FROM outbox_events GROUP BY status`)
+	return harness.Pairs[string, int](t, b.DB, `SELECT status, count(*) FROM outbox_events GROUP BY status`)
+}
+
+// claim and the four below are the store's calls as the leader of epoch,
+// failing the test on an error.
+func (b bundle) claim(t *testing.T, epoch int64, limit int) []outbox.Event {
+	t.Helper()
+	events, err := b.Store.Claim(context.Background(), epoch, limit, time.Minute)
 	require.NoError(t, err)
-	defer rows.Close()
-	got := map[string]int{}
-	for rows.Next() {
-		var s string
-		var n int
-		require.NoError(t, rows.Scan(&s, &n))
-		got[s] = n
-	}
-	return got
+	return events
+}
+
+func (b bundle) ackDone(t *testing.T, epoch int64, ids, applied []int64) map[int64]float64 {
+	t.Helper()
+	acked, err := b.Store.AckDone(context.Background(), epoch, ids, applied)
+	require.NoError(t, err)
+	return acked
+}
+
+func (b bundle) ackFailed(t *testing.T, epoch int64, failures ...outbox.Failure) []int64 {
+	t.Helper()
+	changed, err := b.Store.AckFailed(context.Background(), epoch, failures)
+	require.NoError(t, err)
+	return changed
+}
+
+func (b bundle) release(t *testing.T, epoch int64, ids ...int64) []int64 {
+	t.Helper()
+	released, err := b.Store.Release(context.Background(), epoch, ids)
+	require.NoError(t, err)
+	return released
+}
+
+func (b bundle) reclaim(t *testing.T, epoch int64, maxProcessing time.Duration, maxAttempts int) outbox.ReclaimResult {
+	t.Helper()
+	res, err := b.Store.Reclaim(context.Background(), epoch, maxProcessing, maxAttempts)
+	require.NoError(t, err)
+	return res
+}
+
+func claimedIDs(events []outbox.Event) []int64 {
+	return harness.Map(events, func(e outbox.Event) int64 { return e.ID })
 }
 
 func TestClaimInIDOrderAndAckDone(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	b.setEpoch(t, 1)
-	b.insert(t, 5)
+	b := setupLeading(t, 1, 5)
 
-	events, err := b.store.Claim(ctx, 1, 3, time.Minute)
-	require.NoError(t, err)
+	events := b.claim(t, 1, 3)
 	require.Len(t, events, 3)
-	require.Equal(t, []int64{1, 2, 3}, []int64{events[0].ID, events[1].ID, events[2].ID})
+	require.Equal(t, []int64{1, 2, 3}, claimedIDs(events))
 	require.JSONEq(t, `{"title":"b1"}`, string(events[0].Payload))
 	require.Equal(t, map[string]int{"processing": 3, "pending": 2}, b.statuses(t))
 
-	acked, err := b.store.AckDone(ctx, 1, []int64{1, 2, 3}, nil)
-	require.NoError(t, err)
-	require.Len(t, acked, 3)
+	require.Len(t, b.ackDone(t, 1, []int64{1, 2, 3}, nil), 3)
 	require.Equal(t, map[string]int{"done": 3, "pending": 2}, b.statuses(t))
 }
 
 func TestClaimSkipsRowsNotYetDue(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	b.setEpoch(t, 1)
-	b.insert(t, 2)
-	_, err := b.db.Pool.Exec(ctx, `UPDATE outbox_events SET next_retry_at = now() + interval '1 hour' WHERE id = 1`)
-	require.NoError(t, err)
+	b := setupLeading(t, 1, 2)
+	b.Exec(t, `UPDATE outbox_events SET next_retry_at = now() + interval '1 hour' WHERE id = 1`)
 
-	events, err := b.store.Claim(ctx, 1, 10, time.Minute)
-	require.NoError(t, err)
+	events := b.claim(t, 1, 10)
 	require.Len(t, events, 1)
 	require.EqualValues(t, 2, events[0].ID)
 }
 
 func TestStaleEpochIsFenced(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	b.setEpoch(t, 1)
-	b.insert(t, 4)
-	events, err := b.store.Claim(ctx, 1, 2, time.Minute)
-	require.NoError(t, err)
-	require.Len(t, events, 2)
+	b := setupLeading(t, 1, 4)
+	require.Len(t, b.claim(t, 1, 2), 2)
 
 	// A new leader takes over: epoch 2.
-	b.setEpoch(t, 2)
+	b.Lead(t, 2)
 
-	stale, err := b.store.Claim(ctx, 1, 10, time.Minute)
-	require.NoError(t, err)
-	require.Empty(t, stale, "a deposed leader claims nothing")
-
-	acked, err := b.store.AckDone(ctx, 1, []int64{1, 2}, nil)
-	require.NoError(t, err)
-	require.Empty(t, acked, "a deposed leader's ack changes nothing")
-
-	changed, err := b.store.AckFailed(ctx, 1, []outbox.Failure{{ID: 1, Class: "deterministic", Reason: "mapping_error", Terminal: true}})
-	require.NoError(t, err)
-	require.Empty(t, changed)
-	released, err := b.store.Release(ctx, 1, []int64{1, 2})
-	require.NoError(t, err)
-	require.Empty(t, released)
+	require.Empty(t, b.claim(t, 1, 10), "a deposed leader claims nothing")
+	require.Empty(t, b.ackDone(t, 1, []int64{1, 2}, nil), "a deposed leader's ack changes nothing")
+	require.Empty(t, b.ackFailed(t, 1, outbox.Failure{ID: 1, Class: "deterministic", Reason: "mapping_error", Terminal: true}))
+	require.Empty(t, b.release(t, 1, 1, 2))
 	require.Equal(t, map[string]int{"processing": 2, "pending": 2}, b.statuses(t))
 
 	// The new leader reclaims what the old one had in flight.
-	res, err := b.store.Reclaim(ctx, 2, time.Hour, 10)
-	require.NoError(t, err)
+	res := b.reclaim(t, 2, time.Hour, 10)
 	require.ElementsMatch(t, []outbox.Row{{ID: 1, Projection: "search"}, {ID: 2, Projection: "search"}}, res.Pending)
 	require.Equal(t, map[string]int{"pending": 4}, b.statuses(t))
 }
 
 func TestAckFailedRetryKeepsHistory(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	b.setEpoch(t, 1)
-	b.insert(t, 2)
+	b := setupLeading(t, 1, 2)
 
 	for attempt := 1; attempt <= 2; attempt++ {
-		_, err := b.db.Pool.Exec(ctx, `UPDATE outbox_events SET next_retry_at = now()`)
-		require.NoError(t, err)
-		events, err := b.store.Claim(ctx, 1, 10, time.Minute)
-		require.NoError(t, err)
-		require.Len(t, events, 2)
-		changed, err := b.store.AckFailed(ctx, 1, []outbox.Failure{
-			{ID: 1, Class: "transient", Reason: "server_error", Message: "503 attempt", RetryIn: time.Hour},
-			{ID: 2, Class: "deterministic", Reason: "mapping_error", Message: "strict", Terminal: attempt == 2, RetryIn: time.Hour},
-		})
-		require.NoError(t, err)
-		require.Len(t, changed, 2)
+		b.Exec(t, `UPDATE outbox_events SET next_retry_at = now()`)
+		require.Len(t, b.claim(t, 1, 10), 2)
+		require.Len(t, b.ackFailed(t, 1,
+			outbox.Failure{ID: 1, Class: "transient", Reason: "server_error", Message: "503 attempt", RetryIn: time.Hour},
+			outbox.Failure{ID: 2, Class: "deterministic", Reason: "mapping_error", Message: "strict", Terminal: attempt == 2, RetryIn: time.Hour},
+		), 2)
 	}
 
+	ctx := context.Background()
 	var status, reason string
 	var attempts, historyLen int
 	var retryIn float64
-	require.NoError(t, b.db.Pool.QueryRow(ctx, `
+	require.NoError(t, b.Pool.QueryRow(ctx, `
 		SELECT status, error_reason, attempts, jsonb_array_length(error_history),
 		       extract(epoch FROM next_retry_at - now())
 		FROM outbox_events WHERE id = 1`).Scan(&status, &reason, &attempts, &historyLen, &retryIn))
@@ -158,57 +151,44 @@ func TestAckFailedRetryKeepsHistory(t *testing.T) {
 	require.Equal(t, 2, historyLen, "every error is kept in the history")
 	require.Greater(t, retryIn, 3500.0)
 
-	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT status, error_reason FROM outbox_events WHERE id = 2`).Scan(&status, &reason))
+	require.NoError(t, b.Pool.QueryRow(ctx, `SELECT status, error_reason FROM outbox_events WHERE id = 2`).Scan(&status, &reason))
 	require.Equal(t, "failed", status)
 	require.Equal(t, "mapping_error", reason)
 }
 
 func TestReleaseDoesNotCountAnAttempt(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	b.setEpoch(t, 3)
-	b.insert(t, 1)
-	_, err := b.store.Claim(ctx, 3, 10, time.Minute)
-	require.NoError(t, err)
-	released, err := b.store.Release(ctx, 3, []int64{1})
-	require.NoError(t, err)
-	require.Equal(t, []int64{1}, released)
+	b := setupLeading(t, 3, 1)
+	b.claim(t, 3, 10)
+	require.Equal(t, []int64{1}, b.release(t, 3, 1))
 	var attempts int
 	var status string
-	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT status, attempts FROM outbox_events`).Scan(&status, &attempts))
+	require.NoError(t, b.Pool.QueryRow(context.Background(), `SELECT status, attempts FROM outbox_events`).Scan(&status, &attempts))
 	require.Equal(t, "pending", status)
 	require.Zero(t, attempts)
 }
 
 func TestReclaimExpiredLeaseAndStuckCap(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	b.setEpoch(t, 1)
-	b.insert(t, 3)
-	_, err := b.store.Claim(ctx, 1, 10, time.Minute)
-	require.NoError(t, err)
-	_, err = b.db.Pool.Exec(ctx, `
+	b := setupLeading(t, 1, 3)
+	b.claim(t, 1, 10)
+	b.Exec(t, `
 		UPDATE outbox_events SET lease_until = now() - interval '1 second' WHERE id = 1;
 		UPDATE outbox_events SET processing_started_at = now() - interval '1 hour' WHERE id = 2;
 		UPDATE outbox_events SET lease_until = now() - interval '1 second', attempts = 4 WHERE id = 3;`)
-	require.NoError(t, err)
 
-	res, err := b.store.Reclaim(ctx, 1, 10*time.Minute, 5)
-	require.NoError(t, err)
+	res := b.reclaim(t, 1, 10*time.Minute, 5)
 	require.ElementsMatch(t, []outbox.Row{{ID: 1, Projection: "search"}, {ID: 2, Projection: "search"}}, res.Pending)
 	require.Equal(t, []outbox.Row{{ID: 3, Projection: "search"}}, res.Failed)
 
 	var reason, event string
-	require.NoError(t, b.db.Pool.QueryRow(ctx, `
+	require.NoError(t, b.Pool.QueryRow(context.Background(), `
 		SELECT error_reason, error_history->-1->>'event' FROM outbox_events WHERE id = 3`).Scan(&reason, &event))
 	require.Equal(t, "stuck", reason)
 	require.Equal(t, "stuck_reclaimed", event)
 
 	// Nothing left to reclaim: a second pass is a no-op.
-	res, err = b.store.Reclaim(ctx, 1, 10*time.Minute, 5)
-	require.NoError(t, err)
+	res = b.reclaim(t, 1, 10*time.Minute, 5)
 	require.Empty(t, res.Pending)
 	require.Empty(t, res.Failed)
 }

@@ -133,16 +133,7 @@ func TestNewChronicleNamesTheField(t *testing.T) {
 
 func chronicleIDs(t *testing.T, db harness.DB) []int64 {
 	t.Helper()
-	rows, err := db.Pool.Query(context.Background(), `SELECT event_id FROM chronicle_events ORDER BY event_id`)
-	require.NoError(t, err)
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		require.NoError(t, rows.Scan(&id))
-		ids = append(ids, id)
-	}
-	require.NoError(t, rows.Err())
-	return ids
+	return harness.Column[int64](t, db, `SELECT event_id FROM chronicle_events ORDER BY event_id`)
 }
 
 // The ledger's capability is declared by the handler, not by its name.

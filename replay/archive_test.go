@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wlproj/wlproj/internal/bounds"
+	"github.com/wlproj/wlproj/internal/harness"
 )
 
 // keptColumns are the columns an archive must keep to bring a row back.
@@ -21,19 +22,8 @@ const keptColumns = `id, projection, entity_type, entity_id, op, event_version, 
 // snapshot is every kept column of the rows ids in table, as JSON by id.
 func (b bundle) snapshot(t *testing.T, table string, ids ...int64) map[int64]string {
 	t.Helper()
-	rows, err := b.db.Pool.Query(b.ctx, `SELECT id, to_jsonb(r)::text FROM (SELECT `+keptColumns+` FROM `+
+	return harness.Pairs[int64, string](t, b.db, `SELECT id, to_jsonb(r)::text FROM (SELECT `+keptColumns+` FROM `+
 		pgx.Identifier{table}.Sanitize()+` WHERE id = ANY($1)) r`, ids)
-	require.NoError(t, err)
-	defer rows.Close()
-	out := map[int64]string{}
-	for rows.Next() {
-		var id int64
-		var row string
-		require.NoError(t, rows.Scan(&id, &row))
-		out[id] = row
-	}
-	require.NoError(t, rows.Err())
-	return out
 }
 
 // seedArchive makes six rows: failed 2h ago with every column set, discarded
@@ -283,13 +273,9 @@ func TestListAndStatsArchived(t *testing.T) {
 func TestAuditActionsAndAutoBudget(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	id := b.insert(t, 2)
-	b.fail(t, "timeout", time.Hour, id...)
-	_, err := Discard(b.ctx, b.db.Pool, Request{IDs: id[:1], By: "alice", Why: "x"})
-	require.NoError(t, err)
-	healthy := true
-	res, err := newAuto(t, b, AutoReplayerConfig{PerMinute: 5}, &healthy).runOnce(b.ctx)
-	require.NoError(t, err)
+	id := b.insertFailed(t, 2, "timeout")
+	b.discard(t, Request{IDs: id[:1], By: "alice", Why: "x"})
+	res := b.pass(t, newAuto(t, b, AutoReplayerConfig{PerMinute: 5}, nil))
 	require.Equal(t, id[1:], res.Revived)
 	require.Equal(t, []string{"discard", "replay"}, []string{b.auditRows(t)[0].Action, b.auditRows(t)[1].Action})
 	var spent int

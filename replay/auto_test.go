@@ -10,11 +10,24 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// newAuto is an AutoReplayer that sees the engine as *healthy says; nil is
+// always healthy.
 func newAuto(t *testing.T, b bundle, cfg AutoReplayerConfig, healthy *bool) *AutoReplayer {
 	t.Helper()
+	if healthy == nil {
+		healthy = new(true)
+	}
 	a, err := NewAutoReplayer(b.db.Pool, cfg, func(context.Context) bool { return *healthy }, zerolog.Nop())
 	require.NoError(t, err)
 	return a
+}
+
+// pass is one pass of a, failing the test on an error.
+func (b bundle) pass(t *testing.T, a *AutoReplayer) autoResult {
+	t.Helper()
+	res, err := a.runOnce(b.ctx)
+	require.NoError(t, err)
+	return res
 }
 
 // passMinute ages the auto audit rows, as if a minute went by.
@@ -33,31 +46,26 @@ func TestAutoReplayRate(t *testing.T) {
 	b.fail(t, "rate_limited", 30*time.Minute, id[2])
 	b.fail(t, "connection", 40*time.Minute, id[3])
 	b.fail(t, "timeout", 50*time.Minute, id[4])
-	healthy := true
-	a := newAuto(t, b, AutoReplayerConfig{PerMinute: 2}, &healthy)
+	a := newAuto(t, b, AutoReplayerConfig{PerMinute: 2}, nil)
 	a.replayed = metrics.NewSet().NewCounter(`outbox_replayed_total{by="auto"}`)
 
-	res, err := a.runOnce(b.ctx)
-	require.NoError(t, err)
+	res := b.pass(t, a)
 	require.True(t, res.Healthy)
 	require.Equal(t, 2, res.Budget)
 	require.Equal(t, []int64{id[3], id[4]}, res.Revived)
 
 	// Same minute: the budget is spent.
-	res, err = a.runOnce(b.ctx)
-	require.NoError(t, err)
+	res = b.pass(t, a)
 	require.Zero(t, res.Budget)
 	require.Empty(t, res.Revived)
 
 	// A second replica (a new leader) shares the budget: it is in the audit table.
-	other := newAuto(t, b, AutoReplayerConfig{PerMinute: 2}, &healthy)
-	res, err = other.runOnce(b.ctx)
-	require.NoError(t, err)
+	other := newAuto(t, b, AutoReplayerConfig{PerMinute: 2}, nil)
+	res = b.pass(t, other)
 	require.Empty(t, res.Revived)
 
 	b.passMinute(t)
-	res, err = a.runOnce(b.ctx)
-	require.NoError(t, err)
+	res = b.pass(t, a)
 	require.Equal(t, []int64{id[1], id[2]}, res.Revived)
 
 	require.Equal(t, []string{"failed", "pending", "pending", "pending", "pending"}, b.statuses(t, id[:5]...))
@@ -92,11 +100,9 @@ func TestAutoReplayNeverTouchesDeterministic(t *testing.T) {
 	b.fail(t, "unknown_projection", time.Hour, id[4])
 	b.fail(t, "stuck", time.Hour, id[5]) // transient, but a person should look at it
 	b.fail(t, "timeout", time.Minute, id[6])
-	healthy := true
-	a := newAuto(t, b, AutoReplayerConfig{PerMinute: 100}, &healthy)
+	a := newAuto(t, b, AutoReplayerConfig{PerMinute: 100}, nil)
 
-	res, err := a.runOnce(b.ctx)
-	require.NoError(t, err)
+	res := b.pass(t, a)
 	require.Equal(t, []int64{id[6]}, res.Revived)
 	for _, i := range id[:6] {
 		require.Equal(t, "failed", b.row(t, i).Status)
@@ -106,35 +112,29 @@ func TestAutoReplayNeverTouchesDeterministic(t *testing.T) {
 func TestAutoReplayWaitsForHealthyEngine(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	id := b.insert(t, 2)
-	b.fail(t, "server_error", time.Hour, id...)
+	id := b.insertFailed(t, 2, "server_error")
 	healthy := false
 	a := newAuto(t, b, AutoReplayerConfig{}, &healthy)
 
-	res, err := a.runOnce(b.ctx)
-	require.NoError(t, err)
+	res := b.pass(t, a)
 	require.False(t, res.Healthy)
 	require.Empty(t, res.Revived)
 	require.Equal(t, []string{"failed", "failed"}, b.statuses(t, id...))
 	require.Zero(t, b.audits(t))
 
 	healthy = true
-	res, err = a.runOnce(b.ctx)
-	require.NoError(t, err)
+	res = b.pass(t, a)
 	require.Equal(t, id, res.Revived)
 }
 
 func TestAutoReplayStopsAfterMaxReplays(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	id := b.insert(t, 2)
-	b.fail(t, "timeout", time.Hour, id...)
+	id := b.insertFailed(t, 2, "timeout")
 	b.exec(t, `UPDATE outbox_events SET replay_count = 2 WHERE id = $1`, id[0])
-	healthy := true
-	a := newAuto(t, b, AutoReplayerConfig{MaxReplays: 2}, &healthy)
+	a := newAuto(t, b, AutoReplayerConfig{MaxReplays: 2}, nil)
 
-	res, err := a.runOnce(b.ctx)
-	require.NoError(t, err)
+	res := b.pass(t, a)
 	require.Equal(t, []int64{id[1]}, res.Revived)
 	require.Equal(t, "failed", b.row(t, id[0]).Status)
 }
@@ -159,10 +159,8 @@ func TestAutoReplayerConfig(t *testing.T) {
 func TestAutoReplayRunStopsWithContext(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	id := b.insert(t, 1)
-	b.fail(t, "timeout", time.Hour, id...)
-	healthy := true
-	a := newAuto(t, b, AutoReplayerConfig{Interval: 10 * time.Millisecond}, &healthy)
+	id := b.insertFailed(t, 1, "timeout")
+	a := newAuto(t, b, AutoReplayerConfig{Interval: 10 * time.Millisecond}, nil)
 	ctx, cancel := context.WithCancel(b.ctx)
 	done := make(chan struct{})
 	go func() {

@@ -49,14 +49,12 @@ func (b bundle) failedAt(t *testing.T, id int64) time.Time {
 func TestDiscardByIDs(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	id := b.insert(t, 3)
-	b.fail(t, "payload_invalid", time.Hour, id...)
+	id := b.insertFailed(t, 3, "payload_invalid")
 	before := b.failedAt(t, id[0])
 
-	rep, err := Discard(b.ctx, b.db.Pool, Request{
+	rep := b.discard(t, Request{
 		IDs: id[:2], By: "alice", Why: "producer bug, superseded (CHG-9)", Given: map[string]string{"ids": FormatIDs(id[:2])},
 	})
-	require.NoError(t, err)
 	require.Equal(t, id[:2], rep.IDs())
 	require.Equal(t, "failed", rep.Events[0].Status, "the rows as they were")
 	require.Equal(t, []string{"discarded", "discarded", "failed"}, b.statuses(t, id...))
@@ -85,8 +83,7 @@ func TestDiscardByIDs(t *testing.T) {
 func TestDiscardGuards(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	id := b.insert(t, 5)
-	b.fail(t, "mapping_error", time.Hour, id...)
+	id := b.insertFailed(t, 5, "mapping_error")
 	for _, req := range []Request{{IDs: id}, {IDs: id, By: "alice"}, {IDs: id, By: " ", Why: "x"}} {
 		_, err := Discard(b.ctx, b.db.Pool, req)
 		require.ErrorIs(t, err, ErrAuditRequired)
@@ -111,8 +108,7 @@ func TestDiscardGuards(t *testing.T) {
 	require.Empty(t, b.auditRows(t))
 	require.Equal(t, 5, b.count(t, `SELECT count(*) FROM outbox_events WHERE status = 'failed'`))
 
-	rep, err = Discard(b.ctx, b.db.Pool, Request{Reason: "mapping_error", Max: 4, Yes: true, By: "alice", Why: "x"})
-	require.NoError(t, err)
+	rep = b.discard(t, Request{Reason: "mapping_error", Max: 4, Yes: true, By: "alice", Why: "x"})
 	require.Len(t, rep.Events, 5)
 	require.Len(t, b.auditRows(t), 1)
 }
@@ -122,8 +118,7 @@ func TestDiscardRefusedByIDChangesNothing(t *testing.T) {
 	b := setup(t)
 	id := b.insert(t, 4)
 	b.fail(t, "timeout", time.Hour, id[0], id[1])
-	_, err := Discard(b.ctx, b.db.Pool, Request{IDs: id[1:2], By: "alice", Why: "x"})
-	require.NoError(t, err)
+	b.discard(t, Request{IDs: id[1:2], By: "alice", Why: "x"})
 	missing := id[3] + 100
 
 	rep, err := Discard(b.ctx, b.db.Pool, Request{IDs: []int64{id[0], id[1], id[2], missing}, By: "alice", Why: "x"})
@@ -148,15 +143,13 @@ func TestDiscardDryRunChangesNothing(t *testing.T) {
 	b.fail(t, "mapping_error", time.Hour, id[0], id[1])
 	b.fail(t, "timeout", time.Hour, id[2])
 
-	dry, err := Discard(b.ctx, b.db.Pool, Request{Reason: "mapping_error", By: "alice", Why: "x", DryRun: true})
-	require.NoError(t, err)
+	dry := b.discard(t, Request{Reason: "mapping_error", By: "alice", Why: "x", DryRun: true})
 	require.Equal(t, id[:2], dry.IDs())
 	require.Zero(t, dry.AuditID)
 	require.Equal(t, []string{"failed", "failed", "failed"}, b.statuses(t, id...))
 	require.Empty(t, b.auditRows(t))
 
-	real, err := Discard(b.ctx, b.db.Pool, Request{Reason: "mapping_error", By: "alice", Why: "x"})
-	require.NoError(t, err)
+	real := b.discard(t, Request{Reason: "mapping_error", By: "alice", Why: "x"})
 	require.Equal(t, dry.Events, real.Events, "the real run changes exactly the rows the dry run listed")
 	require.Equal(t, []string{"discarded", "discarded", "failed"}, b.statuses(t, id...))
 }
@@ -165,19 +158,14 @@ func TestDiscardDryRunChangesNothing(t *testing.T) {
 func TestDiscardedIsNeverRevived(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	id := b.insert(t, 1)
-	b.fail(t, "timeout", time.Hour, id...)
-	_, err := Discard(b.ctx, b.db.Pool, Request{IDs: id, By: "alice", Why: "x"})
-	require.NoError(t, err)
+	id := b.insertFailed(t, 1, "timeout")
+	b.discard(t, Request{IDs: id, By: "alice", Why: "x"})
 
-	healthy := true
-	res, err := newAuto(t, b, AutoReplayerConfig{}, &healthy).runOnce(b.ctx)
-	require.NoError(t, err)
+	res := b.pass(t, newAuto(t, b, AutoReplayerConfig{}, nil))
 	require.Empty(t, res.Revived)
-	_, err = Replay(b.ctx, b.db.Pool, Request{IDs: id, By: "alice", Why: "x"})
+	_, err := Replay(b.ctx, b.db.Pool, Request{IDs: id, By: "alice", Why: "x"})
 	require.ErrorContains(t, err, fmt.Sprintf("replay refused, nothing changed: id %d is discarded, not failed", id[0]))
-	rep, err := Replay(b.ctx, b.db.Pool, Request{Reason: "timeout", By: "alice", Why: "x"})
-	require.NoError(t, err)
+	rep := b.replay(t, Request{Reason: "timeout", By: "alice", Why: "x"})
 	require.Empty(t, rep.Events)
 	require.Equal(t, []string{"discarded"}, b.statuses(t, id...))
 }
@@ -185,14 +173,12 @@ func TestDiscardedIsNeverRevived(t *testing.T) {
 func TestDiscardHistoryIsBounded(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	id := b.insert(t, 1)
-	b.fail(t, "timeout", time.Hour, id...)
+	id := b.insertFailed(t, 1, "timeout")
 	full, err := json.Marshal(make([]struct{}, outbox.HistoryKeep))
 	require.NoError(t, err)
 	b.exec(t, `UPDATE outbox_events SET error_history = $2 WHERE id = $1`, id[0], string(full))
 
-	_, err = Discard(b.ctx, b.db.Pool, Request{IDs: id, By: "alice", Why: "x"})
-	require.NoError(t, err)
+	b.discard(t, Request{IDs: id, By: "alice", Why: "x"})
 	h := b.row(t, id[0]).History
 	require.Len(t, h, outbox.HistoryKeep)
 	require.Equal(t, "discarded", h[len(h)-1]["event"])

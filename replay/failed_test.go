@@ -24,19 +24,10 @@ func setup(t *testing.T) bundle {
 // insert adds n pending rows and returns their ids.
 func (b bundle) insert(t *testing.T, n int) []int64 {
 	t.Helper()
-	rows, err := b.db.Pool.Query(b.ctx, `
+	return harness.Column[int64](t, b.db, `
 		INSERT INTO outbox_events (entity_type, entity_id, op, scope_key)
 		SELECT 'book', 'b' || g, 'upsert', 'lib-' || (g % 2) FROM generate_series(1, $1) g
 		RETURNING id`, n)
-	require.NoError(t, err)
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		require.NoError(t, rows.Scan(&id))
-		ids = append(ids, id)
-	}
-	require.NoError(t, rows.Err())
-	return ids
 }
 
 // fail marks ids failed with reason, failed ago in the past, the way the
@@ -55,6 +46,31 @@ func (b bundle) fail(t *testing.T, reason string, ago time.Duration, ids ...int6
 	require.NoError(t, err)
 }
 
+// insertFailed adds n rows failed with reason an hour ago and returns
+// their ids.
+func (b bundle) insertFailed(t *testing.T, n int, reason string) []int64 {
+	t.Helper()
+	id := b.insert(t, n)
+	b.fail(t, reason, time.Hour, id...)
+	return id
+}
+
+// replay and discard are the operator's calls, failing the test on an
+// error.
+func (b bundle) replay(t *testing.T, req Request) Report {
+	t.Helper()
+	rep, err := Replay(b.ctx, b.db.Pool, req)
+	require.NoError(t, err)
+	return rep
+}
+
+func (b bundle) discard(t *testing.T, req Request) Report {
+	t.Helper()
+	rep, err := Discard(b.ctx, b.db.Pool, req)
+	require.NoError(t, err)
+	return rep
+}
+
 func (b bundle) exec(t *testing.T, sql string, args ...any) {
 	t.Helper()
 	_, err := b.db.Pool.Exec(b.ctx, sql, args...)
@@ -69,11 +85,7 @@ func (b bundle) count(t *testing.T, sql string, args ...any) int {
 }
 
 func ids(events []FailedEvent) []int64 {
-	out := make([]int64, len(events))
-	for i, e := range events {
-		out[i] = e.ID
-	}
-	return out
+	return harness.Map(events, func(e FailedEvent) int64 { return e.ID })
 }
 
 func TestListFilters(t *testing.T) {

@@ -14,8 +14,7 @@ import (
 func TestListPageWalksEveryOrder(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	id := b.insert(t, 23)
-	b.fail(t, "timeout", time.Hour, id...)
+	id := b.insertFailed(t, 23, "timeout")
 	// Ties on every sort key, so the id must break them.
 	b.exec(t, `UPDATE outbox_events SET attempts = id % 3, replay_count = id % 2,
 	                  updated_at = now() - make_interval(mins => (id % 4)::int) WHERE id = ANY($1)`, id)
@@ -110,11 +109,9 @@ func TestFilterByClassTextScopeAndEntity(t *testing.T) {
 	require.Equal(t, []string{"mapping_error", "timeout"}, reasons)
 
 	// The actions take the same selectors.
-	rep, err := Discard(b.ctx, b.db.Pool, Request{Class: "deterministic", Text: "ISBN", By: "alice", Why: "gone", DryRun: true})
-	require.NoError(t, err)
+	rep := b.discard(t, Request{Class: "deterministic", Text: "ISBN", By: "alice", Why: "gone", DryRun: true})
 	require.Equal(t, id[4:5], rep.IDs())
-	rep, err = Replay(b.ctx, b.db.Pool, Request{ScopeKey: "lib-1", EntityType: "book", By: "alice", Why: "fixed"})
-	require.NoError(t, err)
+	rep = b.replay(t, Request{ScopeKey: "lib-1", EntityType: "book", By: "alice", Why: "fixed"})
 	require.Equal(t, []int64{id[0], id[2]}, rep.IDs())
 	var sel string
 	require.NoError(t, b.db.Pool.QueryRow(b.ctx, `SELECT selector::text FROM outbox_replay_audit WHERE id = $1`, rep.AuditID).Scan(&sel))
@@ -133,8 +130,7 @@ func TestExpectHoldsAnActionToItsDryRun(t *testing.T) {
 	b := setup(t)
 	id := b.insert(t, 4)
 	b.fail(t, "timeout", time.Hour, id[:3]...)
-	dry, err := Replay(b.ctx, b.db.Pool, Request{Reason: "timeout", By: "alice", Why: "x", DryRun: true})
-	require.NoError(t, err)
+	dry := b.replay(t, Request{Reason: "timeout", By: "alice", Why: "x", DryRun: true})
 	require.Equal(t, SelectionToken(id[:3]), dry.Token)
 
 	// Another row starts to match: refused, nothing changed.
@@ -149,10 +145,8 @@ func TestExpectHoldsAnActionToItsDryRun(t *testing.T) {
 	require.Zero(t, b.audits(t))
 
 	// The token of the rows as they are goes through.
-	dry, err = Replay(b.ctx, b.db.Pool, Request{Reason: "timeout", By: "alice", Why: "x", DryRun: true})
-	require.NoError(t, err)
-	rep, err = Replay(b.ctx, b.db.Pool, Request{Reason: "timeout", By: "alice", Why: "x", Expect: dry.Token})
-	require.NoError(t, err)
+	dry = b.replay(t, Request{Reason: "timeout", By: "alice", Why: "x", DryRun: true})
+	rep = b.replay(t, Request{Reason: "timeout", By: "alice", Why: "x", Expect: dry.Token})
 	require.Len(t, rep.Events, 4)
 	require.Equal(t, dry.Token, rep.Token)
 }

@@ -53,8 +53,7 @@ func (b bundle) audits(t *testing.T) int {
 func TestReplayByIDs(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	id := b.insert(t, 3)
-	b.fail(t, "mapping_error", time.Hour, id...)
+	id := b.insertFailed(t, 3, "mapping_error")
 
 	// Listen before the replay: the NOTIFY must arrive after commit.
 	conn, err := pgx.Connect(b.ctx, b.db.URL)
@@ -63,11 +62,10 @@ func TestReplayByIDs(t *testing.T) {
 	_, err = conn.Exec(b.ctx, `LISTEN outbox_events`)
 	require.NoError(t, err)
 
-	rep, err := Replay(b.ctx, b.db.Pool, Request{
+	rep := b.replay(t, Request{
 		IDs: []int64{id[0], id[1]}, By: "alice", Why: "mapping fixed",
 		Given: map[string]string{"ids": FormatIDs(id[:2])},
 	})
-	require.NoError(t, err)
 	require.Equal(t, id[:2], rep.IDs())
 	require.NotZero(t, rep.AuditID)
 	require.Equal(t, "mapping_error", rep.Events[0].ErrorReason, "the rows as they were")
@@ -110,18 +108,15 @@ func TestReplayByIDs(t *testing.T) {
 func TestReplayResetAttempts(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	id := b.insert(t, 1)
-	b.fail(t, "timeout", time.Hour, id...)
-	_, err := Replay(b.ctx, b.db.Pool, Request{IDs: id, By: "bob", Why: "retry", ResetAttempts: true})
-	require.NoError(t, err)
+	id := b.insertFailed(t, 1, "timeout")
+	b.replay(t, Request{IDs: id, By: "bob", Why: "retry", ResetAttempts: true})
 	require.Equal(t, 0, b.row(t, id[0]).Attempts)
 }
 
 func TestReplayRequiresByAndWhy(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	id := b.insert(t, 1)
-	b.fail(t, "timeout", time.Hour, id...)
+	id := b.insertFailed(t, 1, "timeout")
 	for _, req := range []Request{
 		{IDs: id},
 		{IDs: id, By: "alice"},
@@ -142,8 +137,7 @@ func TestReplayRequiresByAndWhy(t *testing.T) {
 func TestReplayUnknownIDChangesNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	id := b.insert(t, 2)
-	b.fail(t, "timeout", time.Hour, id...)
+	id := b.insertFailed(t, 2, "timeout")
 	missing := id[1] + 100
 
 	rep, err := Replay(b.ctx, b.db.Pool, Request{IDs: []int64{id[0], id[1], missing}, By: "alice", Why: "x"})
@@ -183,8 +177,7 @@ func TestReplayIDsWithOtherSelectors(t *testing.T) {
 	b.fail(t, "timeout", time.Hour, id[0], id[2], id[3])
 	b.fail(t, "mapping_error", time.Hour, id[1])
 
-	rep, err := Replay(b.ctx, b.db.Pool, Request{IDs: id, Reason: "timeout", Limit: 2, By: "alice", Why: "x", DryRun: true})
-	require.NoError(t, err)
+	rep := b.replay(t, Request{IDs: id, Reason: "timeout", Limit: 2, By: "alice", Why: "x", DryRun: true})
 	require.Equal(t, []int64{id[0], id[2]}, rep.IDs())
 	require.Equal(t, []int64{id[1], id[3]}, rep.Skipped, "filtered out by reason, then by limit")
 }
@@ -192,11 +185,9 @@ func TestReplayIDsWithOtherSelectors(t *testing.T) {
 func TestReplayDryRunChangesNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	id := b.insert(t, 3)
-	b.fail(t, "timeout", time.Hour, id...)
+	id := b.insertFailed(t, 3, "timeout")
 
-	dry, err := Replay(b.ctx, b.db.Pool, Request{Reason: "timeout", By: "alice", Why: "x", DryRun: true})
-	require.NoError(t, err)
+	dry := b.replay(t, Request{Reason: "timeout", By: "alice", Why: "x", DryRun: true})
 	require.True(t, dry.DryRun)
 	require.Equal(t, id, dry.IDs())
 	require.Zero(t, dry.AuditID)
@@ -204,8 +195,7 @@ func TestReplayDryRunChangesNothing(t *testing.T) {
 	require.Zero(t, b.audits(t))
 
 	// The real run changes exactly the rows the dry run listed.
-	real, err := Replay(b.ctx, b.db.Pool, Request{Reason: "timeout", By: "alice", Why: "x"})
-	require.NoError(t, err)
+	real := b.replay(t, Request{Reason: "timeout", By: "alice", Why: "x"})
 	require.Equal(t, dry.Events, real.Events)
 	require.Equal(t, []string{"pending", "pending", "pending"}, b.statuses(t, id...))
 	require.Equal(t, 1, b.audits(t))
@@ -221,20 +211,17 @@ func TestReplaySelectors(t *testing.T) {
 	b.fail(t, "timeout", time.Hour, id[4])
 	b.exec(t, `UPDATE outbox_events SET projection = 'chronicle' WHERE id = $1`, id[4])
 
-	rep, err := Replay(b.ctx, b.db.Pool, Request{
+	rep := b.replay(t, Request{
 		Reason: "timeout", Projection: "search", Since: time.Now().Add(-24 * time.Hour), Until: time.Now(),
 		By: "alice", Why: "engine back", DryRun: true,
 	})
-	require.NoError(t, err)
 	require.Equal(t, []int64{id[0], id[1]}, rep.IDs())
 
-	rep, err = Replay(b.ctx, b.db.Pool, Request{Reason: "timeout", Limit: 2, By: "alice", Why: "x", DryRun: true})
-	require.NoError(t, err)
+	rep = b.replay(t, Request{Reason: "timeout", Limit: 2, By: "alice", Why: "x", DryRun: true})
 	require.Equal(t, []int64{id[0], id[1]}, rep.IDs(), "limit keeps the lowest ids")
 
 	// Nothing matching: no change and no audit row.
-	rep, err = Replay(b.ctx, b.db.Pool, Request{Reason: "parse_error", By: "alice", Why: "x"})
-	require.NoError(t, err)
+	rep = b.replay(t, Request{Reason: "parse_error", By: "alice", Why: "x"})
 	require.Empty(t, rep.Events)
 	require.Zero(t, rep.AuditID)
 	require.Zero(t, b.audits(t))
@@ -243,8 +230,7 @@ func TestReplaySelectors(t *testing.T) {
 func TestReplayCap(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	id := b.insert(t, 5)
-	b.fail(t, "timeout", time.Hour, id...)
+	id := b.insertFailed(t, 5, "timeout")
 
 	rep, err := Replay(b.ctx, b.db.Pool, Request{Reason: "timeout", Max: 3, By: "alice", Why: "x"})
 	var refused *RefusedError
@@ -255,15 +241,12 @@ func TestReplayCap(t *testing.T) {
 	require.Zero(t, b.audits(t))
 
 	// A limit under the cap is fine; --ids are not capped.
-	rep, err = Replay(b.ctx, b.db.Pool, Request{Reason: "timeout", Max: 3, Limit: 3, By: "alice", Why: "x", DryRun: true})
-	require.NoError(t, err)
+	rep = b.replay(t, Request{Reason: "timeout", Max: 3, Limit: 3, By: "alice", Why: "x", DryRun: true})
 	require.Len(t, rep.Events, 3)
-	rep, err = Replay(b.ctx, b.db.Pool, Request{IDs: id, Max: 3, By: "alice", Why: "x", DryRun: true})
-	require.NoError(t, err)
+	rep = b.replay(t, Request{IDs: id, Max: 3, By: "alice", Why: "x", DryRun: true})
 	require.Len(t, rep.Events, 5)
 
-	rep, err = Replay(b.ctx, b.db.Pool, Request{Reason: "timeout", Max: 3, Yes: true, By: "alice", Why: "x"})
-	require.NoError(t, err)
+	rep = b.replay(t, Request{Reason: "timeout", Max: 3, Yes: true, By: "alice", Why: "x"})
 	require.Len(t, rep.Events, 5)
 	require.Equal(t, 1, b.audits(t))
 }
@@ -271,11 +254,9 @@ func TestReplayCap(t *testing.T) {
 func TestReplayTwiceSecondFindsNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	id := b.insert(t, 1)
-	b.fail(t, "timeout", time.Hour, id...)
+	id := b.insertFailed(t, 1, "timeout")
+	b.replay(t, Request{IDs: id, By: "a", Why: "x"})
 	_, err := Replay(b.ctx, b.db.Pool, Request{IDs: id, By: "a", Why: "x"})
-	require.NoError(t, err)
-	_, err = Replay(b.ctx, b.db.Pool, Request{IDs: id, By: "a", Why: "x"})
 	require.ErrorContains(t, err, "is pending, not failed")
 	require.Equal(t, 1, b.row(t, id[0]).ReplayCount)
 }

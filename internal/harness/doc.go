@@ -22,6 +22,11 @@
 //	Verify                                Verified
 //	IdentifyEngine                        Engine
 //	StartSecuredNode                      SecuredEngine
+//	SourceDiff                            SourceMatched
+//
+// For tests alone: Column and Pairs read a query's rows, Outbox is a
+// database with an outbox.Store on it, and SourceWriter is an application
+// that keeps a source-of-truth table next to its outbox events.
 //
 // Session is the drill's and the bench's setup in one: the binary, a
 // migrated database, an index, and their removal.

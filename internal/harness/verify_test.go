@@ -92,72 +92,63 @@ func TestVerifyAllGood(t *testing.T) {
 
 func TestVerifyFindsEachWrong(t *testing.T) {
 	t.Parallel()
+	// Each case is book 1's events ("op version status"), in outbox order,
+	// the version it is indexed at (0: not indexed) and its ledger entry
+	// ("version op"; "": none), written in that order.
 	for _, tc := range []struct {
-		name  string
-		setup func(t *testing.T, c verifyCase)
-		want  Verdict
+		name   string
+		events []string
+		doc    int64
+		ledger string
+		want   Verdict
 	}{
-		{"lost pending", func(t *testing.T, c verifyCase) { c.event(t, "1", "upsert", 1, "pending", "") },
+		{"lost pending", []string{"upsert 1 pending"}, 0, "",
 			Verdict{Events: 1, Lost: 1}},
-		{"lost processing", func(t *testing.T, c verifyCase) { c.event(t, "1", "upsert", 1, "processing", "") },
+		{"lost processing", []string{"upsert 1 processing"}, 0, "",
 			Verdict{Events: 1, Lost: 1}},
-		{"failed without reason", func(t *testing.T, c verifyCase) { c.event(t, "1", "upsert", 1, "failed", "") },
+		{"failed without reason", []string{"upsert 1 failed"}, 0, "",
 			Verdict{Events: 1, Failed: 1, FailedWithoutReason: 1}},
-		{"regressed", func(t *testing.T, c verifyCase) {
-			c.event(t, "1", "upsert", 1, "done", "")
-			c.event(t, "1", "upsert", 3, "done", "")
-			c.doc(t, "1", 1)
-			c.ledger(t, "1", 3, false)
-		}, Verdict{Events: 2, Done: 2, Entities: 1, Regressed: []string{"book:1: want version 3, found 1"}}},
-		{"resurrected", func(t *testing.T, c verifyCase) {
-			c.event(t, "1", "upsert", 1, "done", "")
-			c.event(t, "1", "delete", 2, "done", "")
-			c.doc(t, "1", 1)
-			c.ledger(t, "1", 2, true)
-		}, Verdict{Events: 2, Done: 2, Entities: 1, Resurrected: []string{"book:1: deleted at 2, found at 1"}}},
-		{"missing", func(t *testing.T, c verifyCase) {
-			c.event(t, "1", "upsert", 4, "done", "")
-			c.ledger(t, "1", 4, false)
-		}, Verdict{Events: 1, Done: 1, Entities: 1, Missing: []string{"book:1: want version 4"}}},
-		{"ledger missing", func(t *testing.T, c verifyCase) {
-			c.event(t, "1", "upsert", 1, "done", "")
-			c.doc(t, "1", 1)
-		}, Verdict{Events: 1, Done: 1, Entities: 1, LedgerMismatch: []string{"book:1: want ledger at 1 upsert, found no entry"}}},
-		{"ledger missing a delete", func(t *testing.T, c verifyCase) {
-			c.event(t, "1", "delete", 1, "done", "")
-		}, Verdict{Events: 1, Done: 1, Entities: 1, LedgerMismatch: []string{"book:1: want ledger at 1 delete, found no entry"}}},
-		{"ledger behind", func(t *testing.T, c verifyCase) {
-			c.event(t, "1", "upsert", 1, "done", "")
-			c.event(t, "1", "upsert", 2, "done", "")
-			c.doc(t, "1", 2)
-			c.ledger(t, "1", 1, false)
-		}, Verdict{Events: 2, Done: 2, Entities: 1, LedgerMismatch: []string{"book:1: want ledger at 2 upsert, found 1 upsert"}}},
-		{"ledger behind an out-of-order row", func(t *testing.T, c verifyCase) {
-			c.event(t, "1", "upsert", 3, "done", "")
-			c.event(t, "1", "upsert", 2, "done", "")
-			c.doc(t, "1", 3)
-			c.ledger(t, "1", 2, false)
-		}, Verdict{Events: 2, Done: 2, Entities: 1, LedgerMismatch: []string{"book:1: want ledger at 3 upsert, found 2 upsert"}}},
-		{"ledger ahead", func(t *testing.T, c verifyCase) {
-			c.event(t, "1", "upsert", 1, "done", "")
-			c.doc(t, "1", 1)
-			c.ledger(t, "1", 5, false)
-		}, Verdict{Events: 1, Done: 1, Entities: 1, LedgerMismatch: []string{"book:1: want ledger at 1 upsert, found 5 upsert"}}},
-		{"ledger says deleted", func(t *testing.T, c verifyCase) {
-			c.event(t, "1", "upsert", 1, "done", "")
-			c.doc(t, "1", 1)
-			c.ledger(t, "1", 1, true)
-		}, Verdict{Events: 1, Done: 1, Entities: 1, LedgerMismatch: []string{"book:1: want ledger at 1 upsert, found 1 delete"}}},
-		{"ledger misses the later row of a version", func(t *testing.T, c verifyCase) {
-			c.event(t, "1", "upsert", 2, "done", "")
-			c.event(t, "1", "delete", 2, "done", "")
-			c.ledger(t, "1", 2, false)
-		}, Verdict{Events: 2, Done: 2, Entities: 1, LedgerMismatch: []string{"book:1: want ledger at 2 delete, found 2 upsert"}}},
+		{"regressed", []string{"upsert 1 done", "upsert 3 done"}, 1, "3 upsert",
+			Verdict{Events: 2, Done: 2, Entities: 1, Regressed: []string{"book:1: want version 3, found 1"}}},
+		{"resurrected", []string{"upsert 1 done", "delete 2 done"}, 1, "2 delete",
+			Verdict{Events: 2, Done: 2, Entities: 1, Resurrected: []string{"book:1: deleted at 2, found at 1"}}},
+		{"missing", []string{"upsert 4 done"}, 0, "4 upsert",
+			Verdict{Events: 1, Done: 1, Entities: 1, Missing: []string{"book:1: want version 4"}}},
+		{"ledger missing", []string{"upsert 1 done"}, 1, "",
+			Verdict{Events: 1, Done: 1, Entities: 1, LedgerMismatch: []string{"book:1: want ledger at 1 upsert, found no entry"}}},
+		{"ledger missing a delete", []string{"delete 1 done"}, 0, "",
+			Verdict{Events: 1, Done: 1, Entities: 1, LedgerMismatch: []string{"book:1: want ledger at 1 delete, found no entry"}}},
+		{"ledger behind", []string{"upsert 1 done", "upsert 2 done"}, 2, "1 upsert",
+			Verdict{Events: 2, Done: 2, Entities: 1, LedgerMismatch: []string{"book:1: want ledger at 2 upsert, found 1 upsert"}}},
+		{"ledger behind an out-of-order row", []string{"upsert 3 done", "upsert 2 done"}, 3, "2 upsert",
+			Verdict{Events: 2, Done: 2, Entities: 1, LedgerMismatch: []string{"book:1: want ledger at 3 upsert, found 2 upsert"}}},
+		{"ledger ahead", []string{"upsert 1 done"}, 1, "5 upsert",
+			Verdict{Events: 1, Done: 1, Entities: 1, LedgerMismatch: []string{"book:1: want ledger at 1 upsert, found 5 upsert"}}},
+		{"ledger says deleted", []string{"upsert 1 done"}, 1, "1 delete",
+			Verdict{Events: 1, Done: 1, Entities: 1, LedgerMismatch: []string{"book:1: want ledger at 1 upsert, found 1 delete"}}},
+		{"ledger misses the later row of a version", []string{"upsert 2 done", "delete 2 done"}, 0, "2 upsert",
+			Verdict{Events: 2, Done: 2, Entities: 1, LedgerMismatch: []string{"book:1: want ledger at 2 delete, found 2 upsert"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			c := newVerifyCase(t)
-			tc.setup(t, c)
+			for _, e := range tc.events {
+				var op, status string
+				var version int64
+				_, err := fmt.Sscan(e, &op, &version, &status)
+				require.NoError(t, err, e)
+				c.event(t, "1", op, version, status, "")
+			}
+			if tc.doc != 0 {
+				c.doc(t, "1", tc.doc)
+			}
+			if tc.ledger != "" {
+				var version int64
+				var op string
+				_, err := fmt.Sscan(tc.ledger, &version, &op)
+				require.NoError(t, err, tc.ledger)
+				c.ledger(t, "1", version, op == "delete")
+			}
 			v := c.verdict(t)
 			require.False(t, v.OK(), v.String())
 			require.Equal(t, tc.want, v)
