@@ -1,34 +1,67 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/wlproj/wlproj/internal/bounds"
 	"github.com/wlproj/wlproj/replay"
 )
 
-// The actions on failed rows. Each is two POSTs: a dry run, which shows
-// exactly which rows and how many, and the action itself, confirmed with a
-// why and held to the dry run's rows by its token. Both go through replay's
-// action path, as the CLI's replay and failed discard do.
+// The actions on failed and archived rows. Each is two POSTs: a dry run,
+// which shows exactly which rows and how many, and the action itself,
+// confirmed with a why and held to the dry run's rows by its token. All go
+// through replay's action path, as the CLI's replay, failed discard, failed
+// archive and replay --archived do.
 
-// actionKinds are the actions on failed rows, by form value.
-var actionKinds = map[string]struct {
-	do    func(context.Context, replay.Beginner, replay.Request) (replay.Report, error)
-	verb  string // "replay"
-	done  string // "replayed"
-	where string // " to pending"
-}{
-	"replay":  {replay.Replay, "replay", "replayed", " to pending"},
-	"discard": {replay.Discard, "discard", "discarded", " (closed for good)"},
+// actionKind is one action, with what its forms and messages need.
+type actionKind struct {
+	do   func(context.Context, replay.Beginner, replay.Request) (replay.Report, error)
+	verb string // "replay"
+	done string // "replayed", also the key of the notice after it
+	// rows names the rows it takes: "No failed events match …".
+	rows string
+	// filters are the filter fields it selects by; none: by id only.
+	filters []string
+	// aged needs the form's older_than: archive moves only rows that failed
+	// long ago, as the CLI's required --older-than.
+	aged bool
+	// resets offers resetting attempts.
+	resets bool
+	// list is the page of the rows it takes.
+	list string
+	// cli is the command that does the same, for a refusal by the database.
+	cli string
 }
+
+// actionKinds are the actions, by form value.
+var actionKinds = map[string]actionKind{
+	"replay": {do: replay.Replay, verb: "replay", done: "replayed", rows: "failed", filters: filterFields,
+		resets: true, list: "failed", cli: "wlproj replay"},
+	"discard": {do: replay.Discard, verb: "discard", done: "discarded", rows: "failed", filters: filterFields,
+		list: "failed", cli: "wlproj failed discard"},
+	"archive": {do: archive, verb: "archive", done: "archived", rows: "failed or discarded",
+		filters: []string{"projection", "reason"}, aged: true, list: "failed", cli: "wlproj failed archive"},
+	"restore": {do: replay.Restore, verb: "restore", done: "restored", rows: "archived", resets: true,
+		list: "archived", cli: "wlproj replay --archived"},
+}
+
+// actionNames are the keys of actionKinds, for messages.
+const actionNames = "replay, discard, archive or restore"
+
+// insufficientPrivilege is the SQLSTATE of a statement the database role
+// may not run.
+const insufficientPrivilege = "42501"
 
 // confirmShown is how many of the selected rows a confirmation lists; the
 // count and the token cover all of them.
@@ -37,6 +70,14 @@ const confirmShown = 50
 // dryRunWhy is the why of a dry run: replay requires one, and a dry run
 // writes no audit row for it to go to.
 const dryRunWhy = "console dry run"
+
+// archive is replay.Archive for a Request, whose Until is the cut-off a
+// dry run resolved the form's older_than to; its Expect holds a confirmed
+// archive to the dry run's rows.
+func archive(ctx context.Context, db replay.Beginner, req replay.Request) (replay.Report, error) {
+	return replay.Archive(ctx, db, replay.ArchiveRequest{Before: req.Until, IDs: req.IDs, Projection: req.Projection,
+		Reason: req.Reason, By: req.By, Why: req.Why, DryRun: req.DryRun, Given: req.Given, Expect: req.Expect})
+}
 
 // actionForm is the POST of a dry run or an action.
 type actionForm struct {
@@ -48,7 +89,11 @@ type actionForm struct {
 	// given is the filter as first typed ("since 24h"), where typed holds
 	// it resolved ("since 2025-…"), so a confirmation acts on the window
 	// its dry run saw.
-	given         typedFilter
+	given typedFilter
+	// cutoff is an archive's older_than resolved: rows that failed before
+	// it move. olderThan is what was first typed ("30d").
+	cutoff        time.Time
+	olderThan     string
 	yes           bool
 	token         string
 	why           string
@@ -56,16 +101,32 @@ type actionForm struct {
 }
 
 // actionFields are the fields of an action's form besides the filter.
-var actionFields = []string{"csrf", "action", "scope", "id", "ids", "yes", "token", "why", "reset_attempts", "given"}
+var actionFields = []string{"csrf", "action", "scope", "id", "ids", "yes", "token", "why", "reset_attempts", "given",
+	"older_than"}
 
-func parseActionForm(v url.Values) (actionForm, error) {
+func parseActionForm(v url.Values, now time.Time) (actionForm, error) {
 	a := actionForm{kind: v.Get("action"), yes: v.Get("yes") == "1", token: v.Get("token"),
 		why: strings.TrimSpace(v.Get("why")), resetAttempts: v.Get("reset_attempts") == "1"}
-	if _, ok := actionKinds[a.kind]; !ok {
-		return a, badf("unknown action %q: replay or discard", a.kind)
+	kind, ok := actionKinds[a.kind]
+	if !ok {
+		return a, badf("unknown action %q: %s", a.kind, actionNames)
 	}
 	if err := onlyKnown(v, filterFields, actionFields); err != nil {
 		return a, err
+	}
+	var given url.Values
+	if g := v.Get("given"); g != "" {
+		var err error
+		if given, err = url.ParseQuery(g); err != nil {
+			return a, badf("given: %v", err)
+		}
+	}
+	if kind.aged {
+		var err error
+		if a.cutoff, err = parseOlderThan(v.Get("older_than"), now); err != nil {
+			return a, err
+		}
+		a.olderThan = cmp.Or(given.Get("older_than"), strings.TrimSpace(v.Get("older_than")))
 	}
 	switch v.Get("scope") {
 	case "ids":
@@ -87,21 +148,30 @@ func parseActionForm(v url.Values) (actionForm, error) {
 			return a, badf("no rows are selected: tick the rows to %s first", a.kind)
 		}
 	case "filter":
+		if kind.filters == nil {
+			return a, badf("%s takes ticked rows only: %s events are chosen by id", a.kind, kind.rows)
+		}
 		var err error
 		if a.typed, err = readFilter(v); err != nil {
 			return a, err
 		}
-		if len(a.typed) == 0 {
+		if len(a.typed) == 0 && !kind.aged {
 			return a, badf("acting on every failed row needs a filter: with none it would take all of them; " +
 				"filter first, e.g. by projection and reason")
 		}
-		a.given = a.typed
-		if g := v.Get("given"); g != "" {
-			gv, err := url.ParseQuery(g)
-			if err != nil {
-				return a, badf("given: %v", err)
+		var other []string
+		for _, f := range filterFields {
+			if _, ok := a.typed[f]; ok && !slices.Contains(kind.filters, f) {
+				other = append(other, filterLabels[f])
 			}
-			if a.given, err = readFilter(gv); err != nil {
+		}
+		if len(other) > 0 {
+			return a, badf("%s selects by %s only, as the CLI's %s does: take %s out of the filter, or tick the rows",
+				a.kind, strings.Join(labels(kind.filters), " and "), kind.cli, strings.Join(other, ", "))
+		}
+		a.given = a.typed
+		if given != nil {
+			if a.given, err = readFilter(given); err != nil {
 				return a, err
 			}
 		}
@@ -111,14 +181,49 @@ func parseActionForm(v url.Values) (actionForm, error) {
 	return a, nil
 }
 
-// request is the replay.Request of a, as user.
+// parseOlderThan reads an archive's age: a duration ago as typed, or the
+// time a dry run resolved it to, which its confirmation sends back.
+func parseOlderThan(s string, now time.Time) (time.Time, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return time.Time{}, badf("say how long ago the rows must have failed to be archived: older than, e.g. 30d " +
+			"(the CLI's --older-than)")
+	}
+	if d, ok := replay.ParseAgo(s); ok {
+		if d <= 0 {
+			return time.Time{}, badf("older than %q: must be positive, e.g. 30d", s)
+		}
+		return now.Add(-d), nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	return time.Time{}, badf("older than %q is not a duration like 720h or 30d", s)
+}
+
+// labels are the filter fields' names for people.
+func labels(fields []string) []string {
+	out := make([]string, len(fields))
+	for i, f := range fields {
+		out[i] = filterLabels[f]
+	}
+	return out
+}
+
+// request is the replay.Request of a, as user. An archive's cut-off is its
+// Until, which archive passes on as the cut-off.
 func (a actionForm) request(user string, now time.Time, dryRun bool) (replay.Request, error) {
+	kind := actionKinds[a.kind]
 	req := replay.Request{IDs: a.ids, By: user, Why: a.why, DryRun: dryRun, Yes: a.yes, Max: replay.MaxDefault,
-		ResetAttempts: a.resetAttempts && a.kind == "replay", Given: map[string]string{"via": "console"}}
+		ResetAttempts: a.resetAttempts && kind.resets, Given: map[string]string{"via": "console"}}
 	if dryRun {
 		req.Why = dryRunWhy
 	} else {
 		req.Expect = a.token
+	}
+	if kind.aged {
+		req.Until = a.cutoff
+		req.Given["older-than"] = a.olderThan
 	}
 	if len(a.ids) > 0 {
 		req.Given["ids"] = replay.FormatIDs(a.ids)
@@ -130,7 +235,9 @@ func (a actionForm) request(user string, now time.Time, dryRun bool) (replay.Req
 	}
 	req.Projection, req.Reason, req.Class, req.ScopeKey, req.EntityType, req.Text =
 		f.Projection, f.Reason, f.Class, f.ScopeKey, f.EntityType, f.Text
-	req.Since, req.Until = f.Since, f.Until
+	if !kind.aged {
+		req.Since, req.Until = f.Since, f.Until
+	}
 	for k, v := range a.given {
 		req.Given[k] = v
 	}
@@ -139,23 +246,66 @@ func (a actionForm) request(user string, now time.Time, dryRun bool) (replay.Req
 
 // describe says which rows a names, for people.
 func (a actionForm) describe() string {
-	if len(a.ids) > 0 {
-		if len(a.ids) == 1 {
-			return "event " + strconv.FormatInt(a.ids[0], 10)
-		}
-		return "the selected events " + replay.FormatIDs(a.ids)
+	if len(a.ids) == 0 {
+		return "every " + actionKinds[a.kind].rows + " event matching " + a.criteria()
 	}
-	return "every failed event matching " + a.given.describe()
+	s := "the selected events " + replay.FormatIDs(a.ids)
+	if len(a.ids) == 1 {
+		s = "event " + strconv.FormatInt(a.ids[0], 10)
+	}
+	if !a.cutoff.IsZero() {
+		s += " that failed " + a.age()
+	}
+	return s
+}
+
+// criteria is a filter's selectors in words: "reason = timeout, failed
+// more than 30d ago (before …)".
+func (a actionForm) criteria() string {
+	var parts []string
+	if len(a.given) > 0 {
+		parts = append(parts, a.given.describe())
+	}
+	if !a.cutoff.IsZero() {
+		parts = append(parts, "failed "+a.age())
+	}
+	return strings.Join(parts, ", ")
+}
+
+// age is an archive's cut-off in words: "more than 30d ago (before …)".
+func (a actionForm) age() string {
+	if _, ok := replay.ParseAgo(a.olderThan); ok {
+		return fmt.Sprintf("more than %s ago (before %s)", a.olderThan, formatTime(a.cutoff))
+	}
+	return "before " + formatTime(a.cutoff)
+}
+
+// none says that nothing matched a.
+func (a actionForm) none() string {
+	kind := actionKinds[a.kind]
+	what := a.describe()
+	if len(a.ids) == 0 {
+		what = a.criteria()
+	}
+	return fmt.Sprintf("No %s events match %s: nothing to %s. Nothing changed.", kind.rows, what, kind.verb)
 }
 
 // hidden are the form fields that name a's rows again, resolved, for the
 // confirmation and for a new dry run.
 func (a actionForm) hidden(now time.Time) []field {
 	fs := []field{{Name: "action", Value: a.kind}}
+	given := a.given.values()
+	if !a.cutoff.IsZero() {
+		fs = append(fs, field{Name: "older_than", Value: a.cutoff.UTC().Format(time.RFC3339Nano)})
+		given.Set("older_than", a.olderThan)
+	}
+	if len(given) > 0 {
+		fs = append(fs, field{Name: "given", Value: given.Encode()})
+	}
 	if len(a.ids) > 0 {
 		return append(fs, field{Name: "scope", Value: "ids"}, field{Name: "ids", Value: replay.FormatIDs(a.ids)})
 	}
-	fs = append(fs, field{Name: "scope", Value: "filter"}, field{Name: "given", Value: a.given.values().Encode()})
+	fs = append(fs, field{Name: "scope", Value: "filter"})
 	resolved, _ := a.typed.filter(now)
 	for _, f := range filterFields {
 		v, ok := a.typed[f]
@@ -194,7 +344,11 @@ type confirmView struct {
 	Token            string
 	Hidden           []field
 	Why              string
-	Replay           bool
+	Resets           bool
+	// List is the page of the rows the action takes, where cancel goes.
+	List string
+	// Skipped says which ticked rows the action leaves alone, and why.
+	Skipped string
 	// Matching and Max are set when the cap refused: Yes lifts it.
 	Matching int64
 	Max      int
@@ -202,7 +356,7 @@ type confirmView struct {
 }
 
 func (c *Console) dryRun(w http.ResponseWriter, r *http.Request) {
-	a, err := parseActionForm(r.PostForm)
+	a, err := parseActionForm(r.PostForm, time.Now())
 	if err != nil {
 		c.refuse(w, r, http.StatusBadRequest, err.Error())
 		return
@@ -222,7 +376,7 @@ func (c *Console) confirm(w http.ResponseWriter, r *http.Request, a actionForm, 
 	}
 	rep, err := kind.do(r.Context(), c.deps.Pool, req)
 	v := confirmView{Kind: a.kind, Verb: kind.verb, Done: kind.done, What: a.describe(), Hidden: a.hidden(now),
-		Why: a.why, Replay: a.kind == "replay", Max: replay.MaxDefault, Yes: a.yes}
+		Why: a.why, Resets: kind.resets, List: kind.list, Max: replay.MaxDefault, Yes: a.yes}
 	var refused *replay.RefusedError
 	switch {
 	case errors.As(err, &refused) && refused.Max > 0:
@@ -233,10 +387,14 @@ func (c *Console) confirm(w http.ResponseWriter, r *http.Request, a actionForm, 
 		c.refuse(w, r, http.StatusConflict, fmt.Sprintf("The dry run refused: %s. Nothing changed.",
 			strings.Join(refused.Problems, "; ")))
 		return
-	case c.refused(w, r, err, len(rep.Events), a.describe(), kind.verb):
+	case c.refused(w, r, err, len(rep.Events), a):
 		return
 	}
 	v.Count, v.Token = len(rep.Events), rep.Token
+	if len(rep.Skipped) > 0 {
+		// Only an archive's age leaves ticked rows out.
+		v.Skipped = fmt.Sprintf("Left alone: %s: ticked, but failed after %s.", replay.FormatIDs(rep.Skipped), formatTime(a.cutoff))
+	}
 	v.Shown = rep.Events[:min(len(rep.Events), confirmShown)]
 	c.renderError(w, r, status, "confirm", "Dry run", v, msg)
 }
@@ -261,7 +419,7 @@ type retryView struct {
 }
 
 func (c *Console) apply(w http.ResponseWriter, r *http.Request) {
-	a, err := parseActionForm(r.PostForm)
+	a, err := parseActionForm(r.PostForm, time.Now())
 	if err != nil {
 		c.refuse(w, r, http.StatusBadRequest, err.Error())
 		return
@@ -290,31 +448,43 @@ func (c *Console) apply(w http.ResponseWriter, r *http.Request) {
 		// since, by someone else's hand or the leader's.
 		why := strings.Join(refused.Problems, "; ")
 		if refused.Changed {
-			why = fmt.Sprintf("%d failed events match now, not the ones you confirmed", refused.Matching)
+			why = fmt.Sprintf("%d %s events match now, not the ones you confirmed", refused.Matching, kind.rows)
 		}
 		msg := fmt.Sprintf("The %s was refused because the rows changed since the dry run: %s. Nothing changed. "+
 			"Run the dry run again to see the rows as they are now.", kind.verb, why)
 		c.renderError(w, r, http.StatusConflict, "message", "Nothing changed", retryView{Hidden: a.hidden(now)}, msg)
 		return
-	case c.refused(w, r, err, len(rep.Events), a.describe(), kind.verb):
+	case c.refused(w, r, err, len(rep.Events), a):
 		return
+	}
+	notice := kind.done
+	if len(rep.AuditIDs) > 1 {
+		notice = "archived-batches"
 	}
 	c.deps.Log.Info().Str("user", u.Name).Str("action", a.kind).Int("events", len(rep.Events)).
 		Int64("audit_id", rep.AuditID).Str("why", a.why).Msg("console action")
-	http.Redirect(w, r, Prefix+"audit/"+strconv.FormatInt(rep.AuditID, 10)+"?notice="+kind.done, http.StatusSeeOther)
+	http.Redirect(w, r, Prefix+"audit/"+strconv.FormatInt(rep.AuditID, 10)+"?notice="+notice, http.StatusSeeOther)
 }
 
 // refused answers a bad request, an error, or a selection of no rows (the
 // token of no rows matched: nothing was there), and says whether it did.
-func (c *Console) refused(w http.ResponseWriter, r *http.Request, err error, rows int, described, verb string) bool {
+func (c *Console) refused(w http.ResponseWriter, r *http.Request, err error, rows int, a actionForm) bool {
+	var pgErr *pgconn.PgError
 	switch {
 	case isBad(err):
 		c.refuse(w, r, http.StatusBadRequest, err.Error())
+	case errors.As(err, &pgErr) && pgErr.Code == insufficientPrivilege:
+		// The least-privilege runtime role (deploy/sql/roles.sql) may not
+		// insert events, so a replica running as it cannot restore.
+		kind := actionKinds[a.kind]
+		c.deps.Log.Warn().Err(err).Str("action", a.kind).Msg("console action refused by the database role")
+		c.refuse(w, r, http.StatusForbidden, fmt.Sprintf("This replica's database role may not %s these events (%s). "+
+			"Nothing changed. Run %s as the owner role instead (--database-url \"$OWNER_DATABASE_URL\"), as the runbook shows.",
+			kind.verb, pgErr.Message, kind.cli))
 	case err != nil:
 		c.fail(w, r, err)
 	case rows == 0:
-		c.refuse(w, r, http.StatusOK, fmt.Sprintf("No failed events match %s: nothing to %s. Nothing changed.",
-			strings.TrimPrefix(described, "every failed event matching "), verb))
+		c.refuse(w, r, http.StatusOK, a.none())
 	default:
 		return false
 	}

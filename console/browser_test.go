@@ -3,9 +3,10 @@ package console
 // The console in a real browser: Debian's chromium, driven by chromedp,
 // against two real replicas (the built binary) on the real stack. One
 // scenario, in the order an operator lives it: sign in, look, filter, fix
-// the cause, dry-run, replay, audit; then what a read-only user and a
-// forger may not do, a payload that tries to run, a standby's page, and a
-// kill -9 of the leader with the console still at work.
+// the cause, dry-run, replay, audit; archive old failures and restore one;
+// then what a read-only user and a forger may not do, a payload that tries
+// to run, a standby's page, and a kill -9 of the leader with the console
+// still at work.
 
 import (
 	"context"
@@ -28,7 +29,7 @@ import (
 	"github.com/wlproj/wlproj/leader"
 )
 
-// chromiumPath is Debian's chromium, which scripts/browser.sh installs; the
+// chromiumPath is Debian's chromium, which scripts/tools.sh installs; the
 // tests never fetch a browser of their own.
 const chromiumPath = "/usr/bin/chromium"
 
@@ -45,9 +46,9 @@ func needChromium(t *testing.T) {
 	t.Helper()
 	if _, err := os.Stat(chromiumPath); err != nil {
 		if os.Getenv("CI") == "" {
-			t.Skipf("%s is missing: run scripts/browser.sh (make test does); under CI this test fails instead", chromiumPath)
+			t.Skipf("%s is missing: run scripts/tools.sh (make test does); under CI this test fails instead", chromiumPath)
 		}
-		t.Fatalf("%s is missing under CI: scripts/browser.sh should have installed it", chromiumPath)
+		t.Fatalf("%s is missing under CI: scripts/tools.sh should have installed it", chromiumPath)
 	}
 }
 
@@ -313,6 +314,65 @@ func TestBrowserConsole(t *testing.T) {
 		require.Equal(t, audits, db.Int(t, `SELECT count(*) FROM outbox_replay_audit`))
 	})
 
+	var restored int64
+	t.Run("archive a filtered set, see it under Archived, restore one row", func(t *testing.T) {
+		ada.t = t
+		// Three books that failed on a bad payload forty days ago.
+		db.Exec(t, `
+			INSERT INTO outbox_events (entity_type, entity_id, op, payload, scope_key, status, attempts,
+			                           error_class, error_reason, last_error, updated_at)
+			SELECT 'book', 'old-' || g, 'upsert', '{"kind": "book", "title": "t"}', 'lib-3', 'failed', 1,
+			       'deterministic', 'payload_invalid', 'title missing', now() - interval '40 days'
+			  FROM generate_series(1, 3) g`)
+		require.Equal(t, http.StatusOK, ada.open(aURL+Prefix+"failed?reason=payload_invalid"))
+		require.Equal(t, "3", ada.text("count"))
+		ada.do(chromedp.SendKeys(chromedp.ID("archive-older-than"), "30d"))
+		require.Equal(t, http.StatusOK, ada.submit("archive-all"))
+		require.Equal(t, "3", ada.text("confirm-count"))
+		require.Contains(t, ada.text("confirm-what"), "reason = payload_invalid, failed more than 30d ago")
+		require.Equal(t, 3, db.Count(t, `entity_id LIKE 'old-%' AND status = 'failed'`), "a dry run changes nothing")
+		ada.shot("12-archive-dry-run")
+
+		ada.do(chromedp.SendKeys(chromedp.ID("why"), "payloads of the retired importer (CHG-44)"))
+		require.Equal(t, http.StatusOK, ada.submit("confirm"))
+		require.Equal(t, "archive", ada.text("audit-action"))
+		require.Equal(t, "ada", ada.text("audit-by"))
+		require.Equal(t, "3", ada.text("audit-count"))
+		require.Zero(t, db.Count(t, `entity_id LIKE 'old-%'`))
+		require.Equal(t, 3, db.Int(t, `SELECT count(*) FROM outbox_dead_letter WHERE entity_id LIKE 'old-%'`))
+
+		require.Equal(t, http.StatusOK, ada.open(aURL+Prefix+"archived"))
+		require.Equal(t, "3", ada.text("count"))
+		ada.shot("13-archived")
+		ctx, cancel := ada.timeout()
+		id, err := chromedp.Run(ctx, chromedp.Value(chromedp.CSS(`#events tbody tr:nth-child(1) input[name=id]`)))
+		cancel()
+		require.NoError(t, err)
+		restored, err = strconv.ParseInt(id, 10, 64)
+		require.NoError(t, err)
+		ada.do(chromedp.Click(chromedp.CSS(`#events tbody tr:nth-child(1) input[name=id]`)))
+		require.Equal(t, http.StatusOK, ada.submit("restore-selected"))
+		require.Equal(t, "1", ada.text("confirm-count"))
+		ada.shot("14-restore-dry-run")
+		ada.do(chromedp.SendKeys(chromedp.ID("why"), "this one is still wanted (CHG-45)"))
+		require.Equal(t, http.StatusOK, ada.submit("confirm"))
+		require.Equal(t, "restore", ada.text("audit-action"))
+		require.Equal(t, "ada", ada.text("audit-by"))
+
+		require.Equal(t, http.StatusOK, ada.open(aURL+Prefix+"audit?event="+id))
+		log := ada.text("audit")
+		require.Contains(t, log, "payloads of the retired importer (CHG-44)")
+		require.Contains(t, log, "this one is still wanted (CHG-45)")
+		require.Equal(t, 2, ada.count("#audit tbody td.by"))
+		ada.shot("15-audit-archive-restore")
+
+		harness.Eventually(t, 30*time.Second, "the restored row ends done", func() bool {
+			return db.Count(t, `id = $1 AND status = 'done' AND replay_count = 1`, restored) == 1
+		})
+		require.Equal(t, 2, db.Int(t, `SELECT count(*) FROM outbox_dead_letter WHERE entity_id LIKE 'old-%' AND id <> $1`, restored))
+		require.Equal(t, 1, db.Count(t, `entity_id LIKE 'old-%'`))
+	})
+
 	t.Run("a read-only user sees no action and cannot forge one", func(t *testing.T) {
 		viv := newBrowser(t)
 		viv.signIn(aURL, "viv", vivPassword)
@@ -322,6 +382,9 @@ func TestBrowserConsole(t *testing.T) {
 		viv.shot("09-failed-read-only")
 		require.Equal(t, http.StatusOK, viv.open(aURL+Prefix+"events/"+strconv.FormatInt(scriptID, 10)))
 		require.Zero(t, viv.count("#row-actions"))
+		require.Equal(t, http.StatusOK, viv.open(aURL+Prefix+"archived"))
+		require.Equal(t, "2", viv.text("count"))
+		require.Zero(t, viv.count("#restore-selected, input[name=id]"))
 
 		// The sign-out form carries viv's valid token: the forged POST is
 		// refused for the role, not for a missing token.
@@ -335,7 +398,12 @@ func TestBrowserConsole(t *testing.T) {
 			require.Equal(t, http.StatusForbidden, code, path)
 			require.Contains(t, body, "read-only")
 		}
+		code, body := forge(t, aURL+Prefix+"actions/dry-run", viv.cookie(aURL), url.Values{"csrf": {token},
+			"action": {"restore"}, "scope": {"ids"}, "id": {strconv.FormatInt(restored, 10)}})
+		require.Equal(t, http.StatusForbidden, code)
+		require.Contains(t, body, "read-only")
 		require.Equal(t, 1, db.Count(t, `id = $1 AND status = 'failed'`, scriptID))
+		require.Equal(t, 2, db.Int(t, `SELECT count(*) FROM outbox_dead_letter`))
 	})
 
 	t.Run("a standby's page names the leader", func(t *testing.T) {

@@ -197,7 +197,7 @@ func TestPagesRender(t *testing.T) {
 	b := setup(t)
 	ids := b.failed(t, 3, "mapping_error", time.Hour)
 	c := b.operator(t)
-	for _, path := range []string{Prefix, Prefix + "failed", Prefix + "events/" + itoa(ids[0]), Prefix + "audit"} {
+	for _, path := range []string{Prefix, Prefix + "failed", Prefix + "archived", Prefix + "events/" + itoa(ids[0]), Prefix + "audit"} {
 		r := c.get(path)
 		require.Equal(t, http.StatusOK, r.code, "%s: %s", path, r.body)
 	}

@@ -1,12 +1,15 @@
 // Package console is the operator's web UI: an overview of the outbox and
-// its replicas, the failed rows with their payloads and histories, the
-// audit log, and the audited actions on failed rows (replay, discard) and
-// on projections (pause, resume), served by every replica.
+// its replicas, the failed and the archived rows with their payloads and
+// histories, the audit log, and the audited actions on failed rows (replay,
+// discard, archive), on archived rows (restore) and on projections (pause,
+// resume), served by every replica.
 //
 // It decides nothing of its own about rows: every read goes through
 // outbox and replay, and every action through replay's action path, the
 // one the CLI uses, with the same caps, refusals and audit rows. The
-// signed-in user is the audit row's "by"; "why" is required.
+// signed-in user is the audit row's "by"; "why" is required. A restore
+// inserts events, which the least-privilege runtime role may not: on a
+// replica running as it, the console refuses and names the CLI command.
 //
 // An action is a dry run, then a confirmation, then the action:
 //
@@ -16,7 +19,8 @@
 //
 // The token (replay.SelectionToken) names the dry run's rows; the action
 // refuses unless it selects exactly those, so a confirmation given for N
-// rows never applies to others.
+// rows never applies to others. An archive, whose request takes no token,
+// runs in a transaction the console rolls back unless it moved those rows.
 //
 // Security: sign-in against a file of bcrypt hashes, sessions in signed and
 // encrypted cookies (HttpOnly, SameSite=Strict, Secure over TLS), a session

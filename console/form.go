@@ -127,8 +127,11 @@ func (t typedFilter) values() url.Values {
 	return v
 }
 
-// failedQuery is the failed page's request, parsed.
+// failedQuery is the request of the failed page or the archived page,
+// parsed.
 type failedQuery struct {
+	// page is "failed" or "archived".
+	page   string
 	typed  typedFilter
 	filter replay.Filter
 	sort   replay.Sort
@@ -137,8 +140,11 @@ type failedQuery struct {
 	size   int
 }
 
-func parseFailedQuery(v url.Values, now time.Time) (failedQuery, error) {
-	q := failedQuery{sort: replay.SortDefault, size: replay.PageSizeDefault}
+func parseFailedQuery(v url.Values, now time.Time, archived bool) (failedQuery, error) {
+	q := failedQuery{page: "failed", sort: replay.SortDefault, size: replay.PageSizeDefault}
+	if archived {
+		q.page = "archived"
+	}
 	if err := onlyKnown(v, filterFields, pageFields); err != nil {
 		return q, err
 	}
@@ -149,6 +155,7 @@ func parseFailedQuery(v url.Values, now time.Time) (failedQuery, error) {
 	if q.filter, err = q.typed.filter(now); err != nil {
 		return q, err
 	}
+	q.filter.Archived = archived
 	if q.sort, err = replay.ParseSort(v.Get("sort")); err != nil {
 		return q, badInput{err.Error()}
 	}
@@ -177,7 +184,7 @@ func parseFailedQuery(v url.Values, now time.Time) (failedQuery, error) {
 	return q, nil
 }
 
-// url is the failed page with q's filter, sort and size, and extra.
+// url is q's page with its filter, sort and size, and extra.
 func (q failedQuery) url(extra ...string) string {
 	v := q.typed.values()
 	if q.sort != replay.SortDefault {
@@ -190,7 +197,7 @@ func (q failedQuery) url(extra ...string) string {
 		v.Set(extra[i], extra[i+1])
 	}
 	if len(v) == 0 {
-		return Prefix + "failed"
+		return Prefix + q.page
 	}
-	return Prefix + "failed?" + v.Encode()
+	return Prefix + q.page + "?" + v.Encode()
 }

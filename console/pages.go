@@ -98,6 +98,8 @@ func (c *Console) activityBuckets(ctx context.Context) ([]outbox.Bucket, error) 
 }
 
 type failedView struct {
+	// Archived is the archived page: the dead letter's rows, to restore.
+	Archived  bool
 	Fields    []field
 	Sort      field
 	Size      int
@@ -111,23 +113,48 @@ type failedView struct {
 	Next      string
 	SortLinks map[string]string
 	Max       int
+	// Archivable says the filter is one archive selects by.
+	Archivable bool
+	// ArchiveBy names archive's filter fields.
+	ArchiveBy string
 }
 
-func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
+func (c *Console) failed(w http.ResponseWriter, r *http.Request) { c.rows(w, r, false) }
+
+func (c *Console) archived(w http.ResponseWriter, r *http.Request) { c.rows(w, r, true) }
+
+// rows serves the failed page, or the archived page: the same filters,
+// orders and pages, on the dead letter.
+func (c *Console) rows(w http.ResponseWriter, r *http.Request, archived bool) {
 	ctx := r.Context()
 	raw := r.URL.Query()
-	q, qerr := parseFailedQuery(raw, time.Now())
-	reasons, err := replay.Reasons(ctx, c.deps.Pool)
-	if err != nil {
-		c.fail(w, r, err)
-		return
+	q, qerr := parseFailedQuery(raw, time.Now(), archived)
+	name, title := "failed", "Failed events"
+	choices := map[string][]string{"projection": c.deps.Projections, "class": classes}
+	if archived {
+		// The reasons of the dead letter would take a scan of it: typed.
+		name, title = "archived", "Archived events"
+	} else {
+		reasons, err := replay.Reasons(ctx, c.deps.Pool)
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		choices["reason"] = reasons
 	}
-	v := failedView{Fields: filterForm(raw, c.deps.Projections, reasons), Sort: sortField(raw.Get("sort")), Size: q.size,
-		Max: replay.MaxDefault}
+	archiveBy := actionKinds["archive"].filters
+	v := failedView{Archived: archived, Fields: filterForm(raw, choices), Sort: sortField(raw.Get("sort")), Size: q.size,
+		Max: replay.MaxDefault, ArchiveBy: strings.Join(labels(archiveBy), " and ")}
 	if qerr != nil {
 		// The form keeps what was typed, so the mistake can be mended.
-		c.renderError(w, r, http.StatusBadRequest, "failed", "Failed events", v, qerr.Error())
+		c.renderError(w, r, http.StatusBadRequest, name, title, v, qerr.Error())
 		return
+	}
+	v.Archivable = true
+	for f := range q.typed {
+		if !slices.Contains(archiveBy, f) {
+			v.Archivable = false
+		}
 	}
 	for _, f := range filterFields {
 		if s, ok := q.typed[f]; ok {
@@ -135,6 +162,7 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	v.Filter, v.HasFilter = q.typed.describe(), len(q.typed) > 0
+	var err error
 	if v.Count, err = replay.Count(ctx, c.deps.Pool, q.filter); err != nil {
 		c.fail(w, r, err)
 		return
@@ -167,13 +195,14 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 		sq.sort = s
 		v.SortLinks[string(k)] = sq.url("sort", s.String())
 	}
-	c.render(w, r, http.StatusOK, "failed", "Failed events", v)
+	c.render(w, r, http.StatusOK, name, title, v)
 }
 
 // filterForm is the failed page's filter form, filled with what was typed.
-// Its lists are the projections the binary knows and the reasons failed
-// rows have now (the overview counts them), plus whatever was typed.
-func filterForm(raw url.Values, projections, reasons []string) []field {
+// A field with choices is a list of them (the projections the binary
+// knows, the reasons failed rows have now), plus whatever was typed; the
+// others are typed.
+func filterForm(raw url.Values, choices map[string][]string) []field {
 	choice := func(name string, values []string) []option {
 		cur := raw.Get(name)
 		values = slices.Clone(values)
@@ -188,17 +217,12 @@ func filterForm(raw url.Values, projections, reasons []string) []field {
 		return opts
 	}
 	placeholders := map[string]string{"since": "24h, 7d, 2025-06-01 or RFC3339", "until": "same forms as since",
-		"scope_key": "e.g. library-3", "entity_type": "e.g. book", "text": "words in the last error"}
+		"scope_key": "e.g. library-3", "entity_type": "e.g. book", "text": "words in the last error", "reason": "e.g. mapping_error"}
 	var fs []field
 	for _, name := range filterFields {
 		f := field{Name: name, Label: filterLabels[name], Value: raw.Get(name), Placeholder: placeholders[name]}
-		switch name {
-		case "projection":
-			f.Options = choice(name, projections)
-		case "reason":
-			f.Options = choice(name, reasons)
-		case "class":
-			f.Options = choice(name, classes)
+		if values, ok := choices[name]; ok {
+			f.Options = choice(name, values)
 		}
 		fs = append(fs, f)
 	}
@@ -230,7 +254,8 @@ func sortField(cur string) field {
 type eventView struct {
 	Event  replay.EventDetail
 	Audits []replay.AuditEntry
-	CanAct bool
+	// CanAct offers replay and discard, CanRestore restore.
+	CanAct, CanRestore bool
 }
 
 // pathID reads the {id} of the path: a positive number.
@@ -264,8 +289,9 @@ func (c *Console) event(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
-	v := eventView{Event: d, Audits: audits,
-		CanAct: !requestOf(r).user.ReadOnly && d.Status == outbox.StatusFailed && d.ArchivedAt.IsZero()}
+	operator := !requestOf(r).user.ReadOnly
+	v := eventView{Event: d, Audits: audits, CanRestore: operator && !d.ArchivedAt.IsZero(),
+		CanAct: operator && d.Status == outbox.StatusFailed && d.ArchivedAt.IsZero()}
 	c.render(w, r, http.StatusOK, "event", "Event "+strconv.FormatInt(id, 10), v)
 }
 

@@ -199,7 +199,7 @@ func TestEventPage(t *testing.T) {
 		require.NotContains(t, r.body, "<script>", path)
 	}
 
-	// An archived row is still found, and offers no action.
+	// An archived row is still found, and offers a restore only.
 	b.db.Exec(t, `INSERT INTO outbox_replay_audit (action, replayed_by, reason, selector, event_count, event_ids)
 	               VALUES ('archive', 'cron', 'monthly', '{}', 1, ARRAY[$1::bigint])`, ids[0])
 	b.db.Exec(t, `
@@ -214,6 +214,7 @@ func TestEventPage(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.code)
 	require.Contains(t, r.body, "archived")
 	require.NotContains(t, r.body, `id="replay-row"`)
+	require.Contains(t, r.body, `id="restore-row"`)
 	require.Contains(t, r.body, "monthly", "its audit rows")
 }
 

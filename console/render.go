@@ -2,6 +2,7 @@ package console
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"embed"
 	"encoding/json"
@@ -27,7 +28,11 @@ var assets embed.FS
 // pages are the templates by page name, each with the layout.
 type pages map[string]*template.Template
 
-var pageNames = []string{"signin", "message", "overview", "failed", "event", "confirm", "audit", "audit_entry"}
+var pageNames = []string{"signin", "message", "overview", "failed", "archived", "event", "confirm", "audit", "audit_entry"}
+
+// pageFiles are the pages served by another page's template: the archived
+// rows are listed as the failed ones are.
+var pageFiles = map[string]string{"archived": "failed"}
 
 var funcs = template.FuncMap{
 	"time":    formatTime,
@@ -56,7 +61,7 @@ var funcs = template.FuncMap{
 func loadPages() (pages, error) {
 	p := pages{}
 	for _, name := range pageNames {
-		t, err := template.New(name).Funcs(funcs).ParseFS(assets, "assets/layout.html", "assets/"+name+".html")
+		t, err := template.New(name).Funcs(funcs).ParseFS(assets, "assets/layout.html", "assets/"+cmp.Or(pageFiles[name], name)+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console template %s: %w", name, err)
 		}
@@ -122,6 +127,10 @@ var notices = map[string]string{
 	"resumed":   "Resumed.",
 	"replayed":  "Replayed: the rows are pending again, and the leader takes them at once. This audit row records it.",
 	"discarded": "Discarded: the rows are closed for good. This audit row records it.",
+	"archived":  "Archived: the rows moved to the dead letter with every column, under the same ids; Archived lists them. This audit row records it.",
+	"archived-batches": "Archived: the rows moved to the dead letter in batches, each with its own audit row; this is the first, " +
+		"the audit log lists the others.",
+	"restored": "Restored: the rows are pending again under the same ids, and the leader takes them at once. This audit row records it.",
 }
 
 // fail is a 500 page for an error the person cannot fix by changing the
@@ -181,6 +190,7 @@ func (c *Console) routes() http.Handler {
 	mux.HandleFunc("POST "+Prefix+"signout", c.signed(c.signOut))
 	mux.HandleFunc("GET "+Prefix+"{$}", c.signed(c.overview))
 	mux.HandleFunc("GET "+Prefix+"failed", c.signed(c.failed))
+	mux.HandleFunc("GET "+Prefix+"archived", c.signed(c.archived))
 	mux.HandleFunc("GET "+Prefix+"events/{id}", c.signed(c.event))
 	mux.HandleFunc("GET "+Prefix+"audit", c.signed(c.audit))
 	mux.HandleFunc("GET "+Prefix+"audit/{id}", c.signed(c.auditEntry))

@@ -16,8 +16,11 @@ const BatchDefault = 10_000
 // older than OlderThan move from outbox_events to outbox_dead_letter.
 type ArchiveRequest struct {
 	// OlderThan is how long ago, on this host's clock, a row must have
-	// failed (updated_at) to move. Required.
+	// failed (updated_at) to move. It or Before is required.
 	OlderThan time.Duration
+	// Before is the cut-off itself, in place of OlderThan: a confirmation
+	// acts on the cut-off its dry run resolved.
+	Before time.Time
 	// IDs, Projection and Reason narrow the selection and combine with AND.
 	// Every id must exist and be failed or discarded, or nothing moves.
 	IDs        []int64
@@ -32,6 +35,10 @@ type ArchiveRequest struct {
 	BatchSize int
 	// Given is the selector as the operator typed it, as in Request.
 	Given map[string]string
+	// Expect, when set, is a dry run's Report.Token: the archive moves
+	// exactly those rows in one transaction, or refuses and moves nothing,
+	// as Request.Expect does.
+	Expect string
 }
 
 // archiveSQL moves rows in one statement; the status check makes it a
@@ -55,28 +62,36 @@ SELECT id, projection, entity_type, entity_id, op, event_version, payload, scope
 var archiveAction = action{name: "archive", doing: "archiving", rows: closedRows, sql: archiveSQL}
 
 // Archive moves the selected failed and discarded rows, with every column,
-// to the dead letter under the same ids. Selected by IDs, it is one
-// transaction and refuses like Replay; otherwise it moves batches of
+// to the dead letter under the same ids. Selected by IDs or held to a dry
+// run by Expect, it is one transaction and refuses like Replay; otherwise
+// it moves batches of
 // BatchSize rows, each committed with its own audit row, until none is
 // left, and a failure stops it after the batches already committed.
 func Archive(ctx context.Context, db Beginner, ar ArchiveRequest) (Report, error) {
 	ar.BatchSize = cmp.Or(ar.BatchSize, BatchDefault)
-	req := Request{IDs: ar.IDs, Projection: ar.Projection, Reason: ar.Reason, Until: time.Now().Add(-ar.OlderThan),
-		By: ar.By, Why: ar.Why, DryRun: ar.DryRun, Given: ar.Given}
+	now := time.Now()
+	req := Request{IDs: ar.IDs, Projection: ar.Projection, Reason: ar.Reason, Until: cmp.Or(ar.Before, now.Add(-ar.OlderThan)),
+		By: ar.By, Why: ar.Why, DryRun: ar.DryRun, Given: ar.Given, Expect: ar.Expect}
 	rep := Report{DryRun: ar.DryRun}
 	if err := req.check(archiveAction.doing); err != nil {
 		return rep, err
 	}
 	switch {
-	case ar.OlderThan <= 0:
+	case ar.Before.IsZero() && ar.OlderThan <= 0:
 		return rep, bounds.Invalid("OlderThan", "must be positive, got %s", ar.OlderThan)
+	case !ar.Before.IsZero() && !ar.Before.Before(now):
+		return rep, bounds.Invalid("Before", "must be in the past, got %s", ar.Before.UTC().Format(time.RFC3339))
 	case ar.BatchSize < 0:
 		return rep, bounds.Invalid("BatchSize", "must not be negative, got %d", ar.BatchSize)
 	case len(ar.IDs) > ar.BatchSize:
 		return rep, bounds.Invalid("IDs", "names %d ids, more than the %d one archive moves at once", len(ar.IDs), ar.BatchSize)
 	}
-	if len(req.IDs) > 0 || req.DryRun {
-		return archiveAction.once(ctx, db, req, 0)
+	if len(req.IDs) > 0 || req.DryRun || req.Expect != "" {
+		rep, err := archiveAction.once(ctx, db, req, 0)
+		if rep.AuditID != 0 {
+			rep.AuditIDs = []int64{rep.AuditID}
+		}
+		return rep, err
 	}
 	for {
 		b, err := archiveAction.once(ctx, db, req, ar.BatchSize)

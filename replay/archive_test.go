@@ -143,6 +143,7 @@ func TestArchiveGuards(t *testing.T) {
 		{ArchiveRequest{OlderThan: -time.Hour, By: "a", Why: "x"}, "OlderThan"},
 		{ArchiveRequest{OlderThan: time.Hour, By: AutoBy, Why: "x"}, "By"},
 		{ArchiveRequest{OlderThan: time.Hour, IDs: id, BatchSize: 2, By: "a", Why: "x"}, "IDs"},
+		{ArchiveRequest{Before: time.Now().Add(time.Minute), By: "a", Why: "x"}, "Before"},
 	} {
 		_, err := Archive(b.ctx, b.db.Pool, tc.req)
 		var field *bounds.FieldError
@@ -298,4 +299,36 @@ func TestAuditActionsAndAutoBudget(t *testing.T) {
 	var pgErr *pgconn.PgError
 	require.True(t, errors.As(err, &pgErr))
 	require.Equal(t, "outbox_replay_audit_action_check", pgErr.ConstraintName)
+}
+
+// TestArchiveHeldToItsDryRun: with Expect, the confirmed archive moves the
+// dry run's rows at the dry run's cut-off (Before) in one transaction, or
+// refuses and moves nothing when the selection changed meanwhile.
+func TestArchiveHeldToItsDryRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.seedArchive(t)
+	cutoff := time.Now().Add(-time.Hour)
+	dry, err := Archive(b.ctx, b.db.Pool, ArchiveRequest{Before: cutoff, Projection: "search", By: "a", Why: "x", DryRun: true})
+	require.NoError(t, err)
+	require.Equal(t, id[:2], dry.IDs())
+
+	// Someone else archives id[1] first: the selection changed.
+	_, err = Archive(b.ctx, b.db.Pool, ArchiveRequest{OlderThan: time.Hour, IDs: id[1:2], By: "bob", Why: "y"})
+	require.NoError(t, err)
+	_, err = Archive(b.ctx, b.db.Pool, ArchiveRequest{Before: cutoff, Projection: "search", By: "a", Why: "x", Expect: dry.Token})
+	var refused *RefusedError
+	require.ErrorAs(t, err, &refused)
+	require.True(t, refused.Changed)
+	require.Equal(t, []string{"failed"}, b.statuses(t, id[0]), "nothing moved")
+	require.Len(t, b.auditRows(t), 1, "only bob's archive is audited")
+
+	again, err := Archive(b.ctx, b.db.Pool, ArchiveRequest{Before: cutoff, Projection: "search", By: "a", Why: "x", DryRun: true})
+	require.NoError(t, err)
+	rep, err := Archive(b.ctx, b.db.Pool, ArchiveRequest{Before: cutoff, Projection: "search", By: "a", Why: "x",
+		Expect: again.Token, BatchSize: 1})
+	require.NoError(t, err)
+	require.Equal(t, id[:1], rep.IDs())
+	require.Len(t, rep.AuditIDs, 1, "one transaction, whatever the batch size")
+	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM outbox_dead_letter`))
 }

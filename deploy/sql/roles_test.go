@@ -6,9 +6,6 @@ package sql
 import (
 	"context"
 	"errors"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -42,34 +39,15 @@ func setup(t *testing.T) *bundle {
 	// still owns objects cannot be dropped.
 	b.owner, b.runtime = harness.Roles(t, "t")
 	b.db = harness.NewEmptyDatabase(t)
-	b.ownerURL = b.db.Login(t, b.owner, "owner-pw")
-	b.runtimeURL = b.db.Login(t, b.runtime, "runtime-pw")
+	b.ownerURL = b.db.Login(t, b.owner, harness.OwnerPassword)
+	b.runtimeURL = b.db.Login(t, b.runtime, harness.RuntimePassword)
 	return b
 }
 
-func psqlPath(t *testing.T) string {
-	if dir := harness.StackEnv(t)["STACK_PG_BINDIR"]; dir != "" {
-		if p := filepath.Join(dir, "psql"); fileExists(p) {
-			return p
-		}
-	}
-	p, err := exec.LookPath("psql")
-	require.NoError(t, err, "psql is needed to apply roles.sql")
-	return p
-}
-
-func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
-
-// applyRoles runs roles.sql exactly as the header of the file says, as the
-// admin connected to the test database.
+// applyRoles runs roles.sql as the admin connected to the test database.
 func (b *bundle) applyRoles(t *testing.T, dbname string) (string, error) {
 	t.Helper()
-	cmd := exec.Command(psqlPath(t), "-X", "-v", "ON_ERROR_STOP=1",
-		"-v", "dbname="+dbname, "-v", "owner_role="+b.owner, "-v", "runtime_role="+b.runtime,
-		"-v", "owner_password=owner-pw", "-v", "runtime_password=runtime-pw",
-		"-f", "roles.sql", b.db.URL)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
+	return harness.ApplyRoles(t, b.db.URL, dbname, b.owner, b.runtime)
 }
 
 func (b *bundle) mustApplyRoles(t *testing.T) {
