@@ -10,6 +10,7 @@ package console
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -56,6 +57,11 @@ func needChromium(t *testing.T) {
 // has its own cookies. Screenshots go to $WLPROJ_SCREENSHOTS when set.
 func newBrowser(t *testing.T) *browser {
 	t.Helper()
+	// Chromium puts its singleton socket in TMPDIR, where it would outlive
+	// the test; t.TempDir's path is too long for a socket.
+	tmp, err := os.MkdirTemp("", "wlproj-chromium-")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
 		chromedp.ExecPath(chromiumPath),
 		chromedp.Flag("headless", true),
@@ -67,6 +73,7 @@ func newBrowser(t *testing.T) *browser {
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
 		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Env("TMPDIR="+tmp),
 		chromedp.WindowSize(1400, 1000),
 	)
 	ctx, cancel := chromedp.NewContext(alloc)
@@ -82,56 +89,54 @@ func (b *browser) timeout() (context.Context, context.CancelFunc) {
 
 func (b *browser) do(steps ...chromedp.Action[chromedp.Void]) {
 	b.t.Helper()
+	run(b, "steps", func(ctx context.Context) (chromedp.Void, error) { return chromedp.Void{}, chromedp.Do(ctx, steps...) })
+}
+
+// run runs one step within the timeout and fails the test on an error;
+// what names the step in the failure.
+func run[T any](b *browser, what string, step func(context.Context) (T, error)) T {
+	b.t.Helper()
 	ctx, cancel := b.timeout()
 	defer cancel()
-	require.NoError(b.t, chromedp.Do(ctx, steps...))
+	v, err := step(ctx)
+	require.NoError(b.t, err, what)
+	return v
+}
+
+// action runs one chromedp action; see run.
+func action[T any](b *browser, what string, a chromedp.Action[T]) T {
+	b.t.Helper()
+	return run(b, what, func(ctx context.Context) (T, error) { return chromedp.Run(ctx, a) })
 }
 
 // open navigates and returns the HTTP status of the page.
 func (b *browser) open(u string) int {
 	b.t.Helper()
-	ctx, cancel := b.timeout()
-	defer cancel()
-	resp, err := chromedp.Run(ctx, chromedp.NavigateResponse(u))
-	require.NoError(b.t, err, u)
-	return int(resp.Status)
+	return int(action(b, u, chromedp.NavigateResponse(u)).Status)
 }
 
 // submit clicks a form's button and waits for the page it leads to.
 func (b *browser) submit(sel chromedp.ID) int {
 	b.t.Helper()
-	ctx, cancel := b.timeout()
-	defer cancel()
-	resp, err := chromedp.RunResponse(ctx, chromedp.Click(sel))
-	require.NoError(b.t, err, "submit %s", sel)
+	resp := run(b, fmt.Sprintf("submit %s", sel), func(ctx context.Context) (*network.Response, error) {
+		return chromedp.RunResponse(ctx, chromedp.Click(sel))
+	})
 	return int(resp.Status)
 }
 
 func (b *browser) text(sel chromedp.ID) string {
 	b.t.Helper()
-	ctx, cancel := b.timeout()
-	defer cancel()
-	s, err := chromedp.Run(ctx, chromedp.Text(sel))
-	require.NoError(b.t, err, "text of %s", sel)
-	return strings.TrimSpace(s)
+	return strings.TrimSpace(action(b, fmt.Sprintf("text of %s", sel), chromedp.Text(sel)))
 }
 
 func (b *browser) eval(expr string) bool {
 	b.t.Helper()
-	ctx, cancel := b.timeout()
-	defer cancel()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[bool](expr))
-	require.NoError(b.t, err, expr)
-	return v
+	return action(b, expr, chromedp.Evaluate[bool](expr))
 }
 
 func (b *browser) count(css string) int {
 	b.t.Helper()
-	ctx, cancel := b.timeout()
-	defer cancel()
-	n, err := chromedp.Run(ctx, chromedp.Evaluate[int]("document.querySelectorAll("+strconv.Quote(css)+").length"))
-	require.NoError(b.t, err, css)
-	return n
+	return action(b, css, chromedp.Evaluate[int]("document.querySelectorAll("+strconv.Quote(css)+").length"))
 }
 
 // shot saves a screenshot of the whole page as name.png.
@@ -140,10 +145,7 @@ func (b *browser) shot(name string) {
 	if b.shots == "" {
 		return
 	}
-	ctx, cancel := b.timeout()
-	defer cancel()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-	require.NoError(b.t, err)
+	png := action(b, "screenshot "+name, chromedp.FullScreenshot(100))
 	require.NoError(b.t, os.MkdirAll(b.shots, 0o755))
 	require.NoError(b.t, os.WriteFile(filepath.Join(b.shots, name+".png"), png, 0o644))
 }
@@ -151,10 +153,9 @@ func (b *browser) shot(name string) {
 // cookie is the browser's console session cookie for u.
 func (b *browser) cookie(u string) *http.Cookie {
 	b.t.Helper()
-	ctx, cancel := b.timeout()
-	defer cancel()
-	res, err := chromedp.Call(ctx, network.GetCookies, network.GetCookiesParams{URLs: []string{u + Prefix}})
-	require.NoError(b.t, err)
+	res := run(b, "cookies of "+u, func(ctx context.Context) (network.GetCookiesResult, error) {
+		return chromedp.Call(ctx, network.GetCookies, network.GetCookiesParams{URLs: []string{u + Prefix}})
+	})
 	for _, c := range res.Cookies {
 		if c.Name == cookieName {
 			require.True(b.t, c.HTTPOnly, "the session cookie is HttpOnly")

@@ -161,7 +161,7 @@ func (b *bundle) viewer(t *testing.T) *client {
 // failed inserts n failed rows of reason, failed ago, and returns their ids.
 func (b *bundle) failed(t *testing.T, n int, reason string, ago time.Duration) []int64 {
 	t.Helper()
-	rows, err := b.db.Pool.Query(b.ctx, `
+	return harness.Column[int64](t, b.db, `
 		INSERT INTO outbox_events (entity_type, entity_id, op, payload, scope_key, status, attempts,
 		                           error_class, error_reason, last_error, error_history, updated_at)
 		SELECT 'book', 'b' || g, 'upsert', jsonb_build_object('title', 'Book ' || g), 'lib-' || (g % 3), 'failed', 3,
@@ -171,15 +171,6 @@ func (b *bundle) failed(t *testing.T, n int, reason string, ago time.Duration) [
 		       now() - make_interval(secs => $3) - make_interval(secs => g)
 		  FROM generate_series(1, $1) g
 		RETURNING id`, n, reason, ago.Seconds())
-	require.NoError(t, err)
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		require.NoError(t, rows.Scan(&id))
-		ids = append(ids, id)
-	}
-	require.NoError(t, rows.Err())
-	return ids
 }
 
 func (b *bundle) count(t *testing.T, where string, args ...any) int {
