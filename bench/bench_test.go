@@ -128,6 +128,7 @@ func TestBenchSmoke(t *testing.T) {
 	require.Positive(t, rb.RawPerSec)
 	require.Positive(t, rb.Ratio)
 	require.InDelta(t, rb.RowsPerSec/rb.RawUnderLivePerSec, rb.RatioUnderLive, 1e-9)
+	require.Positive(t, rb.LoadCPUSeconds["bench"], "the loader's CPU during the load")
 	require.Positive(t, rb.Reads)
 	require.Zero(t, rb.ReadsFailed)
 	require.Zero(t, rb.ReadsMissing)

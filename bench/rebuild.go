@@ -42,9 +42,12 @@ type RebuildResult struct {
 	// RatioUnderLive (RowsPerSec / it) is the rebuild's own cost.
 	RawUnderLivePerSec float64 `json:"raw_bulk_under_live_per_second"`
 	RatioUnderLive     float64 `json:"ratio_under_live"`
-	LiveEvents         int64   `json:"live_events"`
-	Reads              int64   `json:"reads"`
-	ReadsFailed        int     `json:"reads_failed"`
+	// LoadCPUSeconds is what each role used during the load: the loader
+	// runs in the bench, the leader (wlproj) drains the live events.
+	LoadCPUSeconds map[string]float64 `json:"load_cpu_seconds"`
+	LiveEvents     int64              `json:"live_events"`
+	Reads          int64              `json:"reads"`
+	ReadsFailed    int                `json:"reads_failed"`
 	// ReadsMissing counts reads that saw fewer documents than an earlier
 	// one (the live events never delete).
 	ReadsMissing int    `json:"reads_missing"`
@@ -117,7 +120,7 @@ func (b *bench) rebuildUnderLoad(ctx context.Context, client *elastic.Client, al
 	if err != nil {
 		return err
 	}
-	res.TotalSeconds, res.LoadSeconds = rep.Seconds, timer.seconds()
+	res.TotalSeconds, res.LoadSeconds, res.LoadCPUSeconds = rep.Seconds, timer.seconds(), timer.cpuSeconds()
 	res.RowsPerSec = float64(rep.Rows) / res.LoadSeconds
 	res.Ratio = res.RowsPerSec / res.RawPerSec
 	res.RawUnderLivePerSec = (before + after) / 2
@@ -214,26 +217,36 @@ type loadTimer struct {
 	start, end time.Time
 	total      int64
 	done       int64
+	// cpu0 and cpu are the CPU seconds per role at the start of the load
+	// and used during it.
+	cpu0 cpuSample
+	cpu  map[string]float64
 }
 
 func (l *loadTimer) Phase(name string, total int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if name == "load" {
-		l.start, l.total = time.Now(), total
+		l.start, l.total, l.cpu0 = time.Now(), total, sampleCPU()
 	}
 }
 
 func (l *loadTimer) Add(n int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.done += n; l.done >= l.total {
-		l.end = time.Now()
+	if l.done += n; l.done >= l.total && l.end.IsZero() {
+		l.end, l.cpu = time.Now(), sampleCPU().since(l.cpu0)
 	}
 }
 
 func (l *loadTimer) Set(int64)   {}
 func (l *loadTimer) Note(string) {}
+
+func (l *loadTimer) cpuSeconds() map[string]float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cpu
+}
 
 func (l *loadTimer) seconds() float64 {
 	l.mu.Lock()

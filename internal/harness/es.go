@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -62,21 +64,22 @@ func CreateIndex(ctx context.Context, base, name string) error {
 
 // DeleteIndex deletes the indices; missing ones are no error.
 // A name that is an alias (a rebuild turns the index into one) deletes the
-// indices behind it, and the rebuild's timestamped ones (name-*) too.
+// indices behind it, and the rebuild's timestamped ones (name-*) too. The
+// names are resolved to concrete indices first: Elasticsearch 8 refuses a
+// delete by wildcard (action.destructive_requires_name).
 func DeleteIndex(ctx context.Context, base string, names ...string) error {
-	targets := []string{}
+	var patterns []string
 	for _, name := range names {
-		var aliased map[string]any
-		if ES(ctx, base, http.MethodGet, "/_alias/"+name, nil, &aliased) == nil {
-			for index := range aliased {
-				targets = append(targets, index)
-			}
-		} else {
-			targets = append(targets, name)
-		}
-		targets = append(targets, name+"-*")
+		patterns = append(patterns, name, name+"-*")
 	}
-	return ES(ctx, base, http.MethodDelete, "/"+strings.Join(targets, ",")+"?ignore_unavailable=true&allow_no_indices=true", nil, nil)
+	var found map[string]json.RawMessage
+	err := ES(ctx, base, http.MethodGet, "/"+strings.Join(patterns, ",")+
+		"/_settings/index.uuid?ignore_unavailable=true&allow_no_indices=true&expand_wildcards=all", nil, &found)
+	if err != nil || len(found) == 0 {
+		return err
+	}
+	indexes := slices.Sorted(maps.Keys(found))
+	return ES(ctx, base, http.MethodDelete, "/"+strings.Join(indexes, ",")+"?ignore_unavailable=true", nil, nil)
 }
 
 // DocCount refreshes index, so every acked write is visible, and counts
