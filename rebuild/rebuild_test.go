@@ -278,6 +278,8 @@ func TestRebuildBadInput(t *testing.T) {
 	require.NoError(t, harness.CreateIndex(b.ctx, b.base, b.alias))
 	b.db.Exec(t, `CREATE TABLE no_version (entity_type text, entity_id text, doc jsonb)`)
 	b.db.Exec(t, `CREATE TABLE text_doc (entity_type text, entity_id text, doc text, version bigint)`)
+	b.db.Exec(t, `CREATE TABLE no_key (entity_type text, entity_id text, doc jsonb, version bigint)`)
+	b.db.Exec(t, `CREATE TABLE nullable_key (entity_type text, entity_id text, doc jsonb, version bigint, UNIQUE (entity_type, entity_id))`)
 	good := b.config(t)
 	good.Mapping = nil
 	for _, tc := range []struct {
@@ -290,6 +292,8 @@ func TestRebuildBadInput(t *testing.T) {
 		{"no table", func(c *Config) { c.SourceTable = "nope" }, true, `source table "nope" does not exist`},
 		{"no column", func(c *Config) { c.SourceTable = "no_version" }, true, "source table no_version has no column version"},
 		{"column type", func(c *Config) { c.SourceTable = "text_doc" }, true, "column doc of source table text_doc is text, not jsonb or json"},
+		{"no key", func(c *Config) { c.SourceTable = "no_key" }, true, "source table no_key needs a primary key on (entity_type, entity_id)"},
+		{"nullable key", func(c *Config) { c.SourceTable = "nullable_key" }, true, "source table nullable_key needs a primary key"},
 		{"mapping not JSON", func(c *Config) { c.Mapping, c.MappingFile = []byte("{mappings"), "m.json" }, true, "mapping file m.json is not a JSON object"},
 		{"mapping refused", func(c *Config) {
 			c.Mapping, c.MappingFile = []byte(`{"mappings": {"properties": {"title": {"type": "nope"}}}}`), "bad.json"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -18,8 +19,8 @@ import (
 //	doc         jsonb   -- the document, a JSON object
 //	version     bigint  -- the version of the event that wrote the row
 //
-// A deleted document has no row. An index on (entity_type, entity_id), such
-// as the primary key, lets the load and a resume read in key order.
+// A deleted document has no row. The primary key on (entity_type,
+// entity_id) lets the load and a resume read in key order.
 var sourceColumns = []struct {
 	name  string
 	types []string
@@ -70,7 +71,35 @@ func checkSource(ctx context.Context, pool *pgxpool.Pool, table string) (string,
 			return "", inputf("column %s of source table %s is %s, not %s", c.name, *quoted, typ, strings.Join(c.types, " or "))
 		}
 	}
+	if err := checkKey(ctx, pool, table, *quoted); err != nil {
+		return "", err
+	}
 	return *quoted, nil
+}
+
+// checkKey refuses a source table without a primary key (or a unique index
+// on NOT NULL columns) on exactly (entity_type, entity_id): the load reads
+// in pages after the last key, which would skip a row whose key is NULL or
+// the twin of the row before it.
+func checkKey(ctx context.Context, pool *pgxpool.Pool, table, quoted string) error {
+	var ok bool
+	err := pool.QueryRow(ctx, `
+		SELECT EXISTS (
+		  SELECT FROM pg_index i
+		   WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
+		     AND i.indnatts = 2
+		     AND i.indkey[0] = (SELECT attnum FROM pg_attribute
+		                         WHERE attrelid = to_regclass($1) AND attname = 'entity_type' AND attnotnull)
+		     AND i.indkey[1] = (SELECT attnum FROM pg_attribute
+		                         WHERE attrelid = to_regclass($1) AND attname = 'entity_id' AND attnotnull))`, table).Scan(&ok)
+	if err != nil {
+		return fmt.Errorf("read the indexes of %s: %w", quoted, err)
+	}
+	if !ok {
+		return inputf("source table %s needs a primary key on (entity_type, entity_id), or a unique index on them "+
+			"declared NOT NULL: the load reads it in key order, one document per key", quoted)
+	}
+	return nil
 }
 
 func contains(list []string, s string) bool {
@@ -103,6 +132,11 @@ func afterKey(after *key) (string, []any) {
 	return ` WHERE (entity_type, entity_id) > ($1, $2)`, []any{after.Type, after.ID}
 }
 
+// sourcePage is the rows one read of the source table returns. Reading in
+// key-ordered pages lets Postgres walk the primary key, where one ordered
+// read of the whole table would sort it all (on disk, for a large table).
+const sourcePage = 2000
+
 // readSource streams the rows of table after a key, in key order, to each,
 // within tx (the rebuild's snapshot); it counts them first, for progress.
 func readSource(ctx context.Context, tx pgx.Tx, table string, after *key, counted func(int64), each func(sourceRow) error) error {
@@ -112,19 +146,33 @@ func readSource(ctx context.Context, tx pgx.Tx, table string, after *key, counte
 		return fmt.Errorf("count %s: %w", table, err)
 	}
 	counted(total)
+	for {
+		n, last, err := readPage(ctx, tx, table, after, each)
+		if err != nil || n < sourcePage {
+			return err
+		}
+		after = &last
+	}
+}
+
+// readPage reads up to sourcePage rows after a key and returns how many
+// and the last one's key.
+func readPage(ctx context.Context, tx pgx.Tx, table string, after *key, each func(sourceRow) error) (int, key, error) {
+	where, args := afterKey(after)
 	rows, err := tx.Query(ctx, `SELECT entity_type, entity_id, doc::text, version FROM `+table+where+
-		` ORDER BY entity_type, entity_id`, args...)
+		` ORDER BY entity_type, entity_id LIMIT `+strconv.Itoa(sourcePage), args...)
 	if err != nil {
-		return fmt.Errorf("read %s: %w", table, err)
+		return 0, key{}, fmt.Errorf("read %s: %w", table, err)
 	}
 	defer rows.Close()
+	n, last := 0, key{}
 	for rows.Next() {
 		var r sourceRow
 		var doc []byte
 		var version *int64
 		var typ, id *string
 		if err := rows.Scan(&typ, &id, &doc, &version); err != nil {
-			return fmt.Errorf("read %s: %w", table, err)
+			return n, last, fmt.Errorf("read %s: %w", table, err)
 		}
 		r.Doc = doc
 		if typ != nil {
@@ -137,9 +185,10 @@ func readSource(ctx context.Context, tx pgx.Tx, table string, after *key, counte
 		if version != nil {
 			r.Version = *version
 		}
+		n, last = n+1, key{Type: r.EntityType, ID: r.EntityID}
 		if err := each(r); err != nil {
-			return err
+			return n, last, err
 		}
 	}
-	return rows.Err()
+	return n, last, rows.Err()
 }
