@@ -355,6 +355,8 @@ type confirmView struct {
 	Yes      bool
 }
 
+func (v confirmView) section() string { return v.List }
+
 func (c *Console) dryRun(w http.ResponseWriter, r *http.Request) {
 	a, err := parseActionForm(r.PostForm, time.Now())
 	if err != nil {

@@ -258,6 +258,13 @@ type eventView struct {
 	CanAct, CanRestore bool
 }
 
+func (v eventView) section() string {
+	if v.Event.ArchivedAt.IsZero() {
+		return "failed"
+	}
+	return "archived"
+}
+
 // pathID reads the {id} of the path: a positive number.
 func pathID(r *http.Request, what string) (int64, error) {
 	s := r.PathValue("id")

@@ -73,8 +73,11 @@ func loadPages() (pages, error) {
 // view is what every page's template gets: the layout's parts, and the
 // page's own Data.
 type view struct {
-	Title   string
-	Page    string
+	Title string
+	Page  string
+	// Section is the menu entry the page belongs to: the page's name, or
+	// what its data says (a restore's confirmation belongs to Archived).
+	Section string
 	User    *user
 	CSRF    string
 	Replica *replicaView
@@ -82,6 +85,9 @@ type view struct {
 	Notice  string
 	Data    any
 }
+
+// sectioned is page data that belongs to a menu entry other than its page's.
+type sectioned interface{ section() string }
 
 // replicaView is the banner of every page: which replica this is, its role,
 // and who leads.
@@ -102,7 +108,10 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, pag
 // only once it rendered whole, so a template error is a clean 500.
 func (c *Console) renderError(w http.ResponseWriter, r *http.Request, status int, page, title string, data any, msg string) {
 	rq := requestOf(r)
-	v := view{Title: title, Page: page, User: rq.user, CSRF: rq.csrf, Error: msg, Data: data}
+	v := view{Title: title, Page: page, Section: page, User: rq.user, CSRF: rq.csrf, Error: msg, Data: data}
+	if s, ok := data.(sectioned); ok {
+		v.Section = s.section()
+	}
 	if n := r.URL.Query().Get("notice"); n != "" && msg == "" {
 		v.Notice = notices[n]
 	}
