@@ -229,15 +229,21 @@ func (o *rebuildOutput) Phase(name string, total int64) {
 }
 
 // Add implements rebuild.Progress.
-func (o *rebuildOutput) Add(n int64) { o.Set(-n) }
+func (o *rebuildOutput) Add(n int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.show(o.count + n)
+}
 
-// Set implements rebuild.Progress; a negative n adds -n.
+// Set implements rebuild.Progress.
 func (o *rebuildOutput) Set(n int64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if n < 0 {
-		n = o.count - n
-	}
+	o.show(n)
+}
+
+// show makes n the count done and shows it; called with o.mu held.
+func (o *rebuildOutput) show(n int64) {
 	o.count = n
 	if o.bar != nil {
 		_ = o.bar.Set64(n)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/wlproj/wlproj/consume"
 	"github.com/wlproj/wlproj/internal/bounds"
+	"github.com/wlproj/wlproj/projection"
 )
 
 // Projection is the one projection with an index to rebuild: chronicle is
@@ -93,6 +94,7 @@ func (c Config) withDefaults() Config {
 	c.Concurrency = cmp.Or(c.Concurrency, consume.ConcurrencyDefault)
 	c.ConfirmTimeout = cmp.Or(c.ConfirmTimeout, ConfirmTimeoutDefault)
 	c.AbortGrace = cmp.Or(c.AbortGrace, AbortGraceDefault)
+	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, projection.MaxPayloadBytesDefault)
 	if c.Progress == nil {
 		c.Progress = noProgress{}
 	}
@@ -129,6 +131,7 @@ func (c Config) Validate() error {
 		bounds.Check("EmitRate", c.EmitRate, EmitRateRange),
 		bounds.Check("EmitBacklog", c.EmitBacklog, EmitBacklogRange),
 		bounds.Check("ConfirmTimeout", c.ConfirmTimeout, ConfirmTimeoutRange),
+		bounds.Check("MaxPayloadBytes", c.MaxPayloadBytes, projection.MaxPayloadBytesRange),
 	)
 }
 

@@ -299,6 +299,7 @@ func TestRebuildBadInput(t *testing.T) {
 			c.Mapping, c.MappingFile = []byte(`{"mappings": {"properties": {"title": {"type": "nope"}}}}`), "bad.json"
 		}, true, "the engine refused the new index's mapping (bad.json): 400 mapper_parsing_exception"},
 		{"no who", func(c *Config) { c.By = " " }, false, "By is required"},
+		{"payload limit", func(c *Config) { c.MaxPayloadBytes = -1 }, false, "MaxPayloadBytes"},
 	} {
 		cfg := good
 		tc.edit(&cfg)

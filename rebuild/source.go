@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -67,7 +68,7 @@ func checkSource(ctx context.Context, pool *pgxpool.Pool, table string) (string,
 		if !ok {
 			return "", inputf("source table %s has no column %s (it needs entity_type text, entity_id text, doc jsonb, version bigint)", *quoted, c.name)
 		}
-		if !contains(c.types, typ) {
+		if !slices.Contains(c.types, typ) {
 			return "", inputf("column %s of source table %s is %s, not %s", c.name, *quoted, typ, strings.Join(c.types, " or "))
 		}
 	}
@@ -100,15 +101,6 @@ func checkKey(ctx context.Context, pool *pgxpool.Pool, table, quoted string) err
 			"declared NOT NULL: the load reads it in key order, one document per key", quoted)
 	}
 	return nil
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // sourceRow is one row of the source table.
