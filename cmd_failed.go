@@ -350,7 +350,7 @@ func (c *failedArchiveCmd) request() (replay.ArchiveRequest, error) {
 	if err := c.check("archiving"); err != nil {
 		return req, err
 	}
-	d, ok := parseAgo(strings.TrimSpace(c.OlderThan))
+	d, ok := replay.ParseAgo(strings.TrimSpace(c.OlderThan))
 	if !ok {
 		return req, usagef("--older-than: %q is not a duration like 720h or 30d", c.OlderThan)
 	}

@@ -343,9 +343,6 @@ func parseTime(flag, v string, now time.Time) (time.Time, error) {
 	return t, nil
 }
 
-// parseAgo reads a duration in Go syntax or in whole days (replay.ParseAgo).
-func parseAgo(v string) (time.Duration, bool) { return replay.ParseAgo(v) }
-
 func formatTime(t time.Time) string {
 	if t.IsZero() {
 		return "-"

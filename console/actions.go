@@ -73,10 +73,11 @@ const dryRunWhy = "console dry run"
 
 // archive is replay.Archive for a Request, whose Until is the cut-off a
 // dry run resolved the form's older_than to; its Expect holds a confirmed
-// archive to the dry run's rows.
+// archive to the dry run's rows, and Max caps it as replay and discard are.
 func archive(ctx context.Context, db replay.Beginner, req replay.Request) (replay.Report, error) {
 	return replay.Archive(ctx, db, replay.ArchiveRequest{Before: req.Until, IDs: req.IDs, Projection: req.Projection,
-		Reason: req.Reason, By: req.By, Why: req.Why, DryRun: req.DryRun, Given: req.Given, Expect: req.Expect})
+		Reason: req.Reason, By: req.By, Why: req.Why, DryRun: req.DryRun, Given: req.Given, Expect: req.Expect,
+		Max: req.Max, Yes: req.Yes})
 }
 
 // actionForm is the POST of a dry run or an action.

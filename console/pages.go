@@ -29,7 +29,6 @@ type overviewView struct {
 	Replicas      []replicaRow
 	Done, Failed  chart
 	Stats         []replay.Stat
-	FailedTotal   int64
 	Stuck         []outbox.StuckRow
 }
 
@@ -70,9 +69,6 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
-	for _, s := range v.Stats {
-		v.FailedTotal += s.Count
-	}
 	if v.Stuck, err = outbox.Stuck(ctx, c.deps.Pool, c.cfg.MaxProcessing, stuckShown); err != nil {
 		c.fail(w, r, err)
 		return
@@ -102,7 +98,6 @@ type failedView struct {
 	Archived  bool
 	Fields    []field
 	Sort      field
-	Size      int
 	Typed     []field
 	Filter    string
 	HasFilter bool
@@ -143,7 +138,7 @@ func (c *Console) rows(w http.ResponseWriter, r *http.Request, archived bool) {
 		choices["reason"] = reasons
 	}
 	archiveBy := actionKinds["archive"].filters
-	v := failedView{Archived: archived, Fields: filterForm(raw, choices), Sort: sortField(raw.Get("sort")), Size: q.size,
+	v := failedView{Archived: archived, Fields: filterForm(raw, choices), Sort: sortField(raw.Get("sort")),
 		Max: replay.MaxDefault, ArchiveBy: strings.Join(labels(archiveBy), " and ")}
 	if qerr != nil {
 		// The form keeps what was typed, so the mistake can be mended.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/wlproj/wlproj/internal/harness"
 	"github.com/wlproj/wlproj/migrations"
+	"github.com/wlproj/wlproj/outbox"
 )
 
 func TestUpTwiceIsNoOp(t *testing.T) {
@@ -100,7 +101,7 @@ func TestInsertNotifies(t *testing.T) {
 	require.NoError(t, err)
 	n, err := conn.Conn().WaitForNotification(ctx)
 	require.NoError(t, err)
-	require.Equal(t, "outbox_events", n.Channel)
+	require.Equal(t, outbox.NotifyChannel, n.Channel)
 }
 
 func TestAppendErrorKeepsNewest(t *testing.T) {

@@ -2,8 +2,10 @@ package outbox_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wlproj/wlproj/outbox"
@@ -15,9 +17,10 @@ func (b bundle) ledger(t *testing.T, entity string) *outbox.Applied {
 	var a outbox.Applied
 	err := b.Pool.QueryRow(context.Background(), `SELECT version, event_id, deleted FROM outbox_applied
 		WHERE projection = 'search' AND entity_type = 'book' AND entity_id = $1`, entity).Scan(&a.Version, &a.EventID, &a.Deleted)
-	if err != nil {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return nil
 	}
+	require.NoError(t, err)
 	return &a
 }
 

@@ -39,6 +39,11 @@ type ArchiveRequest struct {
 	// exactly those rows in one transaction, or refuses and moves nothing,
 	// as Request.Expect does.
 	Expect string
+	// Max, when set, caps a selection without IDs in one transaction (a dry
+	// run, or one held by Expect) as Request.Max caps a replay; Yes lifts
+	// it. The batched archive needs no cap.
+	Max int
+	Yes bool
 }
 
 // archiveSQL moves rows in one statement; the status check makes it a
@@ -64,14 +69,14 @@ var archiveAction = action{name: "archive", doing: "archiving", rows: closedRows
 // Archive moves the selected failed and discarded rows, with every column,
 // to the dead letter under the same ids. Selected by IDs or held to a dry
 // run by Expect, it is one transaction and refuses like Replay; otherwise
-// it moves batches of
-// BatchSize rows, each committed with its own audit row, until none is
-// left, and a failure stops it after the batches already committed.
+// it moves batches of BatchSize rows, each committed with its own audit
+// row, until none is left, and a failure stops it after the batches
+// already committed.
 func Archive(ctx context.Context, db Beginner, ar ArchiveRequest) (Report, error) {
 	ar.BatchSize = cmp.Or(ar.BatchSize, BatchDefault)
 	now := time.Now()
 	req := Request{IDs: ar.IDs, Projection: ar.Projection, Reason: ar.Reason, Until: cmp.Or(ar.Before, now.Add(-ar.OlderThan)),
-		By: ar.By, Why: ar.Why, DryRun: ar.DryRun, Given: ar.Given, Expect: ar.Expect}
+		By: ar.By, Why: ar.Why, DryRun: ar.DryRun, Given: ar.Given, Expect: ar.Expect, Max: ar.Max, Yes: ar.Yes}
 	rep := Report{DryRun: ar.DryRun}
 	if err := req.check(archiveAction.doing); err != nil {
 		return rep, err
@@ -87,7 +92,9 @@ func Archive(ctx context.Context, db Beginner, ar ArchiveRequest) (Report, error
 		return rep, bounds.Invalid("IDs", "names %d ids, more than the %d one archive moves at once", len(ar.IDs), ar.BatchSize)
 	}
 	if len(req.IDs) > 0 || req.DryRun || req.Expect != "" {
-		rep, err := archiveAction.once(ctx, db, req, 0)
+		one := archiveAction
+		one.capped = ar.Max > 0
+		rep, err := one.once(ctx, db, req, 0)
 		if rep.AuditID != 0 {
 			rep.AuditIDs = []int64{rep.AuditID}
 		}

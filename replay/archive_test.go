@@ -332,3 +332,20 @@ func TestArchiveHeldToItsDryRun(t *testing.T) {
 	require.Len(t, rep.AuditIDs, 1, "one transaction, whatever the batch size")
 	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM outbox_dead_letter`))
 }
+
+// TestArchiveCappedInOneTransaction: with Max, a selection without ids in
+// one transaction (a dry run) is capped as a replay is; Yes lifts it.
+func TestArchiveCappedInOneTransaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.seedArchive(t)
+	_, err := Archive(b.ctx, b.db.Pool, ArchiveRequest{OlderThan: time.Hour, By: "a", Why: "x", DryRun: true, Max: 2})
+	var refused *RefusedError
+	require.ErrorAs(t, err, &refused)
+	require.Equal(t, int64(3), refused.Matching)
+	require.Equal(t, 2, refused.Max)
+	dry, err := Archive(b.ctx, b.db.Pool, ArchiveRequest{OlderThan: time.Hour, By: "a", Why: "x", DryRun: true, Max: 2, Yes: true})
+	require.NoError(t, err)
+	require.Equal(t, []int64{id[0], id[1], id[5]}, dry.IDs())
+	require.Zero(t, b.count(t, `SELECT count(*) FROM outbox_dead_letter`))
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/wlproj/wlproj/internal/bounds"
+	"github.com/wlproj/wlproj/outbox"
 )
 
 const (
@@ -28,9 +29,7 @@ const (
 
 // Beginner opens a transaction: *pgxpool.Pool, *pgx.Conn and pgx.Tx (as a
 // savepoint) all do.
-type Beginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
+type Beginner = outbox.Beginner
 
 // Request is one replay, discard or restore. The selectors (IDs, Reason,
 // Projection, Since, Until, EntityType, ScopeKey, Class, Text) combine with
