@@ -8,7 +8,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"os"
 	"os/exec"
@@ -46,7 +45,7 @@ func TestLedgerKillsDeletesAndReplays(t *testing.T) {
 		  FROM outbox_events WHERE id = ANY($1) AND entity_id NOT LIKE 'left-alone-%'
 		 ORDER BY id`, failed)
 	c.drained(20 * time.Second)
-	forgetDeletes(t, c.index)
+	harness.DeletesForgotten(t, c.index)
 
 	// The mapping is fixed and the stream starts; mid-stream the leader is
 	// killed and the failed upserts are replayed through the binary while
@@ -100,35 +99,4 @@ func (c *cluster) produceOutOfOrder(entities, versions int) {
 		  FROM (SELECT e, v, CASE WHEN random() < 0.15 THEN 'delete' ELSE 'upsert' END AS op
 		          FROM generate_series(1, $1) e, generate_series(1, $2) v) s
 		 ORDER BY random()`, entities, versions)
-}
-
-// forgetDeletes makes the engine lose every delete's version, as
-// index.gc_deletes (60 s) or a node restart would; a canary deleted at
-// version 2 that then takes version 1 proves it. Nothing may be in flight:
-// with gc_deletes at zero, two bulks side by side could reorder a delete and
-// an older upsert of one book, which the engine's 60 s cover in production.
-func forgetDeletes(t *testing.T, index string) {
-	t.Helper()
-	base, path := harness.ElasticURL(t), "/"+index
-	es := func(method, path, body string) error {
-		return harness.ES(context.Background(), base, method, path, []byte(body), nil)
-	}
-	canary := path + "/_doc/test:canary"
-	require.NoError(t, es(http.MethodPut, canary+"?version=2&version_type=external_gte", `{"kind": "canary"}`))
-	require.NoError(t, es(http.MethodDelete, canary+"?version=2&version_type=external_gte", ""))
-	harness.Eventually(t, 10*time.Second, "the engine forgets its deletes", func() bool {
-		// Refresh and flush prune deletes older than gc_deletes; one younger
-		// than the engine's clock tick (200 ms) waits for the next round.
-		require.NoError(t, es(http.MethodPut, path+"/_settings", `{"index": {"gc_deletes": "0s"}}`))
-		require.NoError(t, es(http.MethodPost, path+"/_refresh", ""))
-		require.NoError(t, es(http.MethodPost, path+"/_flush", ""))
-		require.NoError(t, es(http.MethodPut, path+"/_settings", `{"index": {"gc_deletes": null}}`))
-		err := es(http.MethodPut, canary+"?version=1&version_type=external_gte", `{"kind": "canary"}`)
-		if se := (*harness.StatusError)(nil); errors.As(err, &se) && se.Code == http.StatusConflict {
-			return false
-		}
-		require.NoError(t, err)
-		return true
-	})
-	require.NoError(t, es(http.MethodDelete, canary, ""))
 }

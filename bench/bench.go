@@ -217,11 +217,7 @@ func (b *bench) setup(ctx context.Context) error {
 	}
 	b.s, b.pool, b.index = s, s.DB.Pool, s.Index
 	b.rep.Versions, b.rep.Database, b.rep.Index = s.Versions, s.DB.Name, s.Index
-	if e, err := harness.IdentifyEngine(ctx, b.cfg.ElasticURL); err != nil {
-		b.rep.Problem("identify the engine: " + err.Error())
-	} else {
-		b.rep.Engine = Engine{Name: e.Name, Distribution: e.Distribution, Version: e.Version}
-	}
+	b.rep.Engine = Engine{Name: s.Engine.Name, Distribution: s.Engine.Distribution, Version: s.Engine.Version}
 	s.OnClose(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), stepTimeout)
 		defer cancel()

@@ -303,11 +303,10 @@ func (d *drill) applyRoles(ctx context.Context) error {
 		psql = filepath.Join(d.cfg.PG.BinDir, "psql")
 	}
 	d.runtimePassword = harness.UniqueName("")
-	cmd := exec.CommandContext(ctx, psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-v", "dbname="+d.s.DB.Name,
-		"-v", "owner_role="+d.s.Owner, "-v", "runtime_role="+d.s.Runtime,
-		"-v", "owner_password="+harness.UniqueName(""), "-v", "runtime_password="+d.runtimePassword,
-		"-f", filepath.Join(d.s.Root, "deploy", "sql", "roles.sql"), d.s.DB.URL)
-	if out, err := cmd.CombinedOutput(); err != nil {
+	out, err := harness.RolesSQL{Psql: psql, Root: d.s.Root, AdminURL: d.s.DB.URL, DBName: d.s.DB.Name,
+		Owner: d.s.Owner, Runtime: d.s.Runtime, OwnerPassword: harness.UniqueName(""),
+		RuntimePassword: d.runtimePassword}.Apply(ctx)
+	if err != nil {
 		return fmt.Errorf("roles.sql: %w\n%s", err, out)
 	}
 	return nil

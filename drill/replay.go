@@ -306,54 +306,17 @@ func (d *drill) replayRows(ctx context.Context, ids []int64) error {
 	return nil
 }
 
-// forgetDeletes makes the engine lose every delete's version, as
-// index.gc_deletes (60 s) after a delete or a node restart does, and proves
-// it on a canary: a document deleted at version 2 that then takes an index
-// at version 1. The producers pause and the outbox drains first: with
-// gc_deletes at zero, a delete and an older upsert of one book in bulks in
-// flight side by side could be reordered, which the engine's 60 s memory
-// covers in production; the ledger only knows what was acked.
+// forgetDeletes pauses the producers and drains the outbox, then has the
+// engine forget every delete's version (harness.ForgetDeletes), which needs
+// nothing in flight.
 func (d *drill) forgetDeletes(ctx context.Context) (bool, error) {
-	index := "/" + d.s.Index
-	canary := index + "/_doc/drill:canary"
-	es := func(ctx context.Context, method, path, body string) error {
-		return harness.ES(ctx, d.cfg.ElasticURL, method, path, []byte(body), nil)
-	}
-	if err := es(ctx, http.MethodPut, canary+"?version=2&version_type=external_gte", `{"kind": "canary"}`); err != nil {
-		return false, err
-	}
-	if err := es(ctx, http.MethodDelete, canary+"?version=2&version_type=external_gte", ""); err != nil {
-		return false, err
-	}
 	d.prod.pause()
 	defer d.prod.resume()
 	if err := harness.WaitDrained(ctx, stepTimeout, d.s.DB.Pool); err != nil {
 		return false, err
 	}
-	restore := `{"index": {"gc_deletes": null}}`
-	defer func() { _ = es(context.WithoutCancel(ctx), http.MethodPut, index+"/_settings", restore) }()
-	err := d.poll(ctx, "the engine to forget its deletes", func(ctx context.Context) (bool, error) {
-		// Refresh and flush prune the deletes older than gc_deletes; one
-		// younger than the engine's clock tick (200 ms) waits for the next
-		// attempt.
-		for _, req := range [][3]string{
-			{http.MethodPut, index + "/_settings", `{"index": {"gc_deletes": "0s"}}`},
-			{http.MethodPost, index + "/_refresh", ""},
-			{http.MethodPost, index + "/_flush", ""},
-			{http.MethodPut, index + "/_settings", restore},
-		} {
-			if err := es(ctx, req[0], req[1], req[2]); err != nil {
-				return false, err
-			}
-		}
-		err := es(ctx, http.MethodPut, canary+"?version=1&version_type=external_gte", `{"kind": "canary"}`)
-		if se := (*harness.StatusError)(nil); errors.As(err, &se) && se.Code == http.StatusConflict {
-			return false, nil
-		}
-		return err == nil, err
-	})
-	if err != nil {
+	if err := harness.ForgetDeletes(ctx, d.cfg.ElasticURL, d.s.Index, stepTimeout); err != nil {
 		return false, err
 	}
-	return true, es(ctx, http.MethodDelete, canary, "")
+	return true, nil
 }

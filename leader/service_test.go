@@ -3,7 +3,6 @@ package leader
 import (
 	"context"
 	"errors"
-	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -39,30 +38,55 @@ func TestPeriodicRunsAtOnceThenEveryIntervalUntilDrain(t *testing.T) {
 func TestPeriodicStopsWhenLeadershipIsLost(t *testing.T) {
 	t.Parallel()
 	var rounds atomic.Int32
+	third := make(chan struct{})
 	p := &Periodic{ServiceName: "tick", Interval: time.Millisecond, Log: zerolog.Nop(),
-		Once: func(context.Context, int64) error { rounds.Add(1); return nil }}
+		Once: func(context.Context, int64) error {
+			if rounds.Add(1) == 3 {
+				close(third)
+			}
+			return nil
+		}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); p.Run(ctx, 1, make(chan struct{})) }()
-	for rounds.Load() < 3 {
-		runtime.Gosched()
-	}
+	waitFor(t, third, "three rounds")
 	cancel()
-	<-done
-	n := rounds.Load()
-	time.Sleep(20 * time.Millisecond)
-	require.Equal(t, n, rounds.Load(), "no round after the context ended")
+	waitFor(t, done, "Run to return once the context ended")
 }
 
 func TestRunAllWaitsForEveryService(t *testing.T) {
 	t.Parallel()
 	var finished atomic.Int32
+	release, fastDone := make(chan struct{}), make(chan struct{})
 	slow := ServiceFunc("slow", func(context.Context, int64, <-chan struct{}) {
-		time.Sleep(50 * time.Millisecond)
+		<-release
 		finished.Add(1)
 	})
-	fast := ServiceFunc("fast", func(context.Context, int64, <-chan struct{}) { finished.Add(1) })
-	runAll(context.Background(), 1, nil, []Service{slow, fast})
-	require.Equal(t, int32(2), finished.Load())
-	require.Equal(t, "slow", slow.Name())
+	fast := ServiceFunc("fast", func(context.Context, int64, <-chan struct{}) { finished.Add(1); close(fastDone) })
+	returned := make(chan struct{})
+	var atReturn int32
+	go func() {
+		defer close(returned)
+		runAll(context.Background(), 1, nil, []Service{slow, fast})
+		atReturn = finished.Load()
+	}()
+	waitFor(t, fastDone, "the fast service")
+	select {
+	case <-returned:
+		t.Fatal("runAll returned while a service still ran")
+	default:
+	}
+	close(release)
+	waitFor(t, returned, "runAll to return")
+	require.Equal(t, int32(2), atReturn, "both services had finished when runAll returned")
+}
+
+// waitFor fails the test unless ch closes within 5 s.
+func waitFor(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
 }

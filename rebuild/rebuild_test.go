@@ -118,6 +118,13 @@ func (b bundle) produce(t *testing.T, rate, rows int, deletes bool) *harness.Pro
 	return p
 }
 
+// writesGoOn waits until the application has committed 50 more events.
+func (b bundle) writesGoOn(t *testing.T, p *harness.Producer, when string) {
+	t.Helper()
+	from := p.Committed()
+	harness.Eventually(t, 20*time.Second, "50 events written "+when, func() bool { return p.Committed() >= from+50 })
+}
+
 // readLoop counts the alias's documents until stopped: every answer must
 // be a success and never below an earlier one (the producer never deletes).
 type readLoop struct {
@@ -179,11 +186,11 @@ func TestRebuildSwapsUnderReadersAndWriters(t *testing.T) {
 
 	reader := b.read(t)
 	producer := b.produce(t, 300, rows, false)
-	time.Sleep(300 * time.Millisecond)
+	b.writesGoOn(t, producer, "before the rebuild")
 	cfg.Mapping = nil // the second copies the current index's mapping
 	rep, err := Run(b.ctx, cfg)
 	require.NoError(t, err)
-	time.Sleep(300 * time.Millisecond)
+	b.writesGoOn(t, producer, "after the swap")
 	producer.Stop()
 	reader.finish()
 
@@ -246,7 +253,7 @@ func TestRebuildResumesAfterCrash(t *testing.T) {
 	require.Greater(t, open.RowsLoaded, int64(0))
 	require.Less(t, open.RowsLoaded, int64(rows))
 
-	time.Sleep(500 * time.Millisecond) // dual-writes go on meanwhile
+	b.writesGoOn(t, producer, "while the rebuild is stopped (dual-writes go on)")
 	cfg.Progress = nil
 	rep, err := Run(b.ctx, cfg)
 	require.NoError(t, err)

@@ -23,6 +23,8 @@
 //	IdentifyEngine                        Engine
 //	StartSecuredNode                      SecuredEngine
 //	SourceDiff                            SourceMatched
+//	ForgetDeletes                         DeletesForgotten
+//	RolesSQL.Apply                        ApplyRoles
 //
 // For tests alone: Column and Pairs read a query's rows, Outbox is a
 // database with an outbox.Store on it, and SourceWriter is an application

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -112,4 +114,55 @@ func NewIndex(t testing.TB) string {
 	name := NewIndexName(t)
 	require.NoError(t, CreateIndex(context.Background(), ElasticURL(t), name))
 	return name
+}
+
+// ForgetDeletes makes the engine lose every delete's version in index, as
+// index.gc_deletes (60 s) or a node restart would; a canary deleted at
+// version 2 that then takes version 1 proves it. Nothing may be in flight:
+// with gc_deletes at zero, two bulks side by side could reorder a delete and
+// an older upsert of one document, which the engine's 60 s cover in
+// production.
+func ForgetDeletes(ctx context.Context, base, index string, timeout time.Duration) error {
+	path := "/" + index
+	canary := path + "/_doc/harness:canary"
+	es := func(ctx context.Context, method, path, body string) error {
+		return ES(ctx, base, method, path, []byte(body), nil)
+	}
+	if err := es(ctx, http.MethodPut, canary+"?version=2&version_type=external_gte", `{"kind": "canary"}`); err != nil {
+		return err
+	}
+	if err := es(ctx, http.MethodDelete, canary+"?version=2&version_type=external_gte", ""); err != nil {
+		return err
+	}
+	restore := `{"index": {"gc_deletes": null}}`
+	defer func() { _ = es(context.WithoutCancel(ctx), http.MethodPut, path+"/_settings", restore) }()
+	err := Poll(ctx, timeout, "the engine to forget its deletes", func(ctx context.Context) (bool, error) {
+		// Refresh and flush prune deletes older than gc_deletes; one younger
+		// than the engine's clock tick (200 ms) waits for the next round.
+		for _, req := range [][3]string{
+			{http.MethodPut, path + "/_settings", `{"index": {"gc_deletes": "0s"}}`},
+			{http.MethodPost, path + "/_refresh", ""},
+			{http.MethodPost, path + "/_flush", ""},
+			{http.MethodPut, path + "/_settings", restore},
+		} {
+			if err := es(ctx, req[0], req[1], req[2]); err != nil {
+				return false, err
+			}
+		}
+		err := es(ctx, http.MethodPut, canary+"?version=1&version_type=external_gte", `{"kind": "canary"}`)
+		if se := (*StatusError)(nil); errors.As(err, &se) && se.Code == http.StatusConflict {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	if err != nil {
+		return err
+	}
+	return es(ctx, http.MethodDelete, canary, "")
+}
+
+// DeletesForgotten is ForgetDeletes for tests.
+func DeletesForgotten(t testing.TB, index string) {
+	t.Helper()
+	require.NoError(t, ForgetDeletes(context.Background(), ElasticURL(t), index, 30*time.Second))
 }

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,17 +16,30 @@ const (
 	RuntimePassword = "runtime-pw"
 )
 
-// ApplyRoles runs deploy/sql/roles.sql with psql exactly as the header of
-// the file says, as the admin of adminURL, for database dbname; it returns
-// psql's output.
-func ApplyRoles(t testing.TB, adminURL, dbname, owner, runtime string) (string, error) {
-	t.Helper()
-	cmd := exec.Command(psql(t), "-X", "-v", "ON_ERROR_STOP=1",
-		"-v", "dbname="+dbname, "-v", "owner_role="+owner, "-v", "runtime_role="+runtime,
-		"-v", "owner_password="+OwnerPassword, "-v", "runtime_password="+RuntimePassword,
-		"-f", filepath.Join(Root(t), "deploy", "sql", "roles.sql"), adminURL)
+// RolesSQL is one run of deploy/sql/roles.sql with psql, exactly as the
+// header of the file says, as the admin of AdminURL for database DBName.
+type RolesSQL struct {
+	Psql, Root, AdminURL, DBName   string
+	Owner, Runtime                 string
+	OwnerPassword, RuntimePassword string
+}
+
+// Apply runs it and returns psql's output.
+func (r RolesSQL) Apply(ctx context.Context) (string, error) {
+	cmd := exec.CommandContext(ctx, r.Psql, "-X", "-q", "-v", "ON_ERROR_STOP=1",
+		"-v", "dbname="+r.DBName, "-v", "owner_role="+r.Owner, "-v", "runtime_role="+r.Runtime,
+		"-v", "owner_password="+r.OwnerPassword, "-v", "runtime_password="+r.RuntimePassword,
+		"-f", filepath.Join(r.Root, "deploy", "sql", "roles.sql"), r.AdminURL)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+// ApplyRoles is RolesSQL.Apply for tests, with the stack's psql and the
+// passwords OwnerPassword and RuntimePassword.
+func ApplyRoles(t testing.TB, adminURL, dbname, owner, runtime string) (string, error) {
+	t.Helper()
+	return RolesSQL{Psql: psql(t), Root: Root(t), AdminURL: adminURL, DBName: dbname, Owner: owner, Runtime: runtime,
+		OwnerPassword: OwnerPassword, RuntimePassword: RuntimePassword}.Apply(context.Background())
 }
 
 // psql is the stack's psql, else the one on PATH.

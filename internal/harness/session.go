@@ -38,8 +38,10 @@ type Session struct {
 	Dir      string
 	Bin      string
 	Versions Versions
-	DB       DB
-	Index    string
+	// Engine is what the engine at ElasticURL said it is.
+	Engine EngineInfo
+	DB     DB
+	Index  string
 	// Owner and Runtime are the role names, if SessionConfig.Roles.
 	Owner, Runtime string
 
@@ -82,7 +84,7 @@ func (s *Session) open(ctx context.Context) error {
 			return err
 		}
 	}
-	if s.Versions, err = serverVersions(ctx, s.cfg.AdminURL, s.cfg.ElasticURL); err != nil {
+	if s.Versions, s.Engine, err = serverVersions(ctx, s.cfg.AdminURL, s.cfg.ElasticURL); err != nil {
 		return err
 	}
 	id := UniqueName("")
@@ -104,19 +106,19 @@ func (s *Session) open(ctx context.Context) error {
 	return CreateIndex(ctx, s.cfg.ElasticURL, s.Index)
 }
 
-func serverVersions(ctx context.Context, adminURL, elasticURL string) (Versions, error) {
+func serverVersions(ctx context.Context, adminURL, elasticURL string) (Versions, EngineInfo, error) {
 	v := Versions{Go: runtime.Version()}
 	e, err := IdentifyEngine(ctx, elasticURL)
 	if err != nil {
-		return v, fmt.Errorf("engine at ELASTIC_URL: %w", err)
+		return v, e, fmt.Errorf("engine at ELASTIC_URL: %w", err)
 	}
 	v.Engine = e.Distribution + " " + e.Version
 	conn, err := pgx.Connect(ctx, adminURL)
 	if err != nil {
-		return v, fmt.Errorf("connect to DATABASE_URL: %w", err)
+		return v, e, fmt.Errorf("connect to DATABASE_URL: %w", err)
 	}
 	defer conn.Close(ctx)
-	return v, conn.QueryRow(ctx, `SHOW server_version`).Scan(&v.Postgres)
+	return v, e, conn.QueryRow(ctx, `SHOW server_version`).Scan(&v.Postgres)
 }
 
 // OnClose registers f to run first thing in Close, the latest registered
