@@ -65,6 +65,12 @@ func (l *Loop) runOnce(ctx context.Context, epoch int64) (BatchResult, error) {
 	if err != nil || f == nil {
 		return BatchResult{}, err
 	}
+	return l.handle(ctx, epoch, f)
+}
+
+// handle processes a claimed batch once the batches ahead of it that share
+// a document are done, and lets the ones behind it go on.
+func (l *Loop) handle(ctx context.Context, epoch int64, f *flight) (BatchResult, error) {
 	defer l.order.finish(f)
 	if err := l.order.wait(ctx, f); err != nil {
 		return BatchResult{}, err
@@ -127,10 +133,7 @@ func (l *Loop) Run(ctx context.Context, epoch int64, drain <-chan struct{}) {
 			go func() {
 				defer wg.Done()
 				defer func() { <-slots }()
-				defer l.order.finish(f)
-				if l.order.wait(workCtx, f) == nil {
-					l.process(workCtx, epoch, f.events)
-				}
+				_, _ = l.handle(workCtx, epoch, f) // the batch logs and counts its own result
 			}()
 			continue
 		}

@@ -113,7 +113,7 @@ func (o *order) finish(f *flight) {
 	close(f.done)
 }
 
-// above orders ledger entries by (version, event id), as Event.Stale does.
+// above reports whether a is newer than b, nil being no entry.
 func above(a outbox.Applied, b *outbox.Applied) bool {
-	return b == nil || a.Version > b.Version || (a.Version == b.Version && a.EventID > b.EventID)
+	return b == nil || b.Before(a.Version, a.EventID)
 }

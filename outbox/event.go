@@ -38,8 +38,13 @@ func (e Event) Stale() bool {
 	if e.Applied == nil {
 		return false
 	}
-	v := e.Version()
-	return v < e.Applied.Version || (v == e.Applied.Version && e.ID <= e.Applied.EventID)
+	return !e.Applied.Before(e.Version(), e.ID)
+}
+
+// Before reports whether the entry orders before the event (version,
+// eventID): the one order of events, by version, then outbox id.
+func (a Applied) Before(version, eventID int64) bool {
+	return a.Version < version || (a.Version == version && a.EventID < eventID)
 }
 
 // Ops a producer may write.

@@ -3,7 +3,6 @@ package rebuild
 import (
 	"context"
 	"fmt"
-	"strings"
 )
 
 // Plan is what a rebuild would do, found without changing anything.
@@ -58,17 +57,9 @@ func (r *runner) planResume(p *Plan) error {
 }
 
 func (r *runner) planStart(ctx context.Context, p *Plan) error {
-	cur, err := r.eng.resolve(ctx, r.cfg.Alias)
+	cur, err := r.current(ctx)
 	if err != nil {
 		return err
-	}
-	if len(cur.Indexes) > 1 {
-		return inputf("ELASTIC_INDEX %s is an alias of %d indexes (%s); a rebuild needs it on one",
-			r.cfg.Alias, len(cur.Indexes), strings.Join(cur.Indexes, ", "))
-	}
-	if r.cfg.EmitOutbox && len(cur.Indexes) == 0 {
-		return inputf("--emit-outbox needs ELASTIC_INDEX %s to exist (the leader writes the events to it too): "+
-			"rebuild without --emit-outbox first", r.cfg.Alias)
 	}
 	if _, err := r.body(ctx, cur); err != nil {
 		return err

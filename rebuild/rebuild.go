@@ -165,17 +165,9 @@ func (r *runner) openOrResume(ctx context.Context) (*Row, error) {
 // before the row does: a leader that sees the row writes to the index at
 // once, and the engine would create a missing one with a guessed mapping.
 func (r *runner) start(ctx context.Context) (*Row, error) {
-	cur, err := r.eng.resolve(ctx, r.cfg.Alias)
+	cur, err := r.current(ctx)
 	if err != nil {
 		return nil, err
-	}
-	if len(cur.Indexes) > 1 {
-		return nil, inputf("ELASTIC_INDEX %s is an alias of %d indexes (%s); a rebuild needs it on one",
-			r.cfg.Alias, len(cur.Indexes), strings.Join(cur.Indexes, ", "))
-	}
-	if r.cfg.EmitOutbox && len(cur.Indexes) == 0 {
-		return nil, inputf("--emit-outbox needs ELASTIC_INDEX %s to exist (the leader writes the events to it too): "+
-			"rebuild without --emit-outbox first", r.cfg.Alias)
 	}
 	body, err := r.body(ctx, cur)
 	if err != nil {
@@ -202,6 +194,24 @@ func (r *runner) start(ctx context.Context) (*Row, error) {
 	r.rep.Converted, r.rep.Created = cur.Concrete, len(cur.Indexes) == 0
 	r.cfg.Progress.Note(fmt.Sprintf("opened rebuild #%d: new index %s with the mapping of %s", out.ID, target, r.mappingSource(cur)))
 	return &out, nil
+}
+
+// current resolves ELASTIC_INDEX, refusing what a new rebuild cannot
+// start from: an alias of several indexes, or no index for --emit-outbox.
+func (r *runner) current(ctx context.Context) (named, error) {
+	cur, err := r.eng.resolve(ctx, r.cfg.Alias)
+	if err != nil {
+		return cur, err
+	}
+	if len(cur.Indexes) > 1 {
+		return cur, inputf("ELASTIC_INDEX %s is an alias of %d indexes (%s); a rebuild needs it on one",
+			r.cfg.Alias, len(cur.Indexes), strings.Join(cur.Indexes, ", "))
+	}
+	if r.cfg.EmitOutbox && len(cur.Indexes) == 0 {
+		return cur, inputf("--emit-outbox needs ELASTIC_INDEX %s to exist (the leader writes the events to it too): "+
+			"rebuild without --emit-outbox first", r.cfg.Alias)
+	}
+	return cur, nil
 }
 
 func (r *runner) mappingSource(cur named) string {
