@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -67,11 +66,6 @@ UPDATE outbox_projection_state
  WHERE projection = @projection AND paused
 RETURNING projection, paused, changed_by, why, changed_at`
 
-const pauseAuditSQL = `
-INSERT INTO outbox_replay_audit (action, replayed_by, reason, selector, event_count, event_ids)
-VALUES (@action, @by, @why, @selector::jsonb, 0, '{}')
-RETURNING id`
-
 const inFlightSQL = `SELECT count(*) FROM outbox_events WHERE status = 'processing' AND projection = $1`
 
 const stateSQL = `
@@ -125,10 +119,9 @@ func setPaused(ctx context.Context, tx pgx.Tx, req PauseRequest, action string) 
 		return res, err
 	}
 	res.State, res.Changed = st, true
-	selector, _ := json.Marshal(map[string]string{"projection": req.Projection})
-	args["action"], args["selector"] = action, string(selector)
-	if err := tx.QueryRow(ctx, pauseAuditSQL, args).Scan(&res.AuditID); err != nil {
-		return res, fmt.Errorf("audit: %w", err)
+	if res.AuditID, _, err = WriteAudit(ctx, tx, Audit{Action: action, By: req.By, Why: req.Why,
+		Selector: map[string]string{"projection": req.Projection}}); err != nil {
+		return res, err
 	}
 	if req.Paused {
 		err = tx.QueryRow(ctx, inFlightSQL, req.Projection).Scan(&res.InFlight)

@@ -2,13 +2,14 @@ package rebuild
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/wlproj/wlproj/outbox"
 )
 
 // States of a rebuild row.
@@ -143,19 +144,9 @@ type auditEntry struct {
 	Note    string           `json:"note,omitempty"`
 }
 
-const auditSQL = `
-INSERT INTO outbox_replay_audit (action, replayed_by, reason, selector, event_count, event_ids)
-VALUES ('rebuild', $1, $2, $3::jsonb, $4, '{}')`
-
 func audit(ctx context.Context, tx pgx.Tx, by, why string, count int64, entry auditEntry) error {
-	sel, err := json.Marshal(entry)
-	if err != nil {
-		return fmt.Errorf("audit: %w", err)
-	}
-	if _, err := tx.Exec(ctx, auditSQL, by, why, string(sel), count); err != nil {
-		return fmt.Errorf("audit: %w", err)
-	}
-	return nil
+	_, _, err := outbox.WriteAudit(ctx, tx, outbox.Audit{Action: "rebuild", By: by, Why: why, Selector: entry, Count: count})
+	return err
 }
 
 // checkpointSQL records how far the load got; only an open row moves.

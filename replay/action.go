@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -199,23 +198,14 @@ func (a action) on(ids []int64, by, why string, reset bool, selector any) change
 	return change{action: a, ids: ids, by: by, why: why, reset: reset, selector: selector}
 }
 
-const auditSQL = `
-INSERT INTO outbox_replay_audit (action, replayed_by, reason, selector, event_count, event_ids)
-VALUES ($1, $2, $3, $4::jsonb, $5, $6)
-RETURNING id, replayed_at`
-
 // apply writes the audit row first, so the statement can stamp its id into
 // each row, then runs the statement and insists that it touched exactly the
 // audited rows. The caller commits.
 func (c change) apply(ctx context.Context, tx pgx.Tx) (int64, time.Time, error) {
-	sel, err := json.Marshal(c.selector)
+	auditID, at, err := outbox.WriteAudit(ctx, tx, outbox.Audit{Action: c.name, By: c.by, Why: c.why,
+		Selector: c.selector, EventIDs: c.ids, Count: int64(len(c.ids))})
 	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("%s: selector: %w", c.name, err)
-	}
-	var auditID int64
-	var at time.Time
-	if err := tx.QueryRow(ctx, auditSQL, c.name, c.by, c.why, string(sel), len(c.ids), c.ids).Scan(&auditID, &at); err != nil {
-		return 0, time.Time{}, fmt.Errorf("%s: audit: %w", c.name, err)
+		return 0, time.Time{}, fmt.Errorf("%s: %w", c.name, err)
 	}
 	tag, err := tx.Exec(ctx, c.sql, pgx.NamedArgs{
 		"ids": c.ids, "by": c.by, "why": c.why, "reset": c.reset, "audit_id": auditID, "keep": outbox.HistoryKeep,
