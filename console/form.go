@@ -90,17 +90,26 @@ func (t typedFilter) filter(now time.Time) (replay.Filter, error) {
 		return f, badf("class %q is neither %s", f.Class, strings.Join(classes, " nor "))
 	}
 	var err error
-	if f.Since, err = replay.ParseTime(t["since"], now); err != nil {
-		return f, badf("failed since: %v", err)
+	f.Since, f.Until, err = parseWindow(t["since"], t["until"], "failed ", now)
+	return f, err
+}
+
+// parseWindow reads a time window's two ends (replay.ParseTime) and
+// refuses an empty one; label prefixes the ends' names in messages.
+func parseWindow(since, until, label string, now time.Time) (time.Time, time.Time, error) {
+	s, err := replay.ParseTime(since, now)
+	if err != nil {
+		return s, time.Time{}, badf("%ssince: %v", label, err)
 	}
-	if f.Until, err = replay.ParseTime(t["until"], now); err != nil {
-		return f, badf("failed until: %v", err)
+	u, err := replay.ParseTime(until, now)
+	if err != nil {
+		return s, u, badf("%suntil: %v", label, err)
 	}
-	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
-		return f, badf("the time window is empty: failed since %s is not before failed until %s",
-			formatTime(f.Since), formatTime(f.Until))
+	if !s.IsZero() && !u.IsZero() && !s.Before(u) {
+		return s, u, badf("the time window is empty: %ssince %s is not before %suntil %s",
+			label, formatTime(s), label, formatTime(u))
 	}
-	return f, nil
+	return s, u, nil
 }
 
 // describe is the filter in words, for a confirmation: "reason =

@@ -362,14 +362,8 @@ func parseAuditQuery(raw url.Values, now time.Time) (replay.AuditFilter, error) 
 		return f, badf("action %q is none of %s", f.Action, strings.Join(auditActions, ", "))
 	}
 	var err error
-	if f.Since, err = replay.ParseTime(raw.Get("since"), now); err != nil {
-		return f, badf("since: %v", err)
-	}
-	if f.Until, err = replay.ParseTime(raw.Get("until"), now); err != nil {
-		return f, badf("until: %v", err)
-	}
-	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
-		return f, badf("the time window is empty: since %s is not before until %s", formatTime(f.Since), formatTime(f.Until))
+	if f.Since, f.Until, err = parseWindow(raw.Get("since"), raw.Get("until"), "", now); err != nil {
+		return f, err
 	}
 	for _, n := range []struct {
 		name string
