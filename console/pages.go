@@ -292,7 +292,7 @@ func (c *Console) event(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	operator := !requestOf(r).user.ReadOnly
-	v := eventView{Event: d, Audits: audits, CanRestore: operator && !d.ArchivedAt.IsZero(),
+	v := eventView{Event: d, Audits: audits, CanRestore: operator && !d.ArchivedAt.IsZero() && d.Status != outbox.StatusDiscarded,
 		CanAct: operator && d.Status == outbox.StatusFailed && d.ArchivedAt.IsZero()}
 	c.render(w, r, http.StatusOK, "event", "Event "+strconv.FormatInt(id, 10), v)
 }

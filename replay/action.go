@@ -142,7 +142,14 @@ func (a action) problems(rep *Report) []string {
 		byStatus[nf.Status] = append(byStatus[nf.Status], nf.ID)
 	}
 	for _, st := range statuses {
-		if ids := byStatus[st]; len(ids) == 1 {
+		ids := byStatus[st]
+		if a.rows.never != nil {
+			if msg := a.rows.never(st, ids); msg != "" {
+				problems = append(problems, msg)
+				continue
+			}
+		}
+		if len(ids) == 1 {
 			problems = append(problems, fmt.Sprintf("id %d is %s, not %s", ids[0], st, a.rows.want))
 		} else {
 			problems = append(problems, fmt.Sprintf("ids %s are %s, not %s", FormatIDs(ids), st, a.rows.want))

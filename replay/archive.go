@@ -13,7 +13,8 @@ import (
 const BatchDefault = 10_000
 
 // ArchiveRequest is one archive: failed and discarded rows whose failure is
-// older than OlderThan move from outbox_events to outbox_dead_letter.
+// older than OlderThan move from outbox_events to outbox_dead_letter, each
+// keeping its status, so a discarded row stays one that nothing revives.
 type ArchiveRequest struct {
 	// OlderThan is how long ago, on this host's clock, a row must have
 	// failed (updated_at) to move. It or Before is required.
@@ -116,12 +117,14 @@ func Archive(ctx context.Context, db Beginner, ar ArchiveRequest) (Report, error
 	}
 }
 
-// restoreSQL brings archived rows back as pending under the same id, with
-// their history and one more replay; the insert trigger wakes the leader at
-// commit. Whether an event is stale by then is the claim's business.
+// restoreSQL brings archived failed rows back as pending under the same id,
+// with their history and one more replay; the insert trigger wakes the
+// leader at commit. Whether an event is stale by then is the claim's
+// business. The status check keeps a discarded row in the dead letter even
+// if a caller got past the selection.
 const restoreSQL = `
 WITH back AS (
-  DELETE FROM outbox_dead_letter WHERE id = ANY(@ids)
+  DELETE FROM outbox_dead_letter WHERE id = ANY(@ids) AND status = 'failed'
   RETURNING id, projection, entity_type, entity_id, op, event_version, payload, scope_key,
             attempts, error_class, error_reason, last_error, error_history, replay_count, created_at
 )
@@ -136,11 +139,12 @@ SELECT id, projection, entity_type, entity_id, op, event_version, payload, scope
        replay_count + 1, created_at, now()
   FROM back`
 
-var restoreAction = action{name: "restore", doing: "restoring", rows: archivedRows, sql: restoreSQL}
+var restoreAction = action{name: "restore", doing: "restoring", rows: restorableRows, sql: restoreSQL}
 
-// Restore brings archived rows back into outbox_events as pending, by id
-// only, in one transaction with one audit row; an unknown id refuses the
-// whole request. The other Request fields work as in Replay.
+// Restore brings archived failed rows back into outbox_events as pending,
+// by id only, in one transaction with one audit row. Discarded is terminal
+// for good: an id of an archived discarded row, like an unknown one, refuses
+// the whole request. The other Request fields work as in Replay.
 func Restore(ctx context.Context, db Beginner, req Request) (Report, error) {
 	if len(req.IDs) == 0 {
 		return Report{DryRun: req.DryRun}, bounds.Invalid("IDs", "are required: archived rows come back by id only")

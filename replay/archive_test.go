@@ -349,3 +349,56 @@ func TestArchiveCappedInOneTransaction(t *testing.T) {
 	require.Equal(t, []int64{id[0], id[1], id[5]}, dry.IDs())
 	require.Zero(t, b.count(t, `SELECT count(*) FROM outbox_dead_letter`))
 }
+
+// TestArchivedDiscardedRowsAreNeverRestored: discarded is terminal for good.
+// An archive keeps a discarded row as discarded, and a restore naming it
+// refuses and changes nothing, even with failed rows beside it; a failed
+// archived row still comes back.
+func TestArchivedDiscardedRowsAreNeverRestored(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.seedArchived(t) // id[0] and id[5] failed, id[1] discarded
+	more := b.insertFailed(t, 1, "timeout")
+	b.discard(t, Request{IDs: more, By: "alice", Why: "junk"})
+	_, err := Archive(b.ctx, b.db.Pool, ArchiveRequest{OlderThan: time.Minute, IDs: more, By: "alice", Why: "old"})
+	require.NoError(t, err)
+	discarded := []int64{id[1], more[0]}
+	require.Equal(t, []string{"discarded", "discarded"},
+		harness.Column[string](t, b.db, `SELECT status FROM outbox_dead_letter WHERE id = ANY($1) ORDER BY id`, discarded),
+		"the dead letter remembers that they were discarded")
+
+	dead := b.snapshot(t, "outbox_dead_letter", append(id, more...)...)
+	live := b.snapshot(t, "outbox_events", append(id, more...)...)
+	audits := len(b.auditRows(t))
+	unchanged := func(msg string) {
+		t.Helper()
+		require.Equal(t, dead, b.snapshot(t, "outbox_dead_letter", append(id, more...)...), msg)
+		require.Equal(t, live, b.snapshot(t, "outbox_events", append(id, more...)...), msg)
+		require.Len(t, b.auditRows(t), audits, msg+": no audit row")
+	}
+
+	for _, req := range []Request{
+		{IDs: []int64{id[1]}, By: "bob", Why: "x"},
+		{IDs: []int64{id[1]}, By: "bob", Why: "x", DryRun: true},
+		{IDs: []int64{id[0], id[1], more[0]}, By: "bob", Why: "x", ResetAttempts: true},
+	} {
+		rep, err := Restore(b.ctx, b.db.Pool, req)
+		var refused *RefusedError
+		require.ErrorAs(t, err, &refused, "%+v", req)
+		require.Empty(t, rep.Events)
+		unchanged(fmt.Sprintf("%v", req.IDs))
+	}
+	_, err = Restore(b.ctx, b.db.Pool, Request{IDs: []int64{id[1]}, By: "bob", Why: "x"})
+	require.EqualError(t, err, fmt.Sprintf("restore refused, nothing changed: archived id %d was discarded; "+
+		"discarded events are never revived", id[1]))
+	_, err = Restore(b.ctx, b.db.Pool, Request{IDs: []int64{id[0], id[1], more[0]}, By: "bob", Why: "x"})
+	require.EqualError(t, err, fmt.Sprintf("restore refused, nothing changed: archived ids %s were discarded; "+
+		"discarded events are never revived", FormatIDs(discarded)))
+
+	// A failed archived row still restores.
+	rep, err := Restore(b.ctx, b.db.Pool, Request{IDs: id[:1], By: "bob", Why: "x"})
+	require.NoError(t, err)
+	require.Equal(t, id[:1], rep.IDs())
+	require.Equal(t, []string{"pending"}, b.statuses(t, id[0]))
+	require.Equal(t, 3, b.count(t, `SELECT count(*) FROM outbox_dead_letter`), "id[5] and both discarded rows stay")
+}

@@ -10,7 +10,8 @@
 //	failed ──Replay──▶ pending          the cause is fixed
 //	failed ──Discard─▶ discarded        never wanted again; terminal
 //	failed, discarded ──Archive──▶ outbox_dead_letter (every column kept)
-//	outbox_dead_letter ──Restore──▶ pending, same id
+//	outbox_dead_letter ──Restore──▶ pending, same id   failed ones only:
+//	                                                    discarded stays discarded
 //
 // Replay, discard and restore append an entry to the row's error_history;
 // errors, attempts (unless reset) and history are kept, so a row that fails

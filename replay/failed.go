@@ -88,6 +88,10 @@ const filterParams = 8
 type rowSet struct {
 	// want names the statuses in messages: "id 7 is done, not failed".
 	want string
+	// never, when set, says why requested rows of another status can never
+	// be taken, in place of "is discarded, not ...": a discarded row stays
+	// discarded, archived or not.
+	never func(status string, ids []int64) string
 	// unknown names an id that is not in the table: "unknown archived ids".
 	unknown string
 	// byIDs locks every requested row whatever its status, so missing and
@@ -107,11 +111,29 @@ type rowSet struct {
 
 // The status predicates are literals so that the planner can use the
 // partial indexes (outbox_events_failed_idx, outbox_events_discarded_idx).
+// Archive takes discarded rows too (housekeeping), and the dead letter keeps
+// their status; a restore takes only the archived rows that were failed.
 var (
-	failedRows   = newRowSet("outbox_events", "NULL::timestamptz", "status = 'failed'", "failed", "unknown ids")
-	closedRows   = newRowSet("outbox_events", "NULL::timestamptz", "(status = 'failed' OR status = 'discarded')", "failed or discarded", "unknown ids")
-	archivedRows = newRowSet("outbox_dead_letter", "archived_at", "true", "archived", "unknown archived ids")
+	failedRows     = newRowSet("outbox_events", "NULL::timestamptz", "status = 'failed'", "failed", "unknown ids")
+	closedRows     = newRowSet("outbox_events", "NULL::timestamptz", "(status = 'failed' OR status = 'discarded')", "failed or discarded", "unknown ids")
+	archivedRows   = newRowSet("outbox_dead_letter", "archived_at", "true", "archived", "unknown archived ids")
+	restorableRows = func() rowSet {
+		r := newRowSet("outbox_dead_letter", "archived_at", "status = 'failed'", "archived failed", "unknown archived ids")
+		r.never = neverRevived
+		return r
+	}()
 )
+
+// neverRevived refuses archived rows that were discarded.
+func neverRevived(status string, ids []int64) string {
+	if status != outbox.StatusDiscarded {
+		return ""
+	}
+	if len(ids) == 1 {
+		return fmt.Sprintf("archived id %d was discarded; discarded events are never revived", ids[0])
+	}
+	return "archived ids " + FormatIDs(ids) + " were discarded; discarded events are never revived"
+}
 
 func newRowSet(table, archivedAt, status, want, unknown string) rowSet {
 	// A listing carries only the start of last_error; the full text and the
