@@ -792,7 +792,7 @@ func (b *bench) claimMedian(ctx context.Context, history bool) (median float64, 
 		for i, e := range events {
 			ids[i] = e.ID
 		}
-		if _, err := store.AckDone(ctx, 1, ids, ids); err != nil {
+		if _, err := store.AckDone(ctx, 1, events[0].Claim, ids, ids); err != nil {
 			return 0, 0, err
 		}
 	}

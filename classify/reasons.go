@@ -29,7 +29,11 @@ const (
 	PayloadInvalid    = "payload_invalid"
 	UnknownProjection = "unknown_projection"
 	ClientError       = "client_error"
-	Unknown           = "unknown"
+	// VersionReused is an event whose event_version another event of the
+	// same document already carries: the producer broke the contract that
+	// versions of a document increase.
+	VersionReused = "version_reused"
+	Unknown       = "unknown"
 	// Stuck is set by the reclaimer when a row kept getting stuck in
 	// processing until it ran out of attempts.
 	Stuck = "stuck"
@@ -47,13 +51,14 @@ var reasonClass = map[string]Class{
 	PayloadInvalid:    Deterministic,
 	UnknownProjection: Deterministic,
 	ClientError:       Deterministic,
+	VersionReused:     Deterministic,
 	Unknown:           Transient,
 	Stuck:             Transient,
 }
 
 // Reasons lists every reason in a stable order.
 var Reasons = []string{RateLimited, ServerError, Timeout, Connection, AuthError, TLSError, MappingError, ParseError,
-	PayloadInvalid, UnknownProjection, ClientError, Unknown, Stuck}
+	PayloadInvalid, UnknownProjection, ClientError, VersionReused, Unknown, Stuck}
 
 // ClassOf returns the class of a reason; unknown reasons are transient.
 func ClassOf(reason string) Class {

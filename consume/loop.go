@@ -304,25 +304,31 @@ func (l *Loop) ledgerIDs(byID map[int64]outbox.Event, applied []int64) []int64 {
 }
 
 // splitStale separates the events the ledger already holds a version of
-// (or a newer one) from those to send. Only projections in latest keep one
+// (or a newer one) from those to send, and fails those that reuse the
+// ledger's version from another event. Only projections in latest keep one
 // version per document; the events of the others are all sent.
-func splitStale(events []outbox.Event, latest map[string]bool) (fresh []outbox.Event, stale []int64) {
+func splitStale(events []outbox.Event, latest map[string]bool) (fresh []outbox.Event, stale []int64, reused []projection.Result) {
 	fresh = events[:0:0]
 	for _, e := range events {
-		if latest[e.Projection] && e.Stale() {
+		switch {
+		case !latest[e.Projection]:
+			fresh = append(fresh, e)
+		case e.ReusesVersion():
+			reused = append(reused, projection.Result{ID: e.ID, Err: projection.VersionReused(e, e.Applied.EventID)})
+		case e.Stale():
 			stale = append(stale, e.ID)
-		} else {
+		default:
 			fresh = append(fresh, e)
 		}
 	}
-	return fresh, stale
+	return fresh, stale, reused
 }
 
 // process projects one claimed batch and records every outcome.
 func (l *Loop) process(ctx context.Context, epoch int64, events []outbox.Event) BatchResult {
 	start := time.Now()
-	fresh, stale := splitStale(events, l.latest)
-	results := l.project(ctx, fresh)
+	fresh, stale, reused := splitStale(events, l.latest)
+	results := append(l.project(ctx, fresh), reused...)
 	if ctx.Err() != nil {
 		// Cancelled mid-flight: leadership lost or grace over. The rows stay
 		// tracked; the drain or the next leader puts them back.
@@ -338,8 +344,9 @@ func (l *Loop) process(ctx context.Context, epoch int64, events []outbox.Event) 
 		out.superseded[id] = causeLedger
 	}
 	var res BatchResult
-	l.ackDone(ctx, epoch, byID, out, &res)
-	l.ackFailed(ctx, epoch, byID, out.failures, &res)
+	claim := events[0].Claim // a batch is one claim
+	l.ackDone(ctx, epoch, claim, byID, out, &res)
+	l.ackFailed(ctx, epoch, claim, byID, out.failures, &res)
 	fencedAcksTotal.Add(res.Fenced)
 	elapsed := time.Since(start)
 	batchDuration.Observe(elapsed.Seconds())
@@ -376,9 +383,9 @@ func decide(byID map[int64]outbox.Event, results []projection.Result, cfg Config
 
 // ackDone marks the done rows and counts them; a row the fencing guard
 // refused counts as fenced. On a write error the lease brings them back.
-func (l *Loop) ackDone(ctx context.Context, epoch int64, byID map[int64]outbox.Event, out outcome, res *BatchResult) {
+func (l *Loop) ackDone(ctx context.Context, epoch, claim int64, byID map[int64]outbox.Event, out outcome, res *BatchResult) {
 	ledger := l.ledgerIDs(byID, out.applied())
-	acked, err := l.store.AckDone(ctx, epoch, out.done, ledger)
+	acked, err := l.store.AckDone(ctx, epoch, claim, out.done, ledger)
 	if err != nil {
 		l.log.Error().Err(err).Int("events", len(out.done)).Msg("ack done failed; the lease will bring them back")
 		return
@@ -407,8 +414,8 @@ func (l *Loop) ackDone(ctx context.Context, epoch int64, byID map[int64]outbox.E
 }
 
 // ackFailed records the failures (retry or terminal) and counts them.
-func (l *Loop) ackFailed(ctx context.Context, epoch int64, byID map[int64]outbox.Event, failures []outbox.Failure, res *BatchResult) {
-	changed, err := l.store.AckFailed(ctx, epoch, failures)
+func (l *Loop) ackFailed(ctx context.Context, epoch, claim int64, byID map[int64]outbox.Event, failures []outbox.Failure, res *BatchResult) {
+	changed, err := l.store.AckFailed(ctx, epoch, claim, failures)
 	if err != nil {
 		l.log.Error().Err(err).Int("events", len(failures)).Msg("ack failed failed; the lease will bring them back")
 		return

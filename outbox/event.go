@@ -17,6 +17,8 @@ type Event struct {
 	ScopeKey     *string
 	Attempts     int
 	CreatedAt    time.Time
+	// Claim numbers the claim that took the event; its acks name it.
+	Claim int64
 	// Applied is the ledger's entry for the event's document when the event
 	// was claimed, nil if the projection never applied one.
 	Applied *Applied
@@ -31,14 +33,19 @@ type Applied struct {
 }
 
 // Stale reports whether the ledger already holds this event's version or a
-// newer one. Events are ordered by (version, outbox id): of two events with
-// one version the later outbox row wins, as the search handler's coalescing
-// does, and an event never applies twice.
+// newer one, by (version, outbox id): an event never applies twice.
 func (e Event) Stale() bool {
 	if e.Applied == nil {
 		return false
 	}
 	return !e.Applied.Before(e.Version(), e.ID)
+}
+
+// ReusesVersion reports whether the ledger holds this event's version from
+// another event of the document: producers must not reuse a version, since
+// under external_gte either copy would overwrite the other in the engine.
+func (e Event) ReusesVersion() bool {
+	return e.Applied != nil && e.Applied.Version == e.Version() && e.Applied.EventID != e.ID
 }
 
 // Before reports whether the entry orders before the event (version,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -27,6 +28,11 @@ type Store struct {
 	// the ledger a late replay of an older upsert can bring a deleted
 	// document back, so no replica sets it.
 	NoLedger bool
+
+	// claims numbers this replica's claims. With the epoch it makes each
+	// claim's token unique, so an ack of a batch whose rows were reclaimed
+	// and claimed again in the same term matches nothing.
+	claims atomic.Int64
 }
 
 // leaderGuard makes a statement a no-op unless $epoch is still the current
@@ -42,7 +48,7 @@ const leaderGuard = `EXISTS (SELECT 1 FROM outbox_leader WHERE name = @leader AN
 // projection is NOT NULL, so NOT IN has no NULL trap.
 const claimHead = `
 UPDATE outbox_events e
-   SET status = 'processing', locked_by = @owner, claim_token = @epoch,
+   SET status = 'processing', locked_by = @owner, claim_token = @epoch, claim_seq = @claim,
        lease_until = now() + make_interval(secs => @lease_secs),
        processing_started_at = now(), updated_at = now()
  WHERE e.id IN (SELECT id FROM outbox_events
@@ -62,14 +68,16 @@ const claimSQL = claimHead + `
 const claimNoLedgerSQL = claimHead + `NULL::bigint[]`
 
 // Claim moves up to limit due pending rows, in id order, to processing under
-// this owner and epoch, each with its document's ledger entry.
+// this owner, epoch and a claim number of their own (Event.Claim), each with
+// its document's ledger entry.
 func (s *Store) Claim(ctx context.Context, epoch int64, limit int, lease time.Duration) ([]Event, error) {
 	sql := claimSQL
 	if s.NoLedger {
 		sql = claimNoLedgerSQL
 	}
+	claim := s.claims.Add(1)
 	rows, err := s.Pool.Query(ctx, sql, s.args(epoch, map[string]any{
-		"limit": limit, "lease_secs": lease.Seconds(),
+		"limit": limit, "lease_secs": lease.Seconds(), "claim": claim,
 	}))
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
@@ -84,7 +92,7 @@ func (s *Store) Claim(ctx context.Context, epoch int64, limit int, lease time.Du
 			&payload, &e.ScopeKey, &e.Attempts, &e.CreatedAt, &applied); err != nil {
 			return nil, fmt.Errorf("claim: %w", err)
 		}
-		e.Payload = payload
+		e.Payload, e.Claim = payload, claim
 		if len(applied) == 3 {
 			e.Applied = &Applied{Version: applied[0], EventID: applied[1], Deleted: applied[2] == 1}
 		}
@@ -123,26 +131,26 @@ const ackDoneUpdate = `
   UPDATE outbox_events
      SET status = 'done', processed_at = now(), updated_at = now(), lease_until = NULL
    WHERE id = ANY(@ids) AND status = 'processing' AND locked_by = @owner AND claim_token = @epoch
-     AND ` + leaderGuard
+     AND claim_seq = @claim AND ` + leaderGuard
 
 // ackDoneNoLedgerSQL is the ack without the ledger write (Store.NoLedger).
 const ackDoneNoLedgerSQL = ackDoneUpdate + `
   RETURNING id, extract(epoch FROM processed_at - created_at) AS secs`
 
-// AckDone marks rows done and records the applied ones (a subset of ids:
-// not superseded) in the ledger. It returns, per row actually changed, the
-// seconds from insert to ack; rows missing from the result failed the
-// fencing guard.
-func (s *Store) AckDone(ctx context.Context, epoch int64, ids, applied []int64) (map[int64]float64, error) {
+// AckDone marks rows of one claim done and records the applied ones (a
+// subset of ids: not superseded) in the ledger. It returns, per row actually
+// changed, the seconds from insert to ack; rows missing from the result
+// failed the fencing guard (another epoch, or another claim).
+func (s *Store) AckDone(ctx context.Context, epoch, claim int64, ids, applied []int64) (map[int64]float64, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
 	if applied == nil {
 		applied = []int64{}
 	}
-	sql, args := ackDoneSQL, map[string]any{"ids": ids, "applied": applied}
+	sql, args := ackDoneSQL, map[string]any{"ids": ids, "applied": applied, "claim": claim}
 	if s.NoLedger {
-		sql, args = ackDoneNoLedgerSQL, map[string]any{"ids": ids}
+		sql, args = ackDoneNoLedgerSQL, map[string]any{"ids": ids, "claim": claim}
 	}
 	rows, err := s.Pool.Query(ctx, sql, s.args(epoch, args))
 	if err != nil {
@@ -186,13 +194,13 @@ UPDATE outbox_events e
   FROM unnest(@ids::bigint[], @terminal::bool[], @retry_secs::float8[], @class::text[],
               @reason::text[], @message::text[]) AS u(id, terminal, retry_secs, class, reason, message)
  WHERE e.id = u.id AND e.status = 'processing' AND e.locked_by = @owner AND e.claim_token = @epoch
-   AND ` + leaderGuard + `
+   AND e.claim_seq = @claim AND ` + leaderGuard + `
 RETURNING e.id`
 
-// AckFailed records failures: retry (back to pending with backoff) or
-// terminal. Errors are appended to error_history, never overwritten there.
-// It returns the ids actually changed.
-func (s *Store) AckFailed(ctx context.Context, epoch int64, failures []Failure) ([]int64, error) {
+// AckFailed records failures of one claim: retry (back to pending with
+// backoff) or terminal. Errors are appended to error_history, never
+// overwritten there. It returns the ids actually changed.
+func (s *Store) AckFailed(ctx context.Context, epoch, claim int64, failures []Failure) ([]int64, error) {
 	if len(failures) == 0 {
 		return nil, nil
 	}
@@ -205,7 +213,7 @@ func (s *Store) AckFailed(ctx context.Context, epoch int64, failures []Failure) 
 	}
 	return s.ids(ctx, "ack failed", ackFailedSQL, s.args(epoch, map[string]any{
 		"ids": ids, "terminal": terminal, "retry_secs": retry, "class": class,
-		"reason": reason, "message": message, "keep": HistoryKeep,
+		"reason": reason, "message": message, "keep": HistoryKeep, "claim": claim,
 	}))
 }
 
@@ -218,7 +226,8 @@ UPDATE outbox_events
 RETURNING id`
 
 // Release puts claimed rows back to pending without counting an attempt:
-// the graceful drain uses it for work it did not finish.
+// the graceful drain uses it for work it did not finish, whichever of its
+// claims took them.
 func (s *Store) Release(ctx context.Context, epoch int64, ids []int64) ([]int64, error) {
 	if len(ids) == 0 {
 		return nil, nil

@@ -48,16 +48,35 @@ func (b bundle) claim(t *testing.T, epoch int64, limit int) []outbox.Event {
 	return events
 }
 
+// currentClaim is the claim that holds ids now, for the acks below: tests
+// of a stale claim call the store themselves.
+func (b bundle) currentClaim(t *testing.T, ids []int64) int64 {
+	t.Helper()
+	if len(ids) == 0 {
+		return 0
+	}
+	var claim *int64
+	require.NoError(t, b.DB.Pool.QueryRow(context.Background(), `SELECT claim_seq FROM outbox_events WHERE id = $1`, ids[0]).Scan(&claim))
+	if claim == nil {
+		return 0
+	}
+	return *claim
+}
+
 func (b bundle) ackDone(t *testing.T, epoch int64, ids, applied []int64) map[int64]float64 {
 	t.Helper()
-	acked, err := b.Store.AckDone(context.Background(), epoch, ids, applied)
+	acked, err := b.Store.AckDone(context.Background(), epoch, b.currentClaim(t, ids), ids, applied)
 	require.NoError(t, err)
 	return acked
 }
 
 func (b bundle) ackFailed(t *testing.T, epoch int64, failures ...outbox.Failure) []int64 {
 	t.Helper()
-	changed, err := b.Store.AckFailed(context.Background(), epoch, failures)
+	ids := make([]int64, len(failures))
+	for i, f := range failures {
+		ids[i] = f.ID
+	}
+	changed, err := b.Store.AckFailed(context.Background(), epoch, b.currentClaim(t, ids), failures)
 	require.NoError(t, err)
 	return changed
 }
@@ -191,4 +210,35 @@ func TestReclaimExpiredLeaseAndStuckCap(t *testing.T) {
 	res = b.reclaim(t, 1, 10*time.Minute, 5)
 	require.Empty(t, res.Pending)
 	require.Empty(t, res.Failed)
+}
+
+// A lease runs out while the leader's own batch is in flight; the reclaimer
+// returns the rows and the same leader, same epoch, claims them again. The
+// first flight's late acks must match nothing: the rows belong to the
+// second claim now.
+func TestAckOfAnEarlierClaimInTheSameTermIsFenced(t *testing.T) {
+	t.Parallel()
+	b := setupLeading(t, 1, 2)
+	ctx := context.Background()
+	first := b.claim(t, 1, 10)
+	require.Len(t, first, 2)
+	b.Exec(t, `UPDATE outbox_events SET lease_until = now() - interval '1 second'`)
+	require.Len(t, b.reclaim(t, 1, time.Hour, 10).Pending, 2)
+	second := b.claim(t, 1, 10)
+	require.Len(t, second, 2)
+	require.NotEqual(t, first[0].Claim, second[0].Claim, "each claim has a token of its own")
+
+	ids := []int64{first[0].ID, first[1].ID}
+	acked, err := b.Store.AckDone(ctx, 1, first[0].Claim, ids, ids)
+	require.NoError(t, err)
+	require.Empty(t, acked, "the first flight's done ack is fenced")
+	changed, err := b.Store.AckFailed(ctx, 1, first[0].Claim, []outbox.Failure{{ID: ids[0], Class: "deterministic", Reason: "mapping_error", Terminal: true}})
+	require.NoError(t, err)
+	require.Empty(t, changed, "the first flight's failure ack is fenced")
+	require.Equal(t, map[string]int{"processing": 2}, b.statuses(t))
+	require.Zero(t, b.Int(t, `SELECT count(*) FROM outbox_applied`), "a fenced ack moves no ledger entry")
+
+	acked, err = b.Store.AckDone(ctx, 1, second[0].Claim, ids, ids)
+	require.NoError(t, err)
+	require.Len(t, acked, 2, "the second claim's ack goes through")
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -104,8 +105,14 @@ func DocumentID(entityType, entityID string) string {
 	return entityType + ":" + entityID
 }
 
-// Handle sends the newest valid event of each document in one or more bulk
-// requests and returns one Result per event, in the order of events.
+// Handle applies the newest applicable event of each document and returns
+// one Result per event, in the order of events. Each round sends the newest
+// remaining candidate of every document in one or more bulk requests; when
+// the engine refuses it for good (a deterministic error), the next older
+// candidate goes in the next round, so an event is marked superseded only
+// once a newer event of its document was applied. A transient failure of
+// the newest leaves the older candidates to retry with it: sending them now
+// could only fail the same way.
 func (s *Search) Handle(ctx context.Context, events []outbox.Event) []Result {
 	results := make([]Result, len(events))
 	target, err := s.rebuildIndex(ctx)
@@ -117,7 +124,60 @@ func (s *Search) Handle(ctx context.Context, events []outbox.Event) []Result {
 	}
 	reqs := make([]elastic.BulkableRequest, len(events))
 	sizes := make([]int, len(events))
-	newest := make(map[string]int, len(events))
+	candidates := s.candidates(events, reqs, sizes, results)
+	docs := slices.Sorted(maps.Keys(candidates))
+	for len(docs) > 0 {
+		send := make([]int, 0, len(docs))
+		for _, doc := range docs {
+			send = append(send, candidates[doc][0])
+		}
+		slices.Sort(send)
+		for rest := send; len(rest) > 0; {
+			n, total := 0, 0
+			for n < len(rest) && (n == 0 || total+sizes[rest[n]] <= s.bulkBytes) {
+				total += sizes[rest[n]]
+				n++
+			}
+			s.send(ctx, target, rest[:n], events, reqs, results)
+			rest = rest[n:]
+		}
+		docs = docs[:0:0]
+		for doc, idx := range candidates {
+			sent, older := idx[0], idx[1:]
+			err := results[sent].Err
+			switch {
+			case len(older) == 0:
+				delete(candidates, doc)
+			case err == nil:
+				for _, i := range older {
+					results[i].Superseded = true
+				}
+				delete(candidates, doc)
+			case classify.Classify(err).Class != classify.Deterministic:
+				for _, i := range older {
+					e := *classify.Classify(err)
+					e.Message = fmt.Sprintf("retried with newer event %d of the document: %s", events[sent].ID, e.Message)
+					results[i].Err = &e
+				}
+				delete(candidates, doc)
+			default:
+				candidates[doc] = older
+				docs = append(docs, doc)
+			}
+		}
+		slices.Sort(docs)
+	}
+	return results
+}
+
+// candidates builds each event's request and groups the valid ones by
+// document, newest first. Invalid events get their error and never become
+// a document, so they supersede nothing. An event that reuses the version
+// of an older one of its document fails as version_reused: under
+// external_gte the engine would let either overwrite the other, so a late
+// copy of the first could replace the second for good.
+func (s *Search) candidates(events []outbox.Event, reqs []elastic.BulkableRequest, sizes []int, results []Result) map[string][]int {
+	byDoc := map[string][]int{}
 	for i, ev := range events {
 		results[i].ID = ev.ID
 		req, size, err := s.request(ev)
@@ -126,34 +186,32 @@ func (s *Search) Handle(ctx context.Context, events []outbox.Event) []Result {
 			continue
 		}
 		reqs[i], sizes[i] = req, size
-		// Invalid events are out of the running: they never become a
-		// document, so they supersede nothing.
 		id := DocumentID(ev.EntityType, ev.EntityID)
-		if j, ok := newest[id]; ok {
-			if newer(events[j], ev) {
-				results[i].Superseded = true
+		byDoc[id] = append(byDoc[id], i)
+	}
+	for doc, idx := range byDoc {
+		slices.SortFunc(idx, func(a, b int) int {
+			return cmp.Or(cmp.Compare(events[b].Version(), events[a].Version()), cmp.Compare(events[a].ID, events[b].ID))
+		})
+		kept := idx[:0]
+		for _, i := range idx {
+			if len(kept) > 0 && events[kept[len(kept)-1]].Version() == events[i].Version() {
+				results[i].Err = VersionReused(events[i], events[kept[len(kept)-1]].ID)
 				continue
 			}
-			results[j].Superseded = true
+			kept = append(kept, i)
 		}
-		newest[id] = i
+		byDoc[doc] = kept
 	}
+	return byDoc
+}
 
-	send := make([]int, 0, len(newest))
-	for _, i := range newest {
-		send = append(send, i)
-	}
-	slices.Sort(send)
-	for len(send) > 0 {
-		n, total := 0, 0
-		for n < len(send) && (n == 0 || total+sizes[send[n]] <= s.bulkBytes) {
-			total += sizes[send[n]]
-			n++
-		}
-		s.send(ctx, target, send[:n], events, reqs, results)
-		send = send[n:]
-	}
-	return results
+// VersionReused is the error of an event whose version another event of
+// its document already carries (firstID).
+func VersionReused(ev outbox.Event, firstID int64) error {
+	return classify.New(classify.VersionReused, fmt.Sprintf(
+		"event_version %d of %s was already used by event %d; versions of a document must increase",
+		ev.Version(), DocumentID(ev.EntityType, ev.EntityID), firstID))
 }
 
 // rebuildIndex is the open rebuild's index, "" when there is none or it is
@@ -209,15 +267,6 @@ func (s *Search) send(ctx context.Context, target string, idx []int, events []ou
 func replaced(err error) bool {
 	ce := classify.Classify(err)
 	return ce != nil && ce.Status == http.StatusNotFound && strings.Contains(ce.Message, "index_not_found_exception")
-}
-
-// newer reports whether a is newer than b: a higher version, or on a tie the
-// later outbox row.
-func newer(a, b outbox.Event) bool {
-	if a.Version() != b.Version() {
-		return a.Version() > b.Version()
-	}
-	return a.ID > b.ID
 }
 
 // request builds the bulk request of one event, or the payload_invalid error

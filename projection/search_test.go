@@ -220,7 +220,7 @@ func TestSearchCoalescesWithinBatch(t *testing.T) {
 		upsert(10, "book", "1", v(1), book("A")),
 		upsert(11, "book", "1", v(3), book("C")),
 		upsert(12, "book", "1", v(2), book("B")),
-		// Same version: the later outbox row wins.
+		// A reused version: the first outbox row keeps it, the second fails.
 		upsert(13, "book", "2", v(4), book("X")),
 		upsert(14, "book", "2", v(4), book("Y")),
 		// Without event_version the outbox id orders them; a delete can win.
@@ -229,12 +229,13 @@ func TestSearchCoalescesWithinBatch(t *testing.T) {
 		del(17, "book", "3", v(9)),
 		upsert(18, "book", "3", v(2), book("Z")),
 	)
-	for _, id := range []int64{11, 14, 16, 17} {
+	for _, id := range []int64{11, 13, 16, 17} {
 		requireApplied(t, res[id])
 	}
-	for _, id := range []int64{10, 12, 13, 15, 18} {
+	for _, id := range []int64{10, 12, 15, 18} {
 		requireSuperseded(t, res[id])
 	}
+	requireFailed(t, res[14], classify.Deterministic, classify.VersionReused)
 
 	require.Equal(t, []sentAction{
 		{"index", "book:1", 3},
@@ -243,9 +244,54 @@ func TestSearchCoalescesWithinBatch(t *testing.T) {
 		{"delete", "book:3", 9},
 	}, f.actions(t))
 	b.requireDoc(t, "book:1", 3, "C")
-	b.requireDoc(t, "book:2", 4, "Y")
+	b.requireDoc(t, "book:2", 4, "X")
 	require.Nil(t, b.doc(t, "block:7"))
 	require.Nil(t, b.doc(t, "book:3"))
+}
+
+// The review's reproduction: book 1 at v1, then a delete v2 and an upsert
+// v3 the strict mapping refuses, in one batch. Coalescing to v3 alone left
+// the book at v1 with v2 marked superseded: a deleted book stayed
+// searchable. The newest applicable event is the delete.
+func TestSearchRefusedNewestFallsBackToTheNextEvent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	refused := `{"kind":"book","title":"Emma","isbn":"9780141439587"}`
+	requireApplied(t, handle(t, b.search, upsert(1, "book", "1", v(1), book("Dune")))[1])
+	requireApplied(t, handle(t, b.search, upsert(2, "book", "2", v(1), book("Emma")))[2])
+
+	res := handle(t, b.search,
+		del(3, "book", "1", v(2)),
+		upsert(4, "book", "1", v(3), refused),
+		upsert(5, "book", "2", v(2), book("Emma, revised")),
+		upsert(6, "book", "2", v(3), refused),
+		upsert(7, "book", "2", v(4), refused),
+	)
+	requireFailed(t, res[4], classify.Deterministic, classify.MappingError)
+	requireApplied(t, res[3])
+	require.Nil(t, b.doc(t, "book:1"), "the delete is the newest event that could be applied")
+
+	requireFailed(t, res[6], classify.Deterministic, classify.MappingError)
+	requireFailed(t, res[7], classify.Deterministic, classify.MappingError)
+	requireApplied(t, res[5])
+	b.requireDoc(t, "book:2", 2, "Emma, revised")
+}
+
+// A transient failure of the newest event leaves the older ones to retry
+// with it: none is marked superseded, so none is acked done unapplied.
+func TestSearchTransientNewestKeepsOlderEventsPending(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	f := newFront(t, b.base, func(n int, w http.ResponseWriter, r *http.Request) bool {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return true
+	})
+	s := b.searchAt(t, ElasticOptions{URL: f.URL}, 0)
+	res := handle(t, s, del(1, "book", "1", v(2)), upsert(2, "book", "1", v(3), book("Dune")))
+	requireFailed(t, res[2], classify.Transient, classify.ServerError)
+	ce := requireFailed(t, res[1], classify.Transient, classify.ServerError)
+	require.Contains(t, ce.Message, "retried with newer event 2")
+	require.Equal(t, 1, f.requests(), "one request: the older event is not sent to an engine that just failed")
 }
 
 func TestSearchMappingErrorFailsOnlyThatItem(t *testing.T) {

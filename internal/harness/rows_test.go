@@ -42,7 +42,7 @@ func TestOutboxLeadMovesTheEpoch(t *testing.T) {
 
 	o.Lead(t, 2)
 	require.Equal(t, 2, o.Int(t, `SELECT epoch FROM outbox_leader WHERE name = 'test' AND holder = 'w1'`))
-	acked, err := o.Store.AckDone(context.Background(), 1, []int64{events[0].ID}, nil)
+	acked, err := o.Store.AckDone(context.Background(), 1, events[0].Claim, []int64{events[0].ID}, nil)
 	require.NoError(t, err)
 	require.Empty(t, acked, "epoch 1 is fenced once the epoch moves")
 }

@@ -1,0 +1,52 @@
+package consume
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wlproj/wlproj/internal/harness"
+)
+
+// The review's reproduction through the loop: book 1 at v1; a delete v2 and
+// an upsert v3 the strict mapping refuses, committed together. The delete
+// is applied and moves the ledger, v3 fails with its reason, and the book is
+// gone, as it is when the two arrive in two batches.
+func TestLoopDeleteSurvivesARefusedNewerEventInTheSameBatch(t *testing.T) {
+	t.Parallel()
+	f := newEngineFixture(t)
+	f.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload)
+		VALUES ('book', '1', 'upsert', 1, '{"title": "Dune"}')`)
+	require.Equal(t, BatchResult{Done: 1}, f.round(t))
+	f.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload) VALUES
+		('book', '1', 'delete', 2, '{}'),
+		('book', '1', 'upsert', 3, '{"title": "Dune", "isbn": "x"}')`)
+	require.Equal(t, BatchResult{Done: 1, Failed: 1}, f.round(t))
+
+	require.False(t, f.present(t, "book:1"), "the delete is the newest event that could be applied")
+	require.Equal(t, []string{"mapping_error"}, harness.Column[string](t, f.DB, `SELECT error_reason FROM outbox_events WHERE event_version = 3`))
+	require.Equal(t, 1, f.Count(t, `status = 'done' AND event_version = 2`))
+	require.Equal(t, 2, f.Int(t, `SELECT version FROM outbox_applied WHERE entity_id = '1' AND deleted`),
+		"the ledger holds the delete")
+}
+
+// A producer that writes a document's version twice: the second event fails
+// as version_reused instead of overwriting the first's content at the same
+// version, whether the two meet in one batch or the first is in the ledger.
+func TestLoopRefusesAReusedVersion(t *testing.T) {
+	t.Parallel()
+	f := newEngineFixture(t)
+	f.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload)
+		VALUES ('book', '1', 'upsert', 5, '{"title": "First"}')`)
+	require.Equal(t, BatchResult{Done: 1}, f.round(t))
+	f.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload)
+		VALUES ('book', '1', 'upsert', 5, '{"title": "Second"}')`)
+	require.Equal(t, BatchResult{Failed: 1}, f.round(t), "the ledger holds v5 from another event")
+	require.Equal(t, []string{"version_reused"}, harness.Column[string](t, f.DB, `SELECT error_reason FROM outbox_events WHERE payload->>'title' = 'Second'`))
+
+	f.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload) VALUES
+		('book', '2', 'upsert', 7, '{"title": "A"}'), ('book', '2', 'upsert', 7, '{"title": "B"}')`)
+	require.Equal(t, BatchResult{Done: 1, Failed: 1}, f.round(t))
+	require.Equal(t, []string{"version_reused"}, harness.Column[string](t, f.DB, `SELECT error_reason FROM outbox_events WHERE payload->>'title' = 'B'`))
+	require.Equal(t, 7, f.Int(t, `SELECT version FROM outbox_applied WHERE entity_id = '2'`))
+}
