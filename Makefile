@@ -72,9 +72,13 @@ bench:
 	@$(STACK) with env BENCH_OUT=$(BENCH_OUT) BENCH_SMOKE=$(BENCH_SMOKE) $(GO) run ./bench $(BENCH_FLAGS)
 
 # Unattended failover drill on the real stack; writes drill/report.json.
+# Then the model test (consume/model_test.go) on MODEL_SEEDS random seeds,
+# each printed so a failing one can be run alone (WLPROJ_MODEL_SEED=n).
+MODEL_SEEDS ?= 200
 drill:
 	@scripts/tools.sh
 	@$(STACK) with $(GO) run ./drill $(DRILL_FLAGS)
+	@$(STACK) with env WLPROJ_MODEL_SEEDS=$(MODEL_SEEDS) $(GO) test -count=1 -timeout 30m -run '^TestModelRandomHistories$$' ./consume
 
 lint:
 	@fmt=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$fmt" ]; then echo "gofmt needed:"; echo "$$fmt"; exit 1; fi
