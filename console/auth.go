@@ -5,9 +5,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/hkdf"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -18,6 +20,7 @@ import (
 	"time"
 
 	"github.com/gorilla/securecookie"
+	"github.com/jackc/pgx/v5"
 	"golang.org/x/crypto/bcrypt"
 	"golang.org/x/time/rate"
 
@@ -112,7 +115,10 @@ func (u users) check(name, password string) *user {
 
 // session is what the cookie holds. Every visitor gets one, so that even the
 // sign-in form carries a token; signing in replaces it with a new SID, so a
-// session planted before sign-in is worth nothing after.
+// session planted before sign-in is worth nothing after. A signed-in
+// session is also a row of outbox_console_sessions under its SID, which
+// every request reads: the cookie alone proves only that this console
+// issued it, the row that it has not ended since (see live).
 type session struct {
 	SID  string `json:"sid"`
 	User string `json:"user,omitempty"`
@@ -120,10 +126,12 @@ type session struct {
 
 const cookieName = "wlproj_console"
 
-// sessions encode and decode session cookies and derive the form tokens.
+// sessions encode and decode session cookies and derive the form tokens
+// and password marks.
 type sessions struct {
 	codec   *securecookie.SecureCookie
 	csrfKey []byte
+	markKey []byte
 	ttl     time.Duration
 }
 
@@ -159,7 +167,7 @@ func newSessions(keyFile string, ttl time.Duration) (*sessions, error) {
 	}
 	codec := securecookie.New(derive("cookie hash", 32), derive("cookie block", 32)).
 		SetSerializer(securecookie.JSONEncoder{}).MaxAge(int(ttl.Seconds()))
-	return &sessions{codec: codec, csrfKey: derive("form token", 32), ttl: ttl}, nil
+	return &sessions{codec: codec, csrfKey: derive("form token", 32), markKey: derive("password mark", 32), ttl: ttl}, nil
 }
 
 // read returns the request's session, nil if it has none or it does not
@@ -176,20 +184,84 @@ func (s *sessions) read(r *http.Request) *session {
 	return &sess
 }
 
-// start writes a new session for user (empty: signed out) and returns it.
-func (s *sessions) start(w http.ResponseWriter, r *http.Request, user string) (*session, error) {
+// newSession is a session of user (empty: signed out) with a new random SID.
+func newSession(user string) (*session, error) {
 	sid := make([]byte, 18)
 	if _, err := rand.Read(sid); err != nil {
 		return nil, err
 	}
-	sess := &session{SID: base64.RawURLEncoding.EncodeToString(sid), User: user}
+	return &session{SID: base64.RawURLEncoding.EncodeToString(sid), User: user}, nil
+}
+
+// write sets the cookie of sess.
+func (s *sessions) write(w http.ResponseWriter, r *http.Request, sess *session) error {
 	v, err := s.codec.Encode(cookieName, sess)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: v, Path: Prefix, MaxAge: int(s.ttl.Seconds()),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
-	return sess, nil
+	return nil
+}
+
+// start writes a new session for user (empty: signed out) and returns it.
+func (s *sessions) start(w http.ResponseWriter, r *http.Request, user string) (*session, error) {
+	sess, err := newSession(user)
+	if err != nil {
+		return nil, err
+	}
+	return sess, s.write(w, r, sess)
+}
+
+// mark is what a session row keeps of its user's password: a keyed digest
+// of the hash in the users file, so that a new hash there no longer matches
+// and the database holds nothing to guess passwords from.
+func (s *sessions) mark(u *user) string {
+	m := hmac.New(sha256.New, s.markKey)
+	m.Write(u.hash)
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// sessionPruneBatch is the most expired sessions one sign-in deletes: far
+// more than the one it adds, so the table stays small, and never a large
+// delete in the way of a sign-in.
+const sessionPruneBatch = 100
+
+// signInSQL records a signed-in session and deletes a batch of expired
+// ones, revoked or not: an ended session's row is kept until it would have
+// expired anyway, as a record of the sign-out.
+const signInSQL = `
+WITH expired AS (
+  DELETE FROM outbox_console_sessions
+   WHERE id IN (SELECT id FROM outbox_console_sessions WHERE expires_at < now()
+                 ORDER BY expires_at LIMIT @prune)
+)
+INSERT INTO outbox_console_sessions (id, username, password_mark, expires_at)
+VALUES (@id, @user, @mark, now() + make_interval(secs => @ttl_secs))`
+
+// liveSQL reads a session that has not ended, by its primary key.
+const liveSQL = `
+SELECT password_mark FROM outbox_console_sessions
+ WHERE id = $1 AND username = $2 AND revoked_at IS NULL AND expires_at > now()`
+
+// signOutSQL ends a session on every replica; a second sign-out of the
+// same session changes nothing.
+const signOutSQL = `UPDATE outbox_console_sessions SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL`
+
+// live reports whether the signed-in session sess of u has not ended: not
+// signed out, not expired, and opened with the password the users file
+// holds now. Every replica reads the same row, so a sign-out on one ends
+// the session on all.
+func (c *Console) live(ctx context.Context, sess *session, u *user) (bool, error) {
+	var mark string
+	err := c.deps.Pool.QueryRow(ctx, liveSQL, sess.SID, u.Name).Scan(&mark)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("read the session: %w", err)
+	}
+	return hmac.Equal([]byte(mark), []byte(c.sessions.mark(u))), nil
 }
 
 // signInLimiter bounds sign-in attempts per client address and per user
@@ -279,7 +351,17 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 		c.renderError(w, r, http.StatusUnauthorized, "signin", "Sign in", view, "Wrong user name or password.")
 		return
 	}
-	if _, err := c.sessions.start(w, r, u.Name); err != nil {
+	sess, err := newSession(u.Name)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	if _, err := c.deps.Pool.Exec(r.Context(), signInSQL, pgx.NamedArgs{"id": sess.SID, "user": u.Name,
+		"mark": c.sessions.mark(u), "ttl_secs": c.sessions.ttl.Seconds(), "prune": sessionPruneBatch}); err != nil {
+		c.fail(w, r, fmt.Errorf("record the session: %w", err))
+		return
+	}
+	if err := c.sessions.write(w, r, sess); err != nil {
 		c.fail(w, r, err)
 		return
 	}
@@ -287,7 +369,15 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, view.Next, http.StatusSeeOther)
 }
 
+// signOut ends the session in the database, so that a copy of its cookie
+// is worth nothing anywhere, then gives the browser a signed-out one.
 func (c *Console) signOut(w http.ResponseWriter, r *http.Request) {
+	rq := requestOf(r)
+	if _, err := c.deps.Pool.Exec(r.Context(), signOutSQL, rq.sess.SID); err != nil {
+		c.fail(w, r, fmt.Errorf("end the session: %w", err))
+		return
+	}
+	c.deps.Log.Info().Str("user", rq.user.Name).Str("remote", clientIP(r)).Msg("console sign-out")
 	if _, err := c.sessions.start(w, r, ""); err != nil {
 		c.fail(w, r, err)
 		return
@@ -321,12 +411,24 @@ func requestOf(r *http.Request) *request {
 }
 
 // withSession reads the session, gives every visitor one, and refuses a
-// POST whose form does not carry the session's token.
+// POST whose form does not carry the session's token. A signed-in session
+// that has ended (signed out, expired, the password changed, the user
+// removed from the file) still carries its token but no user, so its pages
+// ask for a sign-in and its actions are refused.
 func (c *Console) withSession(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rq := &request{sess: c.sessions.read(r)}
 		if rq.sess != nil && rq.sess.User != "" {
-			rq.user = c.users[rq.sess.User] // nil once removed from the file
+			if u := c.users[rq.sess.User]; u != nil {
+				ok, err := c.live(r.Context(), rq.sess, u)
+				if err != nil {
+					c.fail(w, r.WithContext(context.WithValue(r.Context(), requestKey{}, rq)), err)
+					return
+				}
+				if ok {
+					rq.user = u
+				}
+			}
 		}
 		if r.Method == http.MethodPost {
 			r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)

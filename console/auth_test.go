@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -19,10 +20,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/wlproj/wlproj/internal/bounds"
+	"github.com/wlproj/wlproj/leader"
 )
 
 func writeFile(t *testing.T, content string) string {
@@ -352,4 +355,114 @@ func freePort(t *testing.T) int {
 	require.NoError(t, err)
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// replayed is a client of b's server holding a copy of c's cookie and form
+// token: what someone who captured them would send.
+func (b *bundle) replayed(t *testing.T, c *client) *client {
+	t.Helper()
+	thief := b.client(t)
+	thief.http.Jar.SetCookies(mustURL(t, thief.base+Prefix), c.http.Jar.Cookies(mustURL(t, c.base+Prefix)))
+	thief.csrf = c.csrf
+	return thief
+}
+
+// TestSignOutEndsTheSession: a cookie captured before sign-out is refused
+// after it, for pages and for actions, on this replica and on another one
+// sharing the key file; a fresh sign-in works.
+func TestSignOutEndsTheSession(t *testing.T) {
+	t.Parallel()
+	key := writeFile(t, strings.Repeat("k", 40)+"\n")
+	b := setup(t, func(c *Config, _ *Deps) { c.SessionKeyFile = key })
+	other := b.replica(t, Config{UsersFile: b.con.cfg.UsersFile, SessionKeyFile: key})
+	ids := b.failed(t, 1, "timeout", time.Hour)
+	ada := b.operator(t)
+	stolen := b.replayed(t, ada)
+	require.Equal(t, http.StatusOK, stolen.get(Prefix).code, "a copy works while the session lives")
+
+	r := ada.post(Prefix+"signout", url.Values{})
+	require.Equal(t, http.StatusSeeOther, r.code)
+	require.Equal(t, Prefix+"signin", r.location)
+
+	r = stolen.get(Prefix + "failed")
+	require.Equal(t, http.StatusSeeOther, r.code, "the replayed cookie is signed out")
+	require.Equal(t, Prefix+"signin?next="+url.QueryEscape(Prefix+"failed"), r.location)
+	r = stolen.post(Prefix+"actions/dry-run", url.Values{"action": {"replay"}, "scope": {"ids"}, "id": {itoa(ids[0])}})
+	require.Equal(t, http.StatusUnauthorized, r.code, r.body)
+	elsewhere := other.replayed(t, ada)
+	require.Equal(t, http.StatusSeeOther, elsewhere.get(Prefix).code, "signed out on every replica")
+	require.Zero(t, b.audits(t))
+	require.Equal(t, 1, b.count(t, `status = 'failed'`))
+	require.Equal(t, 1, b.db.Int(t, `SELECT count(*) FROM outbox_console_sessions WHERE username = 'ada' AND revoked_at IS NOT NULL`))
+
+	require.Equal(t, http.StatusSeeOther, ada.signIn("ada", adaPassword).code)
+	require.Equal(t, http.StatusOK, ada.get(Prefix).code, "a fresh sign-in works")
+	require.Equal(t, http.StatusSeeOther, stolen.get(Prefix).code, "and does not revive the old session")
+}
+
+// TestPasswordChangeEndsTheUsersSessions: after a new hash for ada in the
+// users file and a restart (the file is read at start), every session ada
+// opened with the old password is refused; viv's is not, and ada signs in
+// with the new password.
+func TestPasswordChangeEndsTheUsersSessions(t *testing.T) {
+	t.Parallel()
+	key := writeFile(t, strings.Repeat("k", 40)+"\n")
+	b := setup(t, func(c *Config, _ *Deps) { c.SessionKeyFile = key })
+	ada1, ada2, viv := b.operator(t), b.operator(t), b.viewer(t)
+
+	const newPassword = "ada-secret-new"
+	h, err := bcrypt.GenerateFromPassword([]byte(newPassword), bcrypt.MinCost)
+	require.NoError(t, err)
+	old, err := os.ReadFile(b.con.cfg.UsersFile)
+	require.NoError(t, err)
+	var lines []string
+	for _, line := range strings.Split(strings.TrimSpace(string(old)), "\n") {
+		if strings.HasPrefix(line, "ada:") {
+			line = "ada:" + string(h)
+		}
+		lines = append(lines, line)
+	}
+	require.NoError(t, os.WriteFile(b.con.cfg.UsersFile, []byte(strings.Join(lines, "\n")+"\n"), 0o600))
+	restarted := b.replica(t, Config{UsersFile: b.con.cfg.UsersFile, ReadOnlyUsers: []string{"viv"}, SessionKeyFile: key})
+
+	for i, c := range []*client{ada1, ada2} {
+		r := restarted.replayed(t, c).get(Prefix)
+		require.Equal(t, http.StatusSeeOther, r.code, "ada's session %d", i)
+		require.True(t, strings.HasPrefix(r.location, Prefix+"signin"), r.location)
+	}
+	require.Equal(t, http.StatusOK, restarted.replayed(t, viv).get(Prefix).code, "viv's password did not change")
+
+	fresh := restarted.client(t)
+	require.Equal(t, http.StatusUnauthorized, fresh.signIn("ada", adaPassword).code, "the old password is refused")
+	require.Equal(t, http.StatusSeeOther, fresh.signIn("ada", newPassword).code)
+	require.Equal(t, http.StatusOK, fresh.get(Prefix).code)
+}
+
+// TestSignInPrunesEndedSessions: expired rows go at the next sign-in, a
+// bounded batch at a time; live ones stay.
+func TestSignInPrunesEndedSessions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.operator(t)
+	b.db.Exec(t, `INSERT INTO outbox_console_sessions (id, username, password_mark, created_at, expires_at, revoked_at)
+		SELECT 'old-' || g, 'ada', 'm', now() - interval '2 days', now() - interval '1 day',
+		       CASE WHEN g % 2 = 0 THEN now() - interval '1 day' END
+		  FROM generate_series(1, $1) g`, sessionPruneBatch+5)
+	b.operator(t)
+	require.Equal(t, 5, b.db.Int(t, `SELECT count(*) FROM outbox_console_sessions WHERE expires_at < now()`))
+	require.Equal(t, 2, b.db.Int(t, `SELECT count(*) FROM outbox_console_sessions WHERE expires_at > now()`))
+}
+
+// replica is a second console on b's database, as another replica or the
+// same one restarted, served by a server of its own.
+func (b *bundle) replica(t *testing.T, cfg Config) *bundle {
+	t.Helper()
+	con, err := New(cfg, Deps{Pool: b.db.Pool, State: func() leader.State { return b.state }, LeaderName: "wlproj",
+		Projections: []string{"search", "chronicle"}, Log: zerolog.Nop()})
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	mux.Handle(Prefix, con.Handler())
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return &bundle{db: b.db, ctx: b.ctx, con: con, srv: srv, state: b.state}
 }

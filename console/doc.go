@@ -23,7 +23,9 @@
 // runs in a transaction the console rolls back unless it moved those rows.
 //
 // Security: sign-in against a file of bcrypt hashes, sessions in signed and
-// encrypted cookies (HttpOnly, SameSite=Strict, Secure over TLS), a session
+// encrypted cookies (HttpOnly, SameSite=Strict, Secure over TLS), each
+// signed-in one also a row of outbox_console_sessions that every request
+// checks, so sign-out and a password change end it everywhere, a session
 // token in every form plus the browser's own cross-origin check on every
 // POST, rate-limited sign-in, a CSP without any script, no framing. Pages
 // are html/template, so payloads and error texts are always text.
