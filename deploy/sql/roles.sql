@@ -118,7 +118,7 @@ SELECT to_regclass('public.outbox_events') IS NOT NULL
   -- only the lifecycle columns.
   GRANT SELECT ON public.outbox_events TO :"runtime_role";
   GRANT UPDATE (status, attempts, next_retry_at, locked_by, lease_until, processing_started_at,
-                claim_token, processed_at, error_class, error_reason, last_error, error_history,
+                claim_token, claim_seq, processed_at, error_class, error_reason, last_error, error_history,
                 replay_count, updated_at)
      ON public.outbox_events TO :"runtime_role";
   -- The leader's pruner deletes done rows, and an archive deletes the rows
