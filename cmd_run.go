@@ -278,7 +278,10 @@ func (c *runCmd) Run(g *globals) error {
 	defer srv.Close()
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyReady)
 	log.Info().Str("addr", c.HTTPAddr).Int("http_port", c.HTTPPort).Str("leader_name", c.LeaderName).Msg("replica started")
-	go d.engine.Announce(ctx, log)
+	go func() {
+		d.engine.Announce(ctx, log)
+		d.engine.WarnGCDeletes(ctx, log, c.ElasticIndex, projection.WriteLifetime(seconds(c.ElasticTimeout)))
+	}()
 
 	elector.Run(ctx)
 	log.Info().Msg("stopped")

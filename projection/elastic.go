@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -25,7 +26,52 @@ const (
 	// idleConnsPerHost keeps connections open for every bulk the loop may
 	// have in flight; net/http's default of 2 would reconnect constantly.
 	idleConnsPerHost = 32
+	// dialTimeout and keepAlive are net/http's DefaultTransport's.
+	dialTimeout = 30 * time.Second
+	keepAlive   = 30 * time.Second
 )
+
+// TCPUserTimeout is how long data sent to the engine may stay
+// unacknowledged before the kernel drops the connection (TCP_USER_TIMEOUT).
+// Without it Linux retransmits for ~15 minutes (tcp_retries2), so a bulk
+// held in the network, or left by a frozen leader, could reach the engine
+// after it forgot a delete's version and bring the document back.
+const TCPUserTimeout = 10 * time.Second
+
+// bulkTimeouts are a bulk's deadline on the client and the `timeout` the
+// engine gets with it, for requests that time out after timeout. The
+// engine's is the shorter, so that a bulk waiting for a shard is answered
+// (503 per item, retried) before the client gives up on it.
+func bulkTimeouts(timeout time.Duration) (client, server time.Duration) {
+	return timeout, max(timeout/3, time.Millisecond)
+}
+
+// WriteLifetime is the longest a write wlproj sends can still change the
+// index after its bulk started, for ElasticOptions.Timeout timeout (0 is
+// TimeoutDefault): the bulk's bytes leave the client before its deadline or
+// never (the connection closes abortively and the kernel discards them),
+// bytes already sent arrive within TCPUserTimeout or the kernel gives up,
+// and the engine waits for a shard at most the bulk's server-side timeout
+// before applying. The index's index.gc_deletes must be at least this long,
+// or a late upsert can overwrite a delete the engine has forgotten.
+// Defaults: 30s + 10s + 10s = 50s, under the engine's 60s.
+func WriteLifetime(timeout time.Duration) time.Duration {
+	client, server := bulkTimeouts(cmp.Or(timeout, TimeoutDefault))
+	return client + TCPUserTimeout + server
+}
+
+// clientTimeouts holds each client's ElasticOptions.Timeout for the bulks
+// sent with it: a Search is built from the client, not from its options.
+var clientTimeouts sync.Map // *elastic.Client → time.Duration
+
+// timeoutOf is the Timeout c was built with, TimeoutDefault for a client
+// not built by NewElasticClient.
+func timeoutOf(c *elastic.Client) time.Duration {
+	if d, ok := clientTimeouts.Load(c); ok {
+		return d.(time.Duration)
+	}
+	return TimeoutDefault
+}
 
 // TimeoutDefault is ElasticOptions.Timeout's default; the CLI's flag takes
 // it from here, and TimeoutRange is what it accepts.
@@ -86,6 +132,14 @@ func NewElasticClient(o ElasticOptions) (*elastic.Client, error) {
 
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = idleConnsPerHost
+	dialer := &net.Dialer{Timeout: dialTimeout, KeepAlive: keepAlive, Control: boundWrites}
+	tr.DialContext = dialer.DialContext
+	// HTTP/1.1 only: a cancelled bulk then closes its own connection, and
+	// the abortive close discards what it had not sent. HTTP/2 would cancel
+	// a stream and keep the connection, whose kernel would still deliver
+	// the bulk's queued bytes. Elasticsearch speaks HTTP/1.1 alone anyway.
+	tr.Protocols = new(http.Protocols)
+	tr.Protocols.SetHTTP1(true)
 	if o.CAFile != "" {
 		pem, err := os.ReadFile(o.CAFile)
 		if err != nil {
@@ -113,7 +167,12 @@ func NewElasticClient(o ElasticOptions) (*elastic.Client, error) {
 	if o.Username != "" || o.Password != "" {
 		opts = append(opts, elastic.SetBasicAuth(o.Username, o.Password))
 	}
-	return elastic.NewClient(opts...)
+	client, err := elastic.NewClient(opts...)
+	if err != nil {
+		return nil, err
+	}
+	clientTimeouts.Store(client, o.Timeout)
+	return client, nil
 }
 
 // reviveRetrier makes olivere send every request exactly once. After a failed

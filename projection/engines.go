@@ -5,8 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -214,4 +217,116 @@ func (p *EngineProbe) logEngine(e Engine, log zerolog.Logger) {
 	}
 	log.Warn().Str("engine", e.Distribution).Str("version", e.Version).Str("url", p.url).
 		Msg("untested engine: wlproj is tested with " + strings.Join(names, ", "))
+}
+
+// GCDeletes is one concrete index's index.gc_deletes: how long the engine
+// remembers a delete's version. A write that reaches the engine later than
+// that after a delete of its document, with an older version, brings the
+// document back.
+type GCDeletes struct {
+	// Index is the concrete index; the name checked may be an alias.
+	Index string
+	// Setting is the value as the engine reports it, e.g. "60s".
+	Setting string
+	// Value is Setting as a duration.
+	Value time.Duration
+	// Short is Value under the write lifetime checked against.
+	Short bool
+	// Command raises the setting to the write lifetime, rounded up to a
+	// minute, when Short.
+	Command string
+}
+
+// gcDeletesDefault is the engine's default index.gc_deletes.
+const gcDeletesDefault = "60s"
+
+// CheckGCDeletes reads index.gc_deletes of every concrete index behind
+// index (an index or an alias) and compares it with lifetime, the
+// WriteLifetime of the client's bulks. An index that does not exist yet
+// gives none.
+func (p *EngineProbe) CheckGCDeletes(ctx context.Context, index string, lifetime time.Duration) ([]GCDeletes, error) {
+	resp, err := p.client.PerformRequest(ctx, elastic.PerformRequestOptions{Method: http.MethodGet,
+		Path: "/" + url.PathEscape(index) + "/_settings",
+		Params: url.Values{"include_defaults": {"true"},
+			"filter_path": {"*.settings.index.gc_deletes,*.defaults.index.gc_deletes"}}})
+	if elastic.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: reading index.gc_deletes of %s: %w", p.name(), index, classify.Classify(err))
+	}
+	type gc struct {
+		Index struct {
+			GCDeletes string `json:"gc_deletes"`
+		} `json:"index"`
+	}
+	var settings map[string]struct {
+		Settings gc `json:"settings"`
+		Defaults gc `json:"defaults"`
+	}
+	if err := json.Unmarshal(resp.Body, &settings); err != nil {
+		return nil, fmt.Errorf("%s: reading index.gc_deletes of %s: %w", p.name(), index, err)
+	}
+	raise := lifetime.Truncate(time.Minute)
+	if raise < lifetime {
+		raise += time.Minute
+	}
+	var out []GCDeletes
+	for _, name := range slices.Sorted(maps.Keys(settings)) {
+		s := settings[name]
+		g := GCDeletes{Index: name, Setting: cmp.Or(s.Settings.Index.GCDeletes, s.Defaults.Index.GCDeletes, gcDeletesDefault)}
+		if g.Value, err = parseTimeValue(g.Setting); err != nil {
+			return nil, fmt.Errorf("%s: index.gc_deletes of %s: %w", p.name(), name, err)
+		}
+		if g.Short = g.Value < lifetime; g.Short {
+			g.Command = fmt.Sprintf(`curl -XPUT '%s/%s/_settings' -H 'Content-Type: application/json' -d '{"index.gc_deletes":"%dm"}'`,
+				strings.TrimRight(p.url, "/"), name, raise/time.Minute)
+		}
+		out = append(out, g)
+	}
+	return out, nil
+}
+
+// WarnGCDeletes logs a warning, with the command that fixes it, for each
+// concrete index behind index whose index.gc_deletes is shorter than
+// lifetime, and one when the setting cannot be read.
+func (p *EngineProbe) WarnGCDeletes(ctx context.Context, log zerolog.Logger, index string, lifetime time.Duration) {
+	found, err := p.CheckGCDeletes(ctx, index, lifetime)
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Warn().Err(err).Str("index", index).Msg("could not check index.gc_deletes against the write lifetime")
+		}
+		return
+	}
+	for _, g := range found {
+		if g.Short {
+			log.Warn().Str("index", g.Index).Str("gc_deletes", g.Setting).Str("write_lifetime", lifetime.String()).
+				Str("command", g.Command).
+				Msg("index.gc_deletes is shorter than the write lifetime: a late write could bring a deleted document back; raise it (runbook: Write lifetime)")
+		}
+	}
+}
+
+// parseTimeValue reads the engine's time values: "60s", "500ms", "1m",
+// "1d", "100micros", "-1". A negative one prunes deletes at once, as zero.
+func parseTimeValue(v string) (time.Duration, error) {
+	v = strings.TrimSpace(v)
+	if v == "-1" {
+		return 0, nil
+	}
+	units := []struct {
+		suffix string
+		unit   time.Duration
+	}{{"nanos", time.Nanosecond}, {"micros", time.Microsecond}, {"ms", time.Millisecond},
+		{"s", time.Second}, {"m", time.Minute}, {"h", time.Hour}, {"d", 24 * time.Hour}}
+	for _, u := range units {
+		if num, ok := strings.CutSuffix(v, u.suffix); ok {
+			n, err := strconv.ParseFloat(num, 64)
+			if err != nil {
+				break
+			}
+			return max(time.Duration(n*float64(u.unit)), 0), nil
+		}
+	}
+	return 0, fmt.Errorf("time value %q not understood", v)
 }
