@@ -50,3 +50,26 @@ func TestLoopRefusesAReusedVersion(t *testing.T) {
 	require.Equal(t, []string{"version_reused"}, harness.Column[string](t, f.DB, `SELECT error_reason FROM outbox_events WHERE payload->>'title' = 'B'`))
 	require.Equal(t, 7, f.Int(t, `SELECT version FROM outbox_applied WHERE entity_id = '2'`))
 }
+
+// A repair (wlproj verify --repair) of a document the ledger counts as
+// applied: the index lost it behind wlproj's back, so the repair at the
+// ledger's own version must be sent, and an older one must not.
+func TestLoopSendsARepairAtTheLedgersVersion(t *testing.T) {
+	t.Parallel()
+	f := newEngineFixture(t)
+	f.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload)
+		VALUES ('book', '1', 'upsert', 3, '{"title": "Dune"}')`)
+	require.Equal(t, BatchResult{Done: 1}, f.round(t))
+	// Deleted by hand: the engine's tombstone (v4) outranks v3 until it is
+	// forgotten, as it is after gc_deletes.
+	f.es(t, "DELETE", "/"+f.index+"/_doc/book:1", "")
+	harness.DeletesForgotten(t, f.index)
+	require.False(t, f.present(t, "book:1"))
+
+	f.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload, repair) VALUES
+		('book', '1', 'upsert', 2, '{"title": "Older"}', true),
+		('book', '1', 'upsert', 3, '{"title": "Dune"}', true)`)
+	require.Equal(t, BatchResult{Done: 2, Superseded: 1}, f.round(t), "the older repair is stale, the one at v3 is sent")
+	require.True(t, f.present(t, "book:1"), "the repair put the book back")
+	require.Equal(t, 3, f.Int(t, `SELECT version FROM outbox_applied WHERE entity_id = '1'`))
+}

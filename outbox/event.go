@@ -17,6 +17,10 @@ type Event struct {
 	ScopeKey     *string
 	Attempts     int
 	CreatedAt    time.Time
+	// Repair marks an event of `wlproj verify --repair`: it is sent even at
+	// the version the ledger holds, and wins over other events of that
+	// version.
+	Repair bool
 	// Claim numbers the claim that took the event; its acks name it.
 	Claim int64
 	// Applied is the ledger's entry for the event's document when the event
@@ -38,6 +42,9 @@ func (e Event) Stale() bool {
 	if e.Applied == nil {
 		return false
 	}
+	if e.Repair {
+		return e.Applied.Version > e.Version()
+	}
 	return !e.Applied.Before(e.Version(), e.ID)
 }
 
@@ -45,7 +52,7 @@ func (e Event) Stale() bool {
 // another event of the document: producers must not reuse a version, since
 // under external_gte either copy would overwrite the other in the engine.
 func (e Event) ReusesVersion() bool {
-	return e.Applied != nil && e.Applied.Version == e.Version() && e.Applied.EventID != e.ID
+	return !e.Repair && e.Applied != nil && e.Applied.Version == e.Version() && e.Applied.EventID != e.ID
 }
 
 // Before reports whether the entry orders before the event (version,

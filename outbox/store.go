@@ -58,7 +58,7 @@ UPDATE outbox_events e
                  FOR UPDATE SKIP LOCKED)
    AND ` + leaderGuard + `
 RETURNING e.id, e.projection, e.entity_type, e.entity_id, e.op, e.event_version,
-          e.payload, e.scope_key, e.attempts, e.created_at, `
+          e.payload, e.scope_key, e.attempts, e.created_at, e.repair, `
 
 const claimSQL = claimHead + `
           (SELECT ARRAY[a.version, a.event_id, a.deleted::int] FROM outbox_applied a
@@ -89,7 +89,7 @@ func (s *Store) Claim(ctx context.Context, epoch int64, limit int, lease time.Du
 		var payload []byte
 		var applied []int64
 		if err := rows.Scan(&e.ID, &e.Projection, &e.EntityType, &e.EntityID, &e.Op, &e.EventVersion,
-			&payload, &e.ScopeKey, &e.Attempts, &e.CreatedAt, &applied); err != nil {
+			&payload, &e.ScopeKey, &e.Attempts, &e.CreatedAt, &e.Repair, &applied); err != nil {
 			return nil, fmt.Errorf("claim: %w", err)
 		}
 		e.Payload, e.Claim = payload, claim

@@ -191,12 +191,17 @@ func (s *Search) candidates(events []outbox.Event, reqs []elastic.BulkableReques
 	}
 	for doc, idx := range byDoc {
 		slices.SortFunc(idx, func(a, b int) int {
-			return cmp.Or(cmp.Compare(events[b].Version(), events[a].Version()), cmp.Compare(events[a].ID, events[b].ID))
+			return cmp.Or(cmp.Compare(events[b].Version(), events[a].Version()),
+				compareRepairFirst(events[a], events[b]), cmp.Compare(events[a].ID, events[b].ID))
 		})
 		kept := idx[:0]
 		for _, i := range idx {
 			if len(kept) > 0 && events[kept[len(kept)-1]].Version() == events[i].Version() {
-				results[i].Err = VersionReused(events[i], events[kept[len(kept)-1]].ID)
+				if first := events[kept[len(kept)-1]]; first.Repair {
+					results[i].Superseded = true // a repair rewrites this version
+				} else {
+					results[i].Err = VersionReused(events[i], first.ID)
+				}
 				continue
 			}
 			kept = append(kept, i)
@@ -204,6 +209,16 @@ func (s *Search) candidates(events []outbox.Event, reqs []elastic.BulkableReques
 		byDoc[doc] = kept
 	}
 	return byDoc
+}
+
+func compareRepairFirst(a, b outbox.Event) int {
+	switch {
+	case a.Repair == b.Repair:
+		return 0
+	case a.Repair:
+		return -1
+	}
+	return 1
 }
 
 // VersionReused is the error of an event whose version another event of
@@ -353,16 +368,9 @@ func (s *Search) bulk(ctx context.Context, index string, idx []int, events []out
 	if len(idx) == 0 {
 		return
 	}
-	// Both timeouts bound how late the bulk can change the index (see
-	// WriteLifetime): past its deadline the connection closes abortively
-	// and the engine never gets the rest.
-	deadline, serverTimeout := bulkTimeouts(timeoutOf(s.client))
-	ctx, cancel := context.WithTimeout(ctx, deadline)
-	defer cancel()
 	// Only what itemResult reads: a 500-item answer shrinks to a tenth,
 	// which the engine does not have to write nor the daemon to decode.
-	svc := s.client.Bulk().Index(index).FilterPath("errors", "items.*.status", "items.*.error").
-		Timeout(fmt.Sprintf("%dms", serverTimeout.Milliseconds()))
+	svc := s.client.Bulk().Index(index).FilterPath("errors", "items.*.status", "items.*.error")
 	for _, i := range idx {
 		svc.Add(reqs[i])
 	}
