@@ -368,9 +368,16 @@ func (s *Search) bulk(ctx context.Context, index string, idx []int, events []out
 	if len(idx) == 0 {
 		return
 	}
+	// Both timeouts bound how late the bulk can change the index (see
+	// WriteLifetime): past its deadline the connection closes abortively
+	// and the engine never gets the rest.
+	deadline, serverTimeout := bulkTimeouts(timeoutOf(s.client))
+	ctx, cancel := context.WithTimeout(ctx, deadline)
+	defer cancel()
 	// Only what itemResult reads: a 500-item answer shrinks to a tenth,
 	// which the engine does not have to write nor the daemon to decode.
-	svc := s.client.Bulk().Index(index).FilterPath("errors", "items.*.status", "items.*.error")
+	svc := s.client.Bulk().Index(index).FilterPath("errors", "items.*.status", "items.*.error").
+		Timeout(fmt.Sprintf("%dms", serverTimeout.Milliseconds()))
 	for _, i := range idx {
 		svc.Add(reqs[i])
 	}
