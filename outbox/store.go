@@ -76,9 +76,40 @@ func (s *Store) Claim(ctx context.Context, epoch int64, limit int, lease time.Du
 		sql = claimNoLedgerSQL
 	}
 	claim := s.claims.Add(1)
-	rows, err := s.Pool.Query(ctx, sql, s.args(epoch, map[string]any{
-		"limit": limit, "lease_secs": lease.Seconds(), "claim": claim,
-	}))
+	batch := &pgx.Batch{}
+	for _, stmt := range claimPlan {
+		batch.Queue(stmt)
+	}
+	batch.Queue(sql, s.args(epoch, map[string]any{"limit": limit, "lease_secs": lease.Seconds(), "claim": claim}))
+	batch.Queue("COMMIT")
+	br := s.Pool.SendBatch(ctx, batch)
+	defer br.Close()
+	for range claimPlan {
+		if _, err := br.Exec(); err != nil {
+			return nil, fmt.Errorf("claim: %w", err)
+		}
+	}
+	events, err := scanClaimed(br, claim)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("claim: commit: %w", err)
+	}
+	return events, nil
+}
+
+// claimPlan opens the claim's transaction with a plan that does not depend
+// on the outbox's statistics. Right after the outbox was emptied and
+// analyzed (a new install, a truncate), the planner thinks it has a few
+// rows and reads every pending one through a bitmap scan, then sorts them:
+// 64 ms a claim on 200k pending rows instead of 0.4 ms for the walk of the
+// pending index in id order, enough to put the leader minutes behind a
+// burst until autovacuum analyzes the table again.
+var claimPlan = []string{"BEGIN", "SET LOCAL enable_sort = off", "SET LOCAL enable_bitmapscan = off"}
+
+func scanClaimed(br pgx.BatchResults, claim int64) ([]Event, error) {
+	rows, err := br.Query()
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}

@@ -1,0 +1,7 @@
+package outbox
+
+// For the plan tests of package outbox_test.
+var (
+	ClaimSQL  = claimSQL
+	ClaimPlan = claimPlan
+)
