@@ -20,6 +20,9 @@ type cluster struct {
 	proxy    *faultproxy.Proxy
 	env      []string
 	replicas []*harness.Replica
+	// produced is the newest version produce handed out: each call goes
+	// on from it, as a producer may not reuse a document's version.
+	produced int
 }
 
 // newCluster prepares replicas with harness.Quick settings, then extraEnv.
@@ -57,7 +60,8 @@ func (c *cluster) leader() *harness.Replica {
 }
 
 // produce inserts versions events for each of entities books, versions in a
-// shuffled order, so older versions often arrive after newer ones.
+// shuffled order, so older versions often arrive after newer ones. The
+// first call writes versions 1 to versions, the next ones go on from there.
 func (c *cluster) produce(entities, versions int) {
 	c.t.Helper()
 	c.db.Exec(c.t, `
@@ -67,8 +71,9 @@ func (c *cluster) produce(entities, versions int) {
 		                          'body', repeat('lorem ipsum ', 20), 'library_id', 'lib-' || (e % 7),
 		                          'position', v, 'updated_at', now()),
 		       'lib-' || (e % 7)
-		  FROM generate_series(1, $1) e, generate_series(1, $2) v
-		 ORDER BY random()`, entities, versions)
+		  FROM generate_series(1, $1) e, generate_series($3 + 1, $3 + $2) v
+		 ORDER BY random()`, entities, versions, c.produced)
+	c.produced += versions
 }
 
 func (c *cluster) count(where string) int {
@@ -81,15 +86,22 @@ func (c *cluster) drained(timeout time.Duration) {
 	harness.Drained(c.t, c.db.Pool, timeout)
 }
 
-// verify is how every test ends: nothing lost, nothing regressed.
-func (c *cluster) verify() harness.Verdict {
+// verify is how every test ends: nothing lost, nothing regressed, every
+// document at its newest applied event, nothing failed but expected.
+func (c *cluster) verify(expected ...harness.Failure) harness.Verdict {
 	c.t.Helper()
-	return harness.Verified(c.t, c.db.Pool, c.index)
+	return harness.Verified(c.t, c.db.Pool, c.index, expected...)
 }
 
 // settle waits until every event is done or failed, then verifies.
-func (c *cluster) settle(timeout time.Duration) harness.Verdict {
+func (c *cluster) settle(timeout time.Duration, expected ...harness.Failure) harness.Verdict {
 	c.t.Helper()
 	c.drained(timeout)
-	return c.verify()
+	return c.verify(expected...)
+}
+
+// expectFailed is the events matching where, expected to fail with reason.
+func (c *cluster) expectFailed(reason, where string, args ...any) []harness.Failure {
+	c.t.Helper()
+	return harness.ExpectFailed(c.t, c.db, reason, where, args...)
 }

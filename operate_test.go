@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -238,5 +239,6 @@ func TestOperateAutoReplayRevivesTransientOnly(t *testing.T) {
 	v, ok := opMetric(t, opScrape(t, r), `outbox_replayed_total{by="auto"}`)
 	require.True(t, ok)
 	require.Equal(t, float64(budget), v)
-	c.verify()
+	c.verify(slices.Concat(c.expectFailed("server_error", `entity_id::int BETWEEN $1 + 1 AND 5`, budget),
+		c.expectFailed("mapping_error", `entity_id::int > 5`))...)
 }

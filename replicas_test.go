@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"net/http"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -133,7 +134,8 @@ func TestReplicasDeterministicFailuresDoNotBlock(t *testing.T) {
 			"%s should fail as %s after one attempt", entity, reason)
 	}
 	require.Equal(t, 3, c.count(`status = 'failed'`), "nothing else failed")
-	c.verify()
+	c.verify(slices.Concat(c.expectFailed("mapping_error", `entity_id = 'strict'`),
+		c.expectFailed("payload_invalid", `entity_id = 'array'`))...)
 }
 
 func TestReplicasReclaimStuckRow(t *testing.T) {

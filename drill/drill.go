@@ -179,9 +179,11 @@ type drill struct {
 	slots           []*slot
 	prod            *producers
 	seeded          []seedBook
-	pgRestarted     bool
-	procsMu         sync.Mutex
-	procs           []*proc
+	// written counts the rows the drill wrote itself (the replay seed).
+	written     int64
+	pgRestarted bool
+	procsMu     sync.Mutex
+	procs       []*proc
 }
 
 // slot is one replica name with its own path to Postgres; each restart of

@@ -77,6 +77,7 @@ func (d *drill) seed(ctx context.Context) error {
 			if err := pool.QueryRow(ctx, seedSQL, b.id, "upsert", version(b.versioned, 1), doc).Scan(&b.failed); err != nil {
 				return err
 			}
+			d.written++
 			books = append(books, b)
 			failed = append(failed, b.failed)
 		}
@@ -108,6 +109,7 @@ func (d *drill) seed(ctx context.Context) error {
 		if err := pool.QueryRow(ctx, seedSQL, b.id, b.thenOp, version(b.versioned, 2), payload).Scan(&books[i].then); err != nil {
 			return err
 		}
+		d.written++
 		then = append(then, books[i].then)
 	}
 	if err := d.poll(ctx, "the deletes and newer upserts to be done", func(ctx context.Context) (bool, error) {

@@ -65,22 +65,47 @@ type Settings struct {
 
 // Events are the outbox totals after the drain.
 type Events struct {
+	// Produced are the rows found in the outbox.
 	Produced            int64 `json:"produced"`
 	Done                int64 `json:"done"`
 	Failed              int64 `json:"failed"`
 	FailedWithoutReason int64 `json:"failed_without_reason"`
-	Lost                int64 `json:"lost"`
-	// ProducerInserts and ProducerErrors are the producer's own view:
+	Discarded           int64 `json:"discarded"`
+	// Lost are the events written (ProducerCommitted + DrillWritten) that
+	// are not done, failed or discarded: still pending or processing, or
+	// gone from the outbox (Vanished), as a faulty prune or archive would
+	// leave them.
+	Lost     int64 `json:"lost"`
+	Vanished int64 `json:"rows_vanished"`
+	// Unaccounted are rows in the outbox beyond those written: an insert
+	// that failed on the client after Postgres committed it, during a
+	// restart, is one; with no failed insert, a bug.
+	Unaccounted int64 `json:"rows_unaccounted"`
+	// ProducerCommitted and ProducerErrors are the producer's own view:
 	// inserts that failed while Postgres restarted wrote nothing.
 	ProducerCommitted int64 `json:"producer_committed"`
 	ProducerErrors    int64 `json:"producer_failed_inserts"`
+	// DrillWritten are the rows the drill wrote itself: the replay
+	// scenario's seed.
+	DrillWritten int64 `json:"drill_written"`
 	// Late are the versions handed to the producer after the next version
 	// of their book (a failed insert loses some); Unversioned are the events
 	// committed without an event_version, part of ProducerCommitted. The
-	// replay scenario's rows are written by the drill itself, not counted
-	// here.
+	// replay scenario's rows are in DrillWritten, not here.
 	Late        int64 `json:"late_versions"`
 	Unversioned int64 `json:"unversioned"`
+}
+
+// settle is the outbox totals of v judged against written, the rows the
+// producers committed and the drill wrote: a written row that is gone from
+// the outbox is lost, whatever the outbox's own counts say.
+func settle(v harness.Verdict, written int64) Events {
+	e := Events{Produced: v.Events, Done: v.Done, Failed: v.Failed, FailedWithoutReason: v.FailedWithoutReason,
+		Discarded: v.Discarded}
+	e.Vanished = max(0, written-v.Events)
+	e.Unaccounted = max(0, v.Events-written)
+	e.Lost = v.Lost + e.Vanished
+	return e
 }
 
 // Roles are the roles roles.sql created for the run.
@@ -145,7 +170,8 @@ func (r *Report) summary(w io.Writer, path string) {
 		fmt.Fprintf(w, "%-20s %-4s %-28s %s\n", s.Name, ok, take, s.notes())
 	}
 	e := r.Events
-	fmt.Fprintf(w, "events: produced %d, done %d, failed %d, lost %d\n", e.Produced, e.Done, e.Failed, e.Lost)
+	fmt.Fprintf(w, "events: written %d, in the outbox %d, done %d, failed %d, discarded %d, lost %d (gone from the outbox %d)\n",
+		e.ProducerCommitted+e.DrillWritten, e.Produced, e.Done, e.Failed, e.Discarded, e.Lost, e.Vanished)
 	fmt.Fprintf(w, "out of order: %d versions written late, %d events without a version\n", e.Late, e.Unversioned)
 	fmt.Fprintf(w, "documents: %d books, regressed %d (missing %d, resurrected %d); ledger mismatches %d\n",
 		r.Entities, r.Regressed, r.Missing, r.Resurrected, r.LedgerMismatch)

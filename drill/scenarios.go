@@ -394,9 +394,16 @@ func (d *drill) finish(ctx context.Context) {
 		return
 	}
 	committed, unversioned, failedInserts, late := d.prod.counts()
-	d.rep.Events = Events{Produced: v.Events, Done: v.Done, Failed: v.Failed,
-		FailedWithoutReason: v.FailedWithoutReason, Lost: v.Lost,
-		ProducerCommitted: committed, ProducerErrors: failedInserts, Late: late, Unversioned: unversioned}
+	d.rep.Events = settle(v, committed+d.written)
+	d.rep.Events.ProducerCommitted, d.rep.Events.ProducerErrors = committed, failedInserts
+	d.rep.Events.DrillWritten, d.rep.Events.Late, d.rep.Events.Unversioned = d.written, late, unversioned
+	if e := d.rep.Events; e.Vanished > 0 {
+		d.rep.Problem(fmt.Sprintf("%d events lost: %d written, %d in the outbox: rows gone without being counted",
+			e.Lost, e.ProducerCommitted+e.DrillWritten, e.Produced))
+	}
+	if e := d.rep.Events; e.Unaccounted > 0 && e.ProducerErrors == 0 {
+		d.rep.Problem(fmt.Sprintf("%d rows in the outbox that no one wrote", e.Unaccounted))
+	}
 	d.rep.Entities = v.Entities
 	d.rep.Regressed, d.rep.Missing, d.rep.Resurrected = len(v.Regressed), len(v.Missing), len(v.Resurrected)
 	d.rep.LedgerMismatch = len(v.LedgerMismatch)

@@ -392,5 +392,5 @@ func TestRebuildEmitOutbox(t *testing.T) {
 	require.Equal(t, rows+1, b.db.Count(t, `scope_key = $1`, fmt.Sprintf("rebuild:%d", rep.Rebuild.ID)))
 	require.Equal(t, []string{rep.Rebuild.Target}, b.resolve(t).Indexes)
 	require.Equal(t, rows, b.count(t, b.alias))
-	harness.Verified(t, b.db.Pool, b.alias)
+	harness.Verified(t, b.db.Pool, b.alias, harness.ExpectFailed(t, b.db, "mapping_error", `entity_id = 'bad'`)...)
 }

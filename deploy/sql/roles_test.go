@@ -211,7 +211,7 @@ func (b *bundle) drainAsRuntime(t *testing.T) {
 	code, err := r.ExitCode(15 * time.Second)
 	require.NoError(t, err)
 	require.Zero(t, code, r.Logs())
-	harness.Verified(t, b.db.Pool, index)
+	harness.Verified(t, b.db.Pool, index, harness.Failure{ID: bad, Reason: "payload_invalid"})
 }
 
 // archiveAsRuntime proves what the runtime role needs beyond the drain: it

@@ -18,66 +18,107 @@ type Verdict struct {
 	Done                int64 `json:"done"`
 	Failed              int64 `json:"failed"`
 	FailedWithoutReason int64 `json:"failed_without_reason"`
-	// Lost events are neither done nor failed.
-	Lost     int64 `json:"lost"`
-	Entities int   `json:"entities"`
+	// Discarded events were closed by an operator: neither lost nor applied.
+	Discarded int64 `json:"discarded"`
+	// Lost events are still pending or processing.
+	Lost int64 `json:"lost"`
+	// Entities are the documents judged: every one with an event.
+	Entities int `json:"entities"`
+	// Unexpected lists the failed events the caller did not expect, or
+	// expected with another reason, as "event ID failed as REASON".
+	Unexpected []string `json:"failed_unexpected,omitempty"`
 	// Regressed documents are older than their newest done event.
 	Regressed []string `json:"regressed,omitempty"`
 	// Missing documents are absent though their newest done event is an upsert.
 	Missing []string `json:"missing,omitempty"`
-	// Resurrected documents are present though their newest done event is a delete.
+	// Resurrected documents are present though their newest done event is a
+	// delete, or though none of their events is done.
 	Resurrected []string `json:"resurrected,omitempty"`
 	// LedgerMismatch documents have no ledger entry, or one whose version or
-	// deleted flag is not their newest done event's: the next replay of an
-	// older event would then be sent, or a newer one dropped.
+	// deleted flag is not their newest done event's (or any entry without a
+	// done event): the next replay of an older event would then be sent, or
+	// a newer one dropped.
 	LedgerMismatch []string `json:"ledger_mismatch,omitempty"`
 }
 
-// OK is true when nothing was lost, regressed, missing or unexplained, and
-// the ledger agrees with the events.
+// OK is true when nothing was lost, regressed, missing or unexplained, no
+// event failed that was not expected to, and the ledger agrees with the
+// events.
 func (v Verdict) OK() bool {
-	return v.Lost == 0 && v.FailedWithoutReason == 0 && len(v.Regressed) == 0 && len(v.Missing) == 0 &&
-		len(v.Resurrected) == 0 && len(v.LedgerMismatch) == 0
+	return v.Lost == 0 && v.FailedWithoutReason == 0 && len(v.Unexpected) == 0 && len(v.Regressed) == 0 &&
+		len(v.Missing) == 0 && len(v.Resurrected) == 0 && len(v.LedgerMismatch) == 0
 }
 
 func (v Verdict) String() string {
-	return fmt.Sprintf("events=%d done=%d failed=%d failed_without_reason=%d lost=%d entities=%d regressed=%d missing=%d resurrected=%d ledger_mismatch=%d",
-		v.Events, v.Done, v.Failed, v.FailedWithoutReason, v.Lost, v.Entities,
+	return fmt.Sprintf("events=%d done=%d failed=%d failed_without_reason=%d failed_unexpected=%d discarded=%d lost=%d entities=%d regressed=%d missing=%d resurrected=%d ledger_mismatch=%d",
+		v.Events, v.Done, v.Failed, v.FailedWithoutReason, len(v.Unexpected), v.Discarded, v.Lost, v.Entities,
 		len(v.Regressed), len(v.Missing), len(v.Resurrected), len(v.LedgerMismatch))
+}
+
+// Failure is a failed event a verdict accepts: its outbox id and the
+// reason (error_reason) it must have failed with. It is allowed, not
+// required: a refused event that a newer one made obsolete may end done.
+type Failure struct {
+	ID     int64
+	Reason string
+}
+
+// ExpectFailed is the events of db's search projection matching where
+// (SQL on outbox_events), each expected to fail with reason.
+func ExpectFailed(t testing.TB, db DB, reason, where string, args ...any) []Failure {
+	t.Helper()
+	ids := Column[int64](t, db, `SELECT id FROM outbox_events WHERE projection = 'search' AND (`+where+`) ORDER BY id`, args...)
+	require.NotEmpty(t, ids, "no event matches %s", where)
+	return Map(ids, func(id int64) Failure { return Failure{ID: id, Reason: reason} })
 }
 
 const verifyCountsSQL = `
 SELECT count(*), count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status = 'failed'),
-       count(*) FILTER (WHERE status = 'failed' AND coalesce(error_reason, '') = '')
+       count(*) FILTER (WHERE status = 'failed' AND coalesce(error_reason, '') = ''),
+       count(*) FILTER (WHERE status = 'discarded'),
+       count(*) FILTER (WHERE status IN ('pending', 'processing'))
   FROM outbox_events WHERE projection = 'search'`
 
-// Entities with an event not done are left out of the version and ledger
-// checks: their newest event may be the one that failed. Newest is by
-// (version, outbox id), the ledger's order, superseded events included: the
-// ledger is never behind a done event, whether it was sent or dropped. The
-// ledger entry comes along, null if there is none.
+const verifyFailedSQL = `
+SELECT id, coalesce(error_reason, '') FROM outbox_events
+ WHERE projection = 'search' AND status = 'failed' ORDER BY id`
+
+// Every document with an event is judged against its newest applicable
+// event: the newest done one by (version, outbox id), the ledger's order,
+// superseded events included, whether they were sent or dropped. Failed
+// and discarded events apply nothing; a pending or processing one is lost,
+// counted above. A document with no done event has a null version and op.
+// The ledger entry comes along, null if there is none.
 const verifyEntitiesSQL = `
-SELECT e.entity_type || ':' || e.entity_id, e.version, e.op, a.version, a.deleted
-  FROM (SELECT entity_type, entity_id,
-               max(coalesce(event_version, id)) AS version,
-               (array_agg(op ORDER BY coalesce(event_version, id) DESC, id DESC))[1] AS op
-          FROM outbox_events
-         WHERE projection = 'search'
-         GROUP BY entity_type, entity_id
-        HAVING bool_and(status = 'done')) e
+WITH docs AS (
+  SELECT DISTINCT entity_type, entity_id FROM outbox_events WHERE projection = 'search'
+), newest AS (
+  SELECT DISTINCT ON (entity_type, entity_id) entity_type, entity_id, coalesce(event_version, id) AS version, op
+    FROM outbox_events
+   WHERE projection = 'search' AND status = 'done'
+   ORDER BY entity_type, entity_id, coalesce(event_version, id) DESC, id DESC
+)
+SELECT d.entity_type || ':' || d.entity_id, n.version, n.op, a.version, a.deleted
+  FROM docs d
+  LEFT JOIN newest n ON n.entity_type = d.entity_type AND n.entity_id = d.entity_id
   LEFT JOIN outbox_applied a
-    ON a.projection = 'search' AND a.entity_type = e.entity_type AND a.entity_id = e.entity_id`
+    ON a.projection = 'search' AND a.entity_type = d.entity_type AND a.entity_id = d.entity_id`
 
 // Verify compares the search projection's events in pool's database with
-// the documents of index and the ledger: every event done or failed with a
-// reason, every document at the newest version its done events carry, or
-// gone if that was a delete, and its ledger entry at that version and op.
-func Verify(ctx context.Context, pool *pgxpool.Pool, elasticURL, index string) (Verdict, error) {
+// the documents of index and the ledger: no event pending or processing,
+// every failed one among expected with its reason, every document at the
+// version of its newest done event, or gone if that was a delete or if none
+// is done, and its ledger entry at that version and op. It assumes every
+// event is still in outbox_events: run it before retention prunes any.
+func Verify(ctx context.Context, pool *pgxpool.Pool, elasticURL, index string, expected ...Failure) (Verdict, error) {
 	var v Verdict
-	if err := pool.QueryRow(ctx, verifyCountsSQL).Scan(&v.Events, &v.Done, &v.Failed, &v.FailedWithoutReason); err != nil {
+	if err := pool.QueryRow(ctx, verifyCountsSQL).Scan(&v.Events, &v.Done, &v.Failed, &v.FailedWithoutReason,
+		&v.Discarded, &v.Lost); err != nil {
 		return v, err
 	}
-	v.Lost = v.Events - v.Done - v.Failed
+	if err := v.judgeFailures(ctx, pool, expected); err != nil {
+		return v, err
+	}
 	docs, err := versions(ctx, elasticURL, index)
 	if err != nil {
 		return v, err
@@ -88,28 +129,70 @@ func Verify(ctx context.Context, pool *pgxpool.Pool, elasticURL, index string) (
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var id, op string
-		var version int64
-		var ledgerVersion *int64
+		var id string
+		var version, ledgerVersion *int64
+		var op *string
 		var ledgerDeleted *bool
 		if err := rows.Scan(&id, &version, &op, &ledgerVersion, &ledgerDeleted); err != nil {
 			return v, err
 		}
 		v.Entities++
-		if m := ledgerMismatch(version, op, ledgerVersion, ledgerDeleted); m != "" {
+		got, present := docs[id]
+		if version == nil {
+			if present {
+				v.Resurrected = append(v.Resurrected, fmt.Sprintf("%s: no event done, found at %d", id, got))
+			}
+			if ledgerVersion != nil {
+				v.LedgerMismatch = append(v.LedgerMismatch, fmt.Sprintf("%s: want no ledger entry, found %d %s",
+					id, *ledgerVersion, opOf(*ledgerDeleted)))
+			}
+			continue
+		}
+		if m := ledgerMismatch(*version, *op, ledgerVersion, ledgerDeleted); m != "" {
 			v.LedgerMismatch = append(v.LedgerMismatch, id+": "+m)
 		}
-		got, present := docs[id]
 		switch {
-		case op == "delete" && present:
-			v.Resurrected = append(v.Resurrected, fmt.Sprintf("%s: deleted at %d, found at %d", id, version, got))
-		case op == "upsert" && !present:
-			v.Missing = append(v.Missing, fmt.Sprintf("%s: want version %d", id, version))
-		case op == "upsert" && got != version:
-			v.Regressed = append(v.Regressed, fmt.Sprintf("%s: want version %d, found %d", id, version, got))
+		case *op == "delete" && present:
+			v.Resurrected = append(v.Resurrected, fmt.Sprintf("%s: deleted at %d, found at %d", id, *version, got))
+		case *op == "upsert" && !present:
+			v.Missing = append(v.Missing, fmt.Sprintf("%s: want version %d", id, *version))
+		case *op == "upsert" && got != *version:
+			v.Regressed = append(v.Regressed, fmt.Sprintf("%s: want version %d, found %d", id, *version, got))
 		}
 	}
 	return v, rows.Err()
+}
+
+// judgeFailures lists the failed events that expected does not name with
+// their reason.
+func (v *Verdict) judgeFailures(ctx context.Context, pool *pgxpool.Pool, expected []Failure) error {
+	want := make(map[int64]string, len(expected))
+	for _, f := range expected {
+		want[f.ID] = f.Reason
+	}
+	rows, err := pool.Query(ctx, verifyFailedSQL)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var reason string
+		if err := rows.Scan(&id, &reason); err != nil {
+			return err
+		}
+		if r, ok := want[id]; !ok || r != reason || reason == "" {
+			v.Unexpected = append(v.Unexpected, fmt.Sprintf("event %d failed as %q", id, reason))
+		}
+	}
+	return rows.Err()
+}
+
+func opOf(deleted bool) string {
+	if deleted {
+		return "delete"
+	}
+	return "upsert"
 }
 
 // ledgerMismatch says how a ledger entry differs from the newest done event,
@@ -118,23 +201,19 @@ func ledgerMismatch(version int64, op string, ledgerVersion *int64, ledgerDelete
 	if ledgerVersion == nil {
 		return fmt.Sprintf("want ledger at %d %s, found no entry", version, op)
 	}
-	gotOp := "upsert"
-	if *ledgerDeleted {
-		gotOp = "delete"
-	}
-	if *ledgerVersion != version || gotOp != op {
+	if gotOp := opOf(*ledgerDeleted); *ledgerVersion != version || gotOp != op {
 		return fmt.Sprintf("want ledger at %d %s, found %d %s", version, op, *ledgerVersion, gotOp)
 	}
 	return ""
 }
 
 // Verified is Verify for tests: it fails the test unless the verdict is OK.
-func Verified(t testing.TB, pool *pgxpool.Pool, index string) Verdict {
+func Verified(t testing.TB, pool *pgxpool.Pool, index string, expected ...Failure) Verdict {
 	t.Helper()
-	v, err := Verify(context.Background(), pool, ElasticURL(t), index)
+	v, err := Verify(context.Background(), pool, ElasticURL(t), index, expected...)
 	require.NoError(t, err)
-	require.True(t, v.OK(), "%s\nregressed=%v missing=%v resurrected=%v ledger_mismatch=%v",
-		v, v.Regressed, v.Missing, v.Resurrected, v.LedgerMismatch)
+	require.True(t, v.OK(), "%s\nfailed_unexpected=%v regressed=%v missing=%v resurrected=%v ledger_mismatch=%v",
+		v, v.Unexpected, v.Regressed, v.Missing, v.Resurrected, v.LedgerMismatch)
 	return v
 }
 

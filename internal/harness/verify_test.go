@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"testing"
 
@@ -52,9 +53,9 @@ func (c verifyCase) doc(t *testing.T, id string, version int64) {
 	require.NoError(t, ES(context.Background(), ElasticURL(t), http.MethodPut, path, []byte(`{"kind": "book"}`), nil))
 }
 
-func (c verifyCase) verdict(t *testing.T) Verdict {
+func (c verifyCase) verdict(t *testing.T, expected ...Failure) Verdict {
 	t.Helper()
-	v, err := Verify(context.Background(), c.db.Pool, ElasticURL(t), c.index)
+	v, err := Verify(context.Background(), c.db.Pool, ElasticURL(t), c.index, expected...)
 	require.NoError(t, err)
 	return v
 }
@@ -70,6 +71,7 @@ func TestVerifyAllGood(t *testing.T) {
 	c.event(t, "2", "delete", 2, "done", "")
 	c.ledger(t, "2", 2, true)
 	c.event(t, "3", "upsert", 1, "failed", "mapping_error")
+	refused3 := c.lastID(t)
 	// Out of order: version 3 came first; the later row at 2 was superseded.
 	c.event(t, "4", "upsert", 3, "done", "")
 	c.event(t, "4", "upsert", 2, "done", "")
@@ -84,60 +86,95 @@ func TestVerifyAllGood(t *testing.T) {
 	c.event(t, "6", "upsert", 0, "done", "")
 	c.doc(t, "6", c.lastID(t))
 	c.ledger(t, "6", c.lastID(t), false)
+	// The newest event failed as expected: the delete before it holds.
+	c.event(t, "7", "upsert", 1, "done", "")
+	c.event(t, "7", "delete", 2, "done", "")
+	c.event(t, "7", "upsert", 3, "failed", "mapping_error")
+	refused7 := c.lastID(t)
+	c.ledger(t, "7", 2, true)
+	// Discarded by an operator: neither lost nor applied.
+	c.event(t, "8", "upsert", 1, "discarded", "mapping_error")
 
-	v := c.verdict(t)
+	v := c.verdict(t, Failure{ID: refused3, Reason: "mapping_error"}, Failure{ID: refused7, Reason: "mapping_error"})
 	require.True(t, v.OK(), v.String())
-	require.Equal(t, Verdict{Events: 11, Done: 10, Failed: 1, Entities: 5}, v, "book 3 has a failed event: left out")
+	require.Equal(t, Verdict{Events: 15, Done: 12, Failed: 2, Discarded: 1, Entities: 8}, v)
 }
 
 func TestVerifyFindsEachWrong(t *testing.T) {
 	t.Parallel()
-	// Each case is book 1's events ("op version status"), in outbox order,
-	// the version it is indexed at (0: not indexed) and its ledger entry
-	// ("version op"; "": none), written in that order.
+	// Each case is book 1's events ("op version status", a failed one with
+	// its reason after it), in outbox order, the version it is indexed at
+	// (0: not indexed) and its ledger entry ("version op"; "": none), written
+	// in that order. Outbox ids start at 1 in each case's database; the
+	// failures in expect are accepted.
 	for _, tc := range []struct {
 		name   string
 		events []string
 		doc    int64
 		ledger string
+		expect []Failure
 		want   Verdict
 	}{
-		{"lost pending", []string{"upsert 1 pending"}, 0, "",
-			Verdict{Events: 1, Lost: 1}},
-		{"lost processing", []string{"upsert 1 processing"}, 0, "",
-			Verdict{Events: 1, Lost: 1}},
-		{"failed without reason", []string{"upsert 1 failed"}, 0, "",
-			Verdict{Events: 1, Failed: 1, FailedWithoutReason: 1}},
-		{"regressed", []string{"upsert 1 done", "upsert 3 done"}, 1, "3 upsert",
+		{"lost pending", []string{"upsert 1 pending"}, 0, "", nil,
+			Verdict{Events: 1, Lost: 1, Entities: 1}},
+		{"lost processing", []string{"upsert 1 processing"}, 0, "", nil,
+			Verdict{Events: 1, Lost: 1, Entities: 1}},
+		{"failed without reason", []string{"upsert 1 failed"}, 0, "", nil,
+			Verdict{Events: 1, Failed: 1, FailedWithoutReason: 1, Entities: 1, Unexpected: []string{`event 1 failed as ""`}}},
+		{"failed unexpected", []string{"upsert 1 failed mapping_error"}, 0, "", nil,
+			Verdict{Events: 1, Failed: 1, Entities: 1, Unexpected: []string{`event 1 failed as "mapping_error"`}}},
+		{"failed for another reason", []string{"upsert 1 failed payload_invalid"}, 0, "", []Failure{{1, "mapping_error"}},
+			Verdict{Events: 1, Failed: 1, Entities: 1, Unexpected: []string{`event 1 failed as "payload_invalid"`}}},
+		// The issue's first bug: a delete done (superseded in its batch),
+		// the newer upsert refused, the book still at its first version.
+		{"resurrected behind a failed event", []string{"upsert 1 done", "delete 2 done", "upsert 3 failed mapping_error"}, 1, "1 upsert",
+			[]Failure{{3, "mapping_error"}},
+			Verdict{Events: 3, Done: 2, Failed: 1, Entities: 1, Resurrected: []string{"book:1: deleted at 2, found at 1"},
+				LedgerMismatch: []string{"book:1: want ledger at 2 delete, found 1 upsert"}}},
+		{"regressed behind a failed event", []string{"upsert 1 done", "upsert 2 done", "upsert 3 failed mapping_error"}, 1, "2 upsert",
+			[]Failure{{3, "mapping_error"}},
+			Verdict{Events: 3, Done: 2, Failed: 1, Entities: 1, Regressed: []string{"book:1: want version 2, found 1"}}},
+		{"missing behind a failed event", []string{"upsert 1 done", "upsert 2 failed mapping_error"}, 0, "",
+			[]Failure{{2, "mapping_error"}},
+			Verdict{Events: 2, Done: 1, Failed: 1, Entities: 1, Missing: []string{"book:1: want version 1"},
+				LedgerMismatch: []string{"book:1: want ledger at 1 upsert, found no entry"}}},
+		{"present with no event done", []string{"upsert 1 failed mapping_error"}, 1, "1 upsert",
+			[]Failure{{1, "mapping_error"}},
+			Verdict{Events: 1, Failed: 1, Entities: 1, Resurrected: []string{"book:1: no event done, found at 1"},
+				LedgerMismatch: []string{"book:1: want no ledger entry, found 1 upsert"}}},
+		{"regressed", []string{"upsert 1 done", "upsert 3 done"}, 1, "3 upsert", nil,
 			Verdict{Events: 2, Done: 2, Entities: 1, Regressed: []string{"book:1: want version 3, found 1"}}},
-		{"resurrected", []string{"upsert 1 done", "delete 2 done"}, 1, "2 delete",
+		{"resurrected", []string{"upsert 1 done", "delete 2 done"}, 1, "2 delete", nil,
 			Verdict{Events: 2, Done: 2, Entities: 1, Resurrected: []string{"book:1: deleted at 2, found at 1"}}},
-		{"missing", []string{"upsert 4 done"}, 0, "4 upsert",
+		{"missing", []string{"upsert 4 done"}, 0, "4 upsert", nil,
 			Verdict{Events: 1, Done: 1, Entities: 1, Missing: []string{"book:1: want version 4"}}},
-		{"ledger missing", []string{"upsert 1 done"}, 1, "",
+		{"ledger missing", []string{"upsert 1 done"}, 1, "", nil,
 			Verdict{Events: 1, Done: 1, Entities: 1, LedgerMismatch: []string{"book:1: want ledger at 1 upsert, found no entry"}}},
-		{"ledger missing a delete", []string{"delete 1 done"}, 0, "",
+		{"ledger missing a delete", []string{"delete 1 done"}, 0, "", nil,
 			Verdict{Events: 1, Done: 1, Entities: 1, LedgerMismatch: []string{"book:1: want ledger at 1 delete, found no entry"}}},
-		{"ledger behind", []string{"upsert 1 done", "upsert 2 done"}, 2, "1 upsert",
+		{"ledger behind", []string{"upsert 1 done", "upsert 2 done"}, 2, "1 upsert", nil,
 			Verdict{Events: 2, Done: 2, Entities: 1, LedgerMismatch: []string{"book:1: want ledger at 2 upsert, found 1 upsert"}}},
-		{"ledger behind an out-of-order row", []string{"upsert 3 done", "upsert 2 done"}, 3, "2 upsert",
+		{"ledger behind an out-of-order row", []string{"upsert 3 done", "upsert 2 done"}, 3, "2 upsert", nil,
 			Verdict{Events: 2, Done: 2, Entities: 1, LedgerMismatch: []string{"book:1: want ledger at 3 upsert, found 2 upsert"}}},
-		{"ledger ahead", []string{"upsert 1 done"}, 1, "5 upsert",
+		{"ledger ahead", []string{"upsert 1 done"}, 1, "5 upsert", nil,
 			Verdict{Events: 1, Done: 1, Entities: 1, LedgerMismatch: []string{"book:1: want ledger at 1 upsert, found 5 upsert"}}},
-		{"ledger says deleted", []string{"upsert 1 done"}, 1, "1 delete",
+		{"ledger says deleted", []string{"upsert 1 done"}, 1, "1 delete", nil,
 			Verdict{Events: 1, Done: 1, Entities: 1, LedgerMismatch: []string{"book:1: want ledger at 1 upsert, found 1 delete"}}},
-		{"ledger misses the later row of a version", []string{"upsert 2 done", "delete 2 done"}, 0, "2 upsert",
+		{"ledger misses the later row of a version", []string{"upsert 2 done", "delete 2 done"}, 0, "2 upsert", nil,
 			Verdict{Events: 2, Done: 2, Entities: 1, LedgerMismatch: []string{"book:1: want ledger at 2 delete, found 2 upsert"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			c := newVerifyCase(t)
 			for _, e := range tc.events {
-				var op, status string
+				var op, status, reason string
 				var version int64
-				_, err := fmt.Sscan(e, &op, &version, &status)
+				_, err := fmt.Sscan(e, &op, &version, &status, &reason)
+				if err == io.EOF {
+					err = nil // no reason
+				}
 				require.NoError(t, err, e)
-				c.event(t, "1", op, version, status, "")
+				c.event(t, "1", op, version, status, reason)
 			}
 			if tc.doc != 0 {
 				c.doc(t, "1", tc.doc)
@@ -149,7 +186,7 @@ func TestVerifyFindsEachWrong(t *testing.T) {
 				require.NoError(t, err, tc.ledger)
 				c.ledger(t, "1", version, op == "delete")
 			}
-			v := c.verdict(t)
+			v := c.verdict(t, tc.expect...)
 			require.False(t, v.OK(), v.String())
 			require.Equal(t, tc.want, v)
 		})
