@@ -69,7 +69,8 @@ type runCmd struct {
 	TCPKeepalivesInterval      int     `name:"tcp-keepalives-interval" help:"Seconds between keepalive probes [${keepalives_interval_range}]." env:"OUTBOX_TCP_KEEPALIVES_INTERVAL" default:"${keepalives_interval}" field:"KeepalivesInterval"`
 	TCPKeepalivesCount         int     `name:"tcp-keepalives-count" help:"Unanswered probes before the lock connection is dropped [${keepalives_count_range}]." env:"OUTBOX_TCP_KEEPALIVES_COUNT" default:"${keepalives_count}" field:"KeepalivesCount"`
 
-	Retention time.Duration `help:"Done rows older than this are deleted by the leader, in small batches; deleted documents' ledger entries too, once no event of theirs is left [${retention_range}]." env:"OUTBOX_RETENTION" default:"${retention}" field:"Retention"`
+	Retention                time.Duration `help:"Done rows older than this are deleted by the leader, in small batches; live documents' ledger entries too, once no event of theirs is left [${retention_range}]." env:"OUTBOX_RETENTION" default:"${retention}" field:"Retention"`
+	LedgerTombstoneRetention time.Duration `help:"Deleted documents' ledger entries are kept this long after the delete, so an older upsert written later is refused; never below OUTBOX_RETENTION [${tombstone_retention_range}]." env:"OUTBOX_LEDGER_TOMBSTONE_RETENTION" default:"${tombstone_retention}" field:"TombstoneRetention"`
 
 	FailedArchiveAfter time.Duration `help:"Off (0) by default; else the leader moves failed and discarded rows that failed longer ago than this to the dead letter, audited as auto-archive [${archive_after_range}]." env:"OUTBOX_FAILED_ARCHIVE_AFTER" default:"0s" field:"After"`
 
@@ -94,6 +95,8 @@ func flagVars() map[string]string {
 		"archive_after_range": durationText(replay.ArchiveAfterRange.Min) + ", " + durationText(replay.ArchiveAfterRange.Max),
 		"projections":         strings.Join(projectionNames(), ", "),
 	}
+	v["tombstone_retention"] = durationText(consume.TombstoneRetentionDefault)
+	v["tombstone_retention_range"] = durationText(consume.TombstoneRetentionRange.Min) + ", " + durationText(consume.TombstoneRetentionRange.Max)
 	ints := map[string]struct {
 		def int
 		rng bounds.Range[int]
@@ -227,6 +230,8 @@ func (c *runCmd) Validate() error {
 		bounds.Check("ChronicleMaxPayloadBytes", c.ChronicleMaxPayloadBytes, projection.ChronicleMaxPayloadBytesRange),
 		bounds.Check("PerMinute", c.AutoReplayPerMinute, replay.PerMinuteRange),
 		bounds.Check("Retention", c.Retention, consume.RetentionRange),
+		bounds.Check("TombstoneRetention", c.LedgerTombstoneRetention, consume.TombstoneRetentionRange),
+		bounds.NotBelow("TombstoneRetention", c.LedgerTombstoneRetention, "Retention", c.Retention),
 		c.consoleFlags.validate(c.HTTPPort),
 	)
 	if err == nil && c.FailedArchiveAfter != 0 {

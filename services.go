@@ -84,7 +84,7 @@ func newDaemon(c *runCmd, pool *pgxpool.Pool, workerID string, log zerolog.Logge
 	if err != nil {
 		return daemonParts{}, err
 	}
-	pruner, err := consume.NewPruner(consume.PrunerConfig{Retention: c.Retention}, store, log)
+	pruner, err := consume.NewPruner(consume.PrunerConfig{Retention: c.Retention, TombstoneRetention: c.LedgerTombstoneRetention}, store, log)
 	if err != nil {
 		return daemonParts{}, err
 	}

@@ -13,7 +13,7 @@ import (
 var (
 	fencedAcksTotal = metrics.NewCounter(`outbox_fenced_acks_total`)
 	reclaimedTotal  = metrics.NewCounter(`outbox_reclaimed_total`)
-	// ledgerPrunedTotal counts ledger entries of long-deleted documents removed.
+	// ledgerPrunedTotal counts ledger entries the pruner removed, tombstones and live ones.
 	ledgerPrunedTotal = metrics.NewCounter(`outbox_ledger_pruned_total`)
 	batchDuration     = promhist.New(`outbox_batch_duration_seconds`, promhist.LatencyBuckets)
 	eventLatency      = promhist.New(`outbox_event_latency_seconds`, []float64{
@@ -29,7 +29,7 @@ func init() {
 		"outbox_reclaimed_total":        "Stuck events returned by the reclaimer.",
 		"outbox_superseded_total":       "Events acked without effect: the ledger (never sent) or the projection had this version, a newer one, or this very event.",
 		"outbox_pruned_total":           "Done events deleted after the retention.",
-		"outbox_ledger_pruned_total":    "Ledger entries of long-deleted documents removed.",
+		"outbox_ledger_pruned_total":    "Ledger entries removed: tombstones past their retention, live entries past the retention.",
 		"outbox_fenced_acks_total":      "Acks refused because the claim token was no longer current.",
 		"outbox_batch_duration_seconds": "Time to project and ack one claimed batch.",
 		"outbox_event_latency_seconds":  "Time from insert to ack of an event.",

@@ -13,23 +13,35 @@ import (
 	"github.com/wlproj/wlproj/outbox"
 )
 
-// Defaults of PrunerConfig. The CLI's flag takes RetentionDefault from here.
+// Defaults of PrunerConfig. The CLI's flags take RetentionDefault and
+// TombstoneRetentionDefault from here.
 const (
-	RetentionDefault      = 7 * 24 * time.Hour
-	pruneIntervalDefault  = 10 * time.Second
-	pruneBatchDefault     = 1000
-	prunePauseDefault     = 50 * time.Millisecond
-	pruneMaxBatchesPerRun = 1000
+	RetentionDefault          = 7 * 24 * time.Hour
+	TombstoneRetentionDefault = 90 * 24 * time.Hour
+	pruneIntervalDefault      = 10 * time.Second
+	pruneBatchDefault         = 1000
+	prunePauseDefault         = 50 * time.Millisecond
+	pruneMaxBatchesPerRun     = 1000
 )
 
-// RetentionRange is what PrunerConfig.Retention accepts.
-var RetentionRange = bounds.Range[time.Duration]{Min: time.Second, Max: 10 * 365 * 24 * time.Hour}
+// RetentionRange and TombstoneRetentionRange are what PrunerConfig.Retention
+// and PrunerConfig.TombstoneRetention accept.
+var (
+	RetentionRange          = bounds.Range[time.Duration]{Min: time.Second, Max: 10 * 365 * 24 * time.Hour}
+	TombstoneRetentionRange = bounds.Range[time.Duration]{Min: time.Second, Max: 10 * 365 * 24 * time.Hour}
+)
 
 // PrunerConfig configures the Pruner.
 type PrunerConfig struct {
 	// Retention is how long done rows are kept after their ack, and how long
-	// a deleted document's ledger entry outlives its delete. Defaults to 168h.
+	// a live document's ledger entry outlives its last applied event.
+	// Defaults to 168h.
 	Retention time.Duration
+	// TombstoneRetention is how long a deleted document's ledger entry
+	// outlives its delete: the window in which an older upsert written
+	// after the delete is still refused. Never below Retention. Defaults to
+	// 2160h (90 days).
+	TombstoneRetention time.Duration
 	// Interval is the pause between two rounds. Defaults to 10s.
 	Interval time.Duration
 	// Batch is the most rows one statement deletes, so no statement holds
@@ -41,6 +53,7 @@ type PrunerConfig struct {
 
 func (c PrunerConfig) withDefaults() PrunerConfig {
 	c.Retention = cmp.Or(c.Retention, RetentionDefault)
+	c.TombstoneRetention = cmp.Or(c.TombstoneRetention, TombstoneRetentionDefault)
 	c.Interval = cmp.Or(c.Interval, pruneIntervalDefault)
 	c.Batch = cmp.Or(c.Batch, pruneBatchDefault)
 	c.Pause = cmp.Or(c.Pause, prunePauseDefault)
@@ -51,13 +64,17 @@ func (c PrunerConfig) withDefaults() PrunerConfig {
 func (c PrunerConfig) Validate() error {
 	return bounds.First(
 		bounds.Check("Retention", c.Retention, RetentionRange),
+		bounds.Check("TombstoneRetention", c.TombstoneRetention, TombstoneRetentionRange),
+		bounds.NotBelow("TombstoneRetention", c.TombstoneRetention, "Retention", c.Retention),
 		bounds.Check("Batch", c.Batch, bounds.Range[int]{Min: 1, Max: 100000}),
 	)
 }
 
 // Pruner is the leader's service that keeps the outbox bounded: it deletes
-// done rows older than the retention, and the ledger entries of documents
-// deleted longer ago than that (see outbox.PruneLedger for why that is safe).
+// done rows older than the retention, live documents' ledger entries older
+// than that, and deleted documents' entries older than the tombstone
+// retention, each entry only once no event of its document could still be
+// sent (see outbox.PruneTombstones and outbox.PruneLive).
 type Pruner struct {
 	leader.Periodic
 	cfg   PrunerConfig
@@ -77,42 +94,57 @@ func NewPruner(cfg PrunerConfig, store *outbox.Store, log zerolog.Logger) (*Prun
 	return p, nil
 }
 
-// PruneResult is what one round deleted.
+// PruneResult is what one round deleted: done rows, and ledger entries of
+// deleted and of live documents.
 type PruneResult struct {
-	Done, Ledger int
+	Done, Tombstones, Live int
 }
 
-// runOnce deletes batches until one comes back short, resting between them.
+// runOnce deletes done rows, then tombstones, then live entries, each in
+// batches until one comes back short.
 func (p *Pruner) runOnce(ctx context.Context) (PruneResult, error) {
 	var res PruneResult
-	for range pruneMaxBatchesPerRun {
+	var err error
+	res.Done, err = p.batches(ctx, func(ctx context.Context) (int, error) {
 		byProjection, err := p.store.PruneDone(ctx, p.cfg.Retention, p.cfg.Batch)
-		if err != nil {
-			return res, err
-		}
 		n := 0
 		for projection, count := range byProjection {
 			prunedTotal(projection).Add(count)
 			n += count
 		}
-		res.Done += n
-		if n < p.cfg.Batch || serviceutil.Sleep(ctx, p.cfg.Pause) != nil {
-			break
-		}
+		return n, err
+	})
+	if err == nil {
+		res.Tombstones, err = p.batches(ctx, func(ctx context.Context) (int, error) {
+			return p.store.PruneTombstones(ctx, p.cfg.TombstoneRetention, p.cfg.Batch)
+		})
 	}
+	if err == nil {
+		res.Live, err = p.batches(ctx, func(ctx context.Context) (int, error) {
+			return p.store.PruneLive(ctx, p.cfg.Retention, p.cfg.Batch)
+		})
+	}
+	ledgerPrunedTotal.Add(res.Tombstones + res.Live)
+	if res.Done+res.Tombstones+res.Live > 0 {
+		p.log.Info().Int("done", res.Done).Int("tombstones", res.Tombstones).Int("live", res.Live).
+			Dur("retention", p.cfg.Retention).Dur("tombstone_retention", p.cfg.TombstoneRetention).Msg("pruned")
+	}
+	return res, err
+}
+
+// batches calls prune until a batch comes back short, resting between two,
+// and returns how many rows it deleted.
+func (p *Pruner) batches(ctx context.Context, prune func(context.Context) (int, error)) (int, error) {
+	total := 0
 	for range pruneMaxBatchesPerRun {
-		n, err := p.store.PruneLedger(ctx, p.cfg.Retention, p.cfg.Batch)
+		n, err := prune(ctx)
+		total += n
 		if err != nil {
-			return res, err
+			return total, err
 		}
-		ledgerPrunedTotal.Add(n)
-		res.Ledger += n
 		if n < p.cfg.Batch || serviceutil.Sleep(ctx, p.cfg.Pause) != nil {
 			break
 		}
 	}
-	if res.Done+res.Ledger > 0 {
-		p.log.Info().Int("done", res.Done).Int("ledger", res.Ledger).Dur("retention", p.cfg.Retention).Msg("pruned")
-	}
-	return res, nil
+	return total, nil
 }

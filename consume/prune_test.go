@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wlproj/wlproj/internal/harness"
+	"github.com/wlproj/wlproj/outbox"
+	"github.com/wlproj/wlproj/projection"
 )
 
 func TestPrunerDeletesOnlyOldDoneRowsInBatches(t *testing.T) {
@@ -32,31 +34,131 @@ func TestPrunerDeletesOnlyOldDoneRowsInBatches(t *testing.T) {
 	require.Equal(t, 2, b.Count(t, `status IN ('failed', 'pending')`), "only done rows are pruned")
 }
 
-func TestPrunerRemovesOnlyLedgerEntriesNoEventCanReopen(t *testing.T) {
+// ledgerEntry writes one search ledger entry of book id, applied age ago.
+func ledgerEntry(t *testing.T, b bundle, id string, deleted bool, age time.Duration) {
+	t.Helper()
+	b.Exec(t, `INSERT INTO outbox_applied (projection, entity_type, entity_id, version, deleted, event_id, applied_at)
+		VALUES ('search', 'book', $1, 3, $2, 1, now() - make_interval(secs => $3))`, id, deleted, age.Seconds())
+}
+
+func ledgerLeft(t *testing.T, b bundle) []string {
+	t.Helper()
+	return harness.Column[string](t, b.DB, `SELECT entity_id FROM outbox_applied ORDER BY entity_id`)
+}
+
+// The issue's scenario under a short OUTBOX_RETENTION: upsert v5 and
+// delete v6 are applied, their done rows pruned; a producer then writes
+// upsert v4 (a delayed transaction, a backfill). The engine has forgotten
+// the delete by then, so only the ledger's tombstone can refuse v4, and it
+// must outlive the done rows.
+func TestPrunerKeepsATombstoneForAnOlderUpsertWrittenAfterRetention(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.Exec(t, `INSERT INTO outbox_applied (projection, entity_type, entity_id, version, deleted, event_id, applied_at) VALUES
-		('search', 'book', 'gone', 3, true, 1, now() - interval '2 hours'),
-		('search', 'book', 'failed-upsert', 3, true, 2, now() - interval '2 hours'),
-		('search', 'book', 'archived-upsert', 3, true, 3, now() - interval '2 hours'),
-		('search', 'book', 'recent', 3, true, 4, now()),
-		('search', 'book', 'alive', 3, false, 5, now() - interval '2 hours')`)
-	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, status, error_reason)
-		VALUES ('book', 'failed-upsert', 'upsert', 2, 'failed', 'mapping_error')`)
-	b.Exec(t, `WITH audit AS (INSERT INTO outbox_replay_audit (replayed_by, reason, selector, event_count, event_ids, action)
-		VALUES ('alice', 'old', '{}', 1, '{999}', 'archive') RETURNING id)
-		INSERT INTO outbox_dead_letter (id, projection, entity_type, entity_id, op, event_version, payload, status,
-		attempts, error_history, replay_count, created_at, updated_at, archive_audit_id)
-		SELECT 999, 'search', 'book', 'archived-upsert', 'upsert', 2, '{}', 'failed', 1, '[]', 0, now(), now(), id FROM audit`)
+	search := &recorder{}
+	loop, err := NewLoop(Config{}, b.Store, projection.Registry{"search": latestRecorder{search}}, zerolog.Nop())
+	require.NoError(t, err)
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version) VALUES
+		('book', '1', 'upsert', 5), ('book', '1', 'delete', 6)`)
+	res, err := loop.runOnce(context.Background(), 1)
+	require.NoError(t, err)
+	require.Equal(t, 2, res.Done)
+	// Two hours pass.
+	b.Exec(t, `UPDATE outbox_events SET processed_at = processed_at - interval '2 hours'`)
+	b.Exec(t, `UPDATE outbox_applied SET applied_at = applied_at - interval '2 hours'`)
+
 	p, err := NewPruner(PrunerConfig{Retention: time.Hour}, b.Store, zerolog.Nop())
+	require.NoError(t, err)
+	pruned, err := p.runOnce(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, PruneResult{Done: 2}, pruned, "the done rows go, the tombstone stays")
+
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version) VALUES ('book', '1', 'upsert', 4)`)
+	events, err := b.Store.Claim(context.Background(), 1, 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, events, 1)
+	require.Equal(t, &outbox.Applied{Version: 6, EventID: 2, Deleted: true}, events[0].Applied)
+	require.True(t, events[0].Stale(), "upsert v4 is older than the delete the ledger remembers")
+}
+
+func TestPrunerRemovesTombstonesOnlyPastTheirOwnRetention(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ledgerEntry(t, b, "deleted-2h", true, 2*time.Hour)
+	ledgerEntry(t, b, "deleted-4h", true, 4*time.Hour)
+	p, err := NewPruner(PrunerConfig{Retention: time.Hour, TombstoneRetention: 3 * time.Hour}, b.Store, zerolog.Nop())
 	require.NoError(t, err)
 
 	res, err := p.runOnce(context.Background())
 	require.NoError(t, err)
-	require.Equal(t, 1, res.Ledger)
-	left := harness.Column[string](t, b.DB, `SELECT entity_id FROM outbox_applied ORDER BY entity_id`)
-	require.Equal(t, []string{"alive", "archived-upsert", "failed-upsert", "recent"}, left,
-		"an old delete goes only when no failed or archived event of its document could be replayed")
+	require.Equal(t, PruneResult{Tombstones: 1}, res)
+	require.Equal(t, []string{"deleted-2h"}, ledgerLeft(t, b), "past the retention but not the tombstone retention: kept")
+}
+
+func TestPrunerRemovesLiveEntriesPastRetentionInBatches(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.Exec(t, `INSERT INTO outbox_applied (projection, entity_type, entity_id, version, deleted, event_id, applied_at)
+		SELECT 'search', 'book', 'old-' || g, 3, false, g, now() - interval '2 hours' FROM generate_series(1, 25) g`)
+	ledgerEntry(t, b, "young", false, 30*time.Minute)
+	p, err := NewPruner(PrunerConfig{Retention: time.Hour, TombstoneRetention: 3 * time.Hour, Batch: 10, Pause: 1},
+		b.Store, zerolog.Nop())
+	require.NoError(t, err)
+
+	res, err := p.runOnce(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, PruneResult{Live: 25}, res, "three batches of at most 10")
+	require.Equal(t, []string{"young"}, ledgerLeft(t, b))
+}
+
+// An entry stays, tombstone or live, while an event of its document could
+// still be sent: the leader judges that event by it.
+func TestPrunerKeepsLedgerEntriesWhileAnEventCouldBeSent(t *testing.T) {
+	t.Parallel()
+	event := func(status string) string {
+		return `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, status, error_reason)
+			SELECT 'book', id, 'upsert', 2, '` + status + `', 'mapping_error' FROM unnest(ARRAY['tomb', 'live']) id`
+	}
+	for status, write := range map[string]string{
+		"pending":    event("pending"),
+		"processing": event("processing"),
+		"failed":     event("failed"),
+		"discarded":  event("discarded"),
+		"archived": `WITH audit AS (INSERT INTO outbox_replay_audit (replayed_by, reason, selector, event_count, event_ids, action)
+			VALUES ('alice', 'old', '{}', 2, '{998,999}', 'archive') RETURNING id)
+			INSERT INTO outbox_dead_letter (id, projection, entity_type, entity_id, op, event_version, payload, status,
+			attempts, error_history, replay_count, created_at, updated_at, archive_audit_id)
+			SELECT 997 + u.i, 'search', 'book', u.doc, 'upsert', 2, '{}', 'failed', 1, '[]', 0, now(), now(), audit.id
+			  FROM audit, unnest(ARRAY['tomb', 'live']) WITH ORDINALITY AS u(doc, i)`,
+	} {
+		t.Run(status, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ledgerEntry(t, b, "tomb", true, 4*time.Hour)
+			ledgerEntry(t, b, "live", false, 4*time.Hour)
+			ledgerEntry(t, b, "tomb-alone", true, 4*time.Hour)
+			ledgerEntry(t, b, "live-alone", false, 4*time.Hour)
+			b.Exec(t, write)
+			p, err := NewPruner(PrunerConfig{Retention: time.Hour, TombstoneRetention: 3 * time.Hour}, b.Store, zerolog.Nop())
+			require.NoError(t, err)
+
+			res, err := p.runOnce(context.Background())
+			require.NoError(t, err)
+			require.Equal(t, PruneResult{Tombstones: 1, Live: 1}, res)
+			require.Equal(t, []string{"live", "tomb"}, ledgerLeft(t, b), "only the entries of documents without a %s event go", status)
+		})
+	}
+}
+
+func TestPrunerConfigRefusesATombstoneRetentionBelowRetention(t *testing.T) {
+	t.Parallel()
+	_, err := NewPruner(PrunerConfig{Retention: 48 * time.Hour, TombstoneRetention: 24 * time.Hour}, nil, zerolog.Nop())
+	require.EqualError(t, err, "TombstoneRetention=24h0m0s must not be below Retention=48h0m0s")
+	_, err = NewPruner(PrunerConfig{Retention: 3000 * time.Hour}, nil, zerolog.Nop())
+	require.EqualError(t, err, "TombstoneRetention=2160h0m0s must not be below Retention=3000h0m0s",
+		"the default does not stretch silently to a longer retention")
+	p, err := NewPruner(PrunerConfig{}, nil, zerolog.Nop())
+	require.NoError(t, err)
+	require.Equal(t, 90*24*time.Hour, p.cfg.TombstoneRetention)
 }
 
 func TestPrunerConfigRefusesAZeroRetention(t *testing.T) {

@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -81,5 +82,33 @@ func TestStaleOrdersByVersionThenOutboxID(t *testing.T) {
 		{"null version is the id", outbox.Event{ID: 4, Applied: applied}, true},
 	} {
 		require.Equal(t, c.stale, c.e.Stale(), c.name)
+	}
+}
+
+// The ledger pruner runs every 10 s next to millions of done rows: each
+// batch must read the backlog through outbox_events' partial indexes (one
+// per status), never the done rows.
+func TestLedgerPrunePlansReadOnlyTheBacklog(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, status, processed_at)
+		SELECT 'book', (g % 20000)::text, 'upsert', g, 'done', now() - interval '2 hours' FROM generate_series(1, 100000) g`)
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, status)
+		SELECT 'book', (g * 7)::text, 'upsert', 200000 + g, s
+		  FROM generate_series(1, 200) g, unnest(ARRAY['pending', 'processing', 'failed', 'discarded']) s`)
+	b.Exec(t, `INSERT INTO outbox_applied (projection, entity_type, entity_id, version, deleted, event_id, applied_at)
+		SELECT 'search', 'book', g::text, g, g % 2 = 0, g, now() - interval '2 hours' FROM generate_series(0, 19999) g`)
+	b.Exec(t, `ANALYZE outbox_events`)
+	b.Exec(t, `ANALYZE outbox_applied`)
+	for name, sql := range map[string]string{"tombstones": outbox.PruneTombstonesSQL, "live": outbox.PruneLiveSQL} {
+		rows, err := b.Pool.Query(context.Background(), "EXPLAIN "+sql, pgx.NamedArgs{"retention_secs": 3600.0, "batch": 1000})
+		require.NoError(t, err)
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		plan := strings.Join(lines, "\n")
+		require.NotContains(t, plan, "Seq Scan on outbox_events", "%s: the done rows are read\n%s", name, plan)
+		for _, idx := range []string{"pending", "processing", "discarded"} {
+			require.Contains(t, plan, "outbox_events_"+idx+"_idx", "%s\n%s", name, plan)
+		}
 	}
 }

@@ -44,32 +44,65 @@ func (s *Store) PruneDone(ctx context.Context, retention time.Duration, batch in
 	return out, rows.Err()
 }
 
-// pruneLedgerSQL deletes one batch of ledger entries of deleted documents
-// whose delete is older than the retention. An entry stays while any event
-// of its document could still be sent (pending, processing, failed,
-// discarded, or archived in the dead letter): removing it then would let a
-// replay of an older upsert bring the document back. Once none is left, the
-// only way to send an older version is a producer writing one anew.
-const pruneLedgerSQL = `
+// The ledger pruner's two statements differ only in which entries they
+// take. An entry stays while any event of its document could still be sent
+// (pending, processing, failed, discarded, or archived in the dead letter):
+// the leader judges that event by it. The status test is spelled as ORs so
+// that each arm matches one of outbox_events' partial indexes: the backlog
+// is read once per statement through them and hashed, never the done rows.
+// No ORDER BY: under FOR UPDATE a sort reads every due entry for each
+// batch, while without it the scan of due entries stops once the batch is
+// full. The DELETE itself has no recheck: FOR UPDATE locks and rechecks
+// the rows, and a recheck there made the planner read every entry of the
+// kind instead of probing the primary key.
+const (
+	pruneLedgerHead = `
 DELETE FROM outbox_applied
  WHERE (projection, entity_type, entity_id) IN (
          SELECT a.projection, a.entity_type, a.entity_id FROM outbox_applied a
-          WHERE a.deleted AND a.applied_at < now() - make_interval(secs => @retention_secs)
+          WHERE `
+	pruneLedgerTail = ` AND a.applied_at < now() - make_interval(secs => @retention_secs)
             AND NOT EXISTS (SELECT 1 FROM outbox_events e
-                             WHERE e.status IN ('pending', 'processing', 'failed', 'discarded')
+                             WHERE (e.status = 'pending' OR e.status = 'processing'
+                                    OR e.status = 'failed' OR e.status = 'discarded')
                                AND e.projection = a.projection AND e.entity_type = a.entity_type
                                AND e.entity_id = a.entity_id)
             AND NOT EXISTS (SELECT 1 FROM outbox_dead_letter d
                              WHERE d.projection = a.projection AND d.entity_type = a.entity_type
                                AND d.entity_id = a.entity_id)
-          ORDER BY a.applied_at LIMIT @batch
-          FOR UPDATE OF a SKIP LOCKED)
-   AND deleted`
+          LIMIT @batch
+          FOR UPDATE OF a SKIP LOCKED)`
+)
 
-// PruneLedger deletes up to batch entries of long-deleted documents that no
-// live or archived event refers to, and returns how many.
-func (s *Store) PruneLedger(ctx context.Context, retention time.Duration, batch int) (int, error) {
-	tag, err := s.Pool.Exec(ctx, pruneLedgerSQL, pgx.NamedArgs{"retention_secs": retention.Seconds(), "batch": batch})
+// pruneTombstonesSQL deletes one batch of deleted documents' entries
+// (outbox_applied_deleted_idx). The engine forgets a delete after
+// index.gc_deletes, so until this runs the entry is what refuses an older
+// upsert a producer writes after the delete.
+const pruneTombstonesSQL = pruneLedgerHead + `a.deleted` + pruneLedgerTail
+
+// pruneLiveSQL deletes one batch of live documents' entries
+// (outbox_applied_live_idx). The engine keeps a live document's version
+// and refuses an older one (external_gte), so the entry is not needed once
+// no event of the document is left to judge.
+const pruneLiveSQL = pruneLedgerHead + `NOT a.deleted` + pruneLedgerTail
+
+// PruneTombstones deletes up to batch entries of documents deleted longer
+// ago than retention that no live or archived event refers to, and returns
+// how many. After that, an older upsert a producer writes anew brings the
+// document back: retention is the window of that protection.
+func (s *Store) PruneTombstones(ctx context.Context, retention time.Duration, batch int) (int, error) {
+	return s.pruneLedger(ctx, pruneTombstonesSQL, retention, batch)
+}
+
+// PruneLive deletes up to batch entries of live documents applied longer
+// ago than retention that no live or archived event refers to, and returns
+// how many.
+func (s *Store) PruneLive(ctx context.Context, retention time.Duration, batch int) (int, error) {
+	return s.pruneLedger(ctx, pruneLiveSQL, retention, batch)
+}
+
+func (s *Store) pruneLedger(ctx context.Context, sql string, retention time.Duration, batch int) (int, error) {
+	tag, err := s.Pool.Exec(ctx, sql, pgx.NamedArgs{"retention_secs": retention.Seconds(), "batch": batch})
 	if err != nil {
 		return 0, fmt.Errorf("prune ledger: %w", err)
 	}
