@@ -44,6 +44,10 @@ type Config struct {
 	RetentionDocs     int
 	RetentionSeed     int
 
+	SustainedRate     int
+	SustainedDuration time.Duration
+	SustainedHistory  int
+
 	// Steps names the steps to run; empty runs all of them.
 	Steps      []string
 	Out        string
@@ -62,6 +66,7 @@ func defaultConfig() Config {
 		Pairs: 3, RebuildRows: 200_000, ConsoleRows: 100_000, ConsoleSamples: 20,
 		RetentionRate: 1000, RetentionDuration: 5 * time.Minute, Retention: time.Minute,
 		RetentionSample: 10 * time.Second, RetentionDocs: 20_000,
+		SustainedRate: 2000, SustainedDuration: 10 * time.Minute, SustainedHistory: 1_000_000,
 		Out: "bench/results.json", CPUProfile: "bench/leader-cpu.pprof",
 	}
 }
@@ -78,6 +83,7 @@ func (c Config) smoke() Config {
 	c.RetentionRate, c.RetentionDuration, c.Retention = 200, 4*time.Second, 2*time.Second
 	c.RetentionSample, c.RetentionDocs, c.RetentionSeed = time.Second, 300, 2000
 	c.Pairs, c.RebuildRows, c.ConsoleRows, c.ConsoleSamples = 2, 3000, 2000, 3
+	c.SustainedRate, c.SustainedDuration, c.SustainedHistory = 200, 3*time.Second, 5000
 	c.CPUProfile = ""
 	return c
 }
@@ -97,6 +103,7 @@ func (c Config) validate() error {
 		{"-retention-seed", c.RetentionSeed, 0, 100_000_000},
 		{"-pairs", c.Pairs, 1, 100}, {"-rebuild-rows", c.RebuildRows, 1, 100_000_000},
 		{"-console-rows", c.ConsoleRows, 1, 100_000_000}, {"-console-samples", c.ConsoleSamples, 1, 10_000},
+		{"-sustained-rate", c.SustainedRate, 1, 100_000}, {"-sustained-history", c.SustainedHistory, 0, 100_000_000},
 	} {
 		if f.v < f.lo || f.v > f.hi {
 			return fmt.Errorf("%s=%d is out of range [%d, %d]", f.name, f.v, f.lo, f.hi)
@@ -105,6 +112,8 @@ func (c Config) validate() error {
 	switch {
 	case c.Duration < 100*time.Millisecond:
 		return fmt.Errorf("-duration=%s is below 100ms", c.Duration)
+	case c.SustainedDuration < time.Second:
+		return fmt.Errorf("-sustained-duration=%s is below 1s", c.SustainedDuration)
 	case c.Retention < time.Second:
 		return fmt.Errorf("-retention=%s is below 1s, the daemon's minimum", c.Retention)
 	case c.RetentionSample < 100*time.Millisecond:
@@ -202,6 +211,7 @@ func (b *bench) steps() []step {
 		{"pairs", "raw and end to end in turn", b.pairs},
 		{"rebuild", "rebuild", b.rebuild},
 		{"console", "console", b.console},
+		{"sustained", "sustained live load", b.sustained},
 	}
 }
 

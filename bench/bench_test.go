@@ -73,6 +73,21 @@ func TestBenchSmoke(t *testing.T) {
 	require.InDelta(t, cfg.Rate*int(cfg.Duration.Seconds()), lat.Events, float64(cfg.Rate)/5)
 	require.True(t, 0 < lat.P50ms && lat.P50ms <= lat.P95ms && lat.P95ms <= lat.P99ms && lat.P99ms <= lat.MaxMs, "%+v", lat)
 
+	sus := rep.Sustained
+	require.NotNil(t, sus)
+	require.Positive(t, sus.Base.Events)
+	require.Len(t, sus.Runs, 2)
+	for i, state := range []string{"history", "emptied"} {
+		run := sus.Runs[i]
+		require.Equal(t, state, run.State)
+		require.InDelta(t, cfg.SustainedRate*int(cfg.SustainedDuration.Seconds()), run.Events, float64(cfg.SustainedRate)/5, state)
+		require.Len(t, run.LagP99ByThird, 3, state)
+		require.True(t, 0 < run.LagP50ms && run.LagP50ms <= run.LagP99ms, "%+v", run)
+		require.Positive(t, run.ClaimP99ms, "%s: the leader's claim histogram was read", state)
+		require.Positive(t, run.WlprojCPUPerEv, state)
+	}
+	require.Equal(t, cfg.SustainedHistory, sus.Runs[0].HistoryRows)
+
 	require.Equal(t, cfg.Failovers, rep.Failover.Rounds)
 	require.Len(t, rep.Failover.Seconds.Samples, cfg.Failovers)
 	require.Positive(t, rep.Failover.Seconds.Min)

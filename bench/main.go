@@ -65,6 +65,15 @@
 //  11. console: the failed page over -console-rows failed rows, timed in
 //     process (first screen under 300 ms, filters under 500 ms).
 //
+//  12. sustained: a producer alone at -sustained-rate for a tenth of
+//     -sustained-duration (the application's own database cost), then a
+//     leader draining it for -sustained-duration, autovacuum as shipped and
+//     no manual vacuum, twice: on an outbox holding -sustained-history done
+//     rows and their ledger, and on one emptied and analyzed just before.
+//     Lag p99 overall and by third, claim p99 (the leader's
+//     outbox_claim_duration_seconds), lease expiries, and the database's
+//     and wlproj's CPU per event, the producer's own cost subtracted.
+//
 // CPU seconds used by the engine, Postgres, the daemon and the bench itself
 // are recorded for steps 1 to 3 (from /proc), so the report can say who the
 // machine's cores were busy with.
@@ -101,6 +110,9 @@ func main() {
 	fs.DurationVar(&cfg.RetentionDuration, "retention-duration", cfg.RetentionDuration, "how long the retention producer runs")
 	fs.DurationVar(&cfg.Retention, "retention", cfg.Retention, "the leader's OUTBOX_RETENTION in the retention step")
 	fs.DurationVar(&cfg.RetentionSample, "retention-sample", cfg.RetentionSample, "time between two samples of the retention step")
+	fs.IntVar(&cfg.SustainedRate, "sustained-rate", cfg.SustainedRate, "events per second of the sustained step's producer")
+	fs.DurationVar(&cfg.SustainedDuration, "sustained-duration", cfg.SustainedDuration, "how long the sustained step produces, in each table state")
+	fs.IntVar(&cfg.SustainedHistory, "sustained-history", cfg.SustainedHistory, "done rows (with their ledger) the sustained step's history state starts with")
 	fs.IntVar(&cfg.RetentionDocs, "retention-docs", cfg.RetentionDocs, "books the retention producer updates in turn")
 	fs.IntVar(&cfg.RetentionSeed, "retention-seed", cfg.RetentionSeed, "done rows older than the retention written before the retention leader starts")
 	fs.IntVar(&cfg.Pairs, "pairs", cfg.Pairs, "raw bulk / end-to-end pairs, run in turn, of the pairs step")
@@ -109,7 +121,7 @@ func main() {
 	fs.IntVar(&cfg.ConsoleSamples, "console-samples", cfg.ConsoleSamples, "times each console page is timed")
 	compare := fs.Bool("compare", false, "print one table of the results JSON files given as arguments (one per engine), write it as JSON to -compare-out if given, and exit")
 	compareOut := fs.String("compare-out", "", "with -compare: where the per-engine table goes as JSON")
-	steps := fs.String("steps", "", "comma-separated steps to run (raw,e2e,pg,latency,failover,claim,retention,pairs,rebuild,console; default all)")
+	steps := fs.String("steps", "", "comma-separated steps to run (raw,e2e,pg,latency,failover,claim,retention,pairs,rebuild,console,sustained; default all)")
 	fs.StringVar(&cfg.Out, "out", envOr("BENCH_OUT", cfg.Out), "where the JSON goes (BENCH_OUT)")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", cfg.CPUProfile, "write a CPU profile of the leader during step 2 here")
 	fs.StringVar(&cfg.Bin, "bin", "", "a built wlproj binary (default: go build the checkout)")

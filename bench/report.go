@@ -35,6 +35,7 @@ type Report struct {
 	Comparison   *Comparison    `json:"comparison,omitempty"`
 	Rebuild      *RebuildResult `json:"rebuild,omitempty"`
 	Console      *ConsoleReport `json:"console,omitempty"`
+	Sustained    *Sustained     `json:"sustained,omitempty"`
 	CPUProfile   string         `json:"cpu_profile,omitempty"`
 	// QuiesceSeconds is the time spent waiting for the engine and Postgres
 	// to go idle before each step.
@@ -418,6 +419,17 @@ func (r *Report) finish() {
 		add("rebuild load / raw bulk", ">= 0.8", harness.Round3(rb.Ratio), "ratio", rb.Ratio >= 0.8)
 		add("rebuild load / raw bulk under the same live events", ">= 0.8", harness.Round3(rb.RatioUnderLive), "ratio", rb.RatioUnderLive >= 0.8)
 	}
+	if s := r.Sustained; s != nil {
+		for _, run := range s.Runs {
+			at := fmt.Sprintf("sustained %d/s, %s", s.Rate, run.State)
+			add(at+": lag p99", "<= 250", run.LagP99ms, "ms", run.LagP99ms <= 250)
+			add(at+": lag p99, last third / first third", "<= 1.2", run.Flatness, "ratio", run.Flatness <= 1.2)
+			add(at+": claim p99", "<= 5", run.ClaimP99ms, "ms", run.ClaimP99ms <= 5)
+			add(at+": lease expiries", "0", float64(run.LeaseExpiries), "events", run.LeaseExpiries == 0)
+			add(at+": database CPU per event, wlproj's", "<= 50", run.DatabaseCPUPerEv, "µs", run.DatabaseCPUPerEv <= 50)
+			add(at+": wlproj CPU per event", "<= 25", run.WlprojCPUPerEv, "µs", run.WlprojCPUPerEv <= 25)
+		}
+	}
 	if c := r.Console; c != nil {
 		first := c.Pages["first_screen"].P95Ms
 		add(fmt.Sprintf("console first screen p95, %d failed", c.FailedRows), "< 300", first, "ms", first < ms(consoleFirstScreenTarget))
@@ -513,6 +525,14 @@ func (r *Report) Table(w io.Writer) {
 			if p, ok := c.Pages[name]; ok {
 				fmt.Fprintf(tw, "11 console %s, %d failed\tmedian %.1f ms, p95 %.1f ms, max %.1f ms (%d samples)\t\n", name, c.FailedRows, p.MedianMs, p.P95Ms, p.MaxMs, c.Samples)
 			}
+		}
+	}
+	if s := r.Sustained; s != nil {
+		fmt.Fprintf(tw, "12 sustained, producer alone\t%d events in %.0fs: database %.1f µs/event\t\n", s.Base.Events, s.Base.Seconds, s.Base.DatabaseCPUPerEv)
+		for _, run := range s.Runs {
+			fmt.Fprintf(tw, "  %s at %d/s for %.0fs\tlag p50 %.1f ms, p99 %.1f ms (thirds %v, %.2f); claim p99 %.1f ms; %d lease expiries; database %.1f µs/event, wlproj %.1f µs/event\t\n",
+				run.State, s.Rate, s.Seconds, run.LagP50ms, run.LagP99ms, run.LagP99ByThird, run.Flatness, run.ClaimP99ms,
+				run.LeaseExpiries, run.DatabaseCPUPerEv, run.WlprojCPUPerEv)
 		}
 	}
 	tw.Flush()

@@ -81,7 +81,10 @@ func (l *Loop) handle(ctx context.Context, epoch int64, f *flight) (BatchResult,
 // claim takes the next batch, in order with the batches of this term.
 func (l *Loop) claim(ctx context.Context, epoch int64) (*flight, error) {
 	f, err := l.order.claim(func() ([]outbox.Event, error) {
-		return l.store.Claim(ctx, epoch, l.cfg.BulkSize, l.cfg.Lease)
+		start := time.Now()
+		events, err := l.store.Claim(ctx, epoch, l.cfg.BulkSize, l.cfg.Lease)
+		claimDuration.Observe(time.Since(start).Seconds())
+		return events, err
 	})
 	if f != nil {
 		l.track(f.events)

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/wlproj/wlproj/internal/harness"
+)
+
+// Sustained is step 12: live traffic at a steady rate, as the application's
+// database sees it, with autovacuum as shipped and no manual vacuum, in two
+// table states: an outbox with a long history of done rows, and one emptied
+// and analyzed just before (the statistics of a new install).
+type Sustained struct {
+	Rate    int               `json:"rate"`
+	Seconds float64           `json:"seconds"`
+	Runs    []SustainedRun    `json:"runs"`
+	Base    SustainedBaseline `json:"producer_alone"`
+}
+
+// SustainedBaseline is the producer's own database cost, with no replica:
+// what the application pays without wlproj.
+type SustainedBaseline struct {
+	Seconds          float64 `json:"seconds"`
+	Events           int64   `json:"events"`
+	DatabaseCPUPerEv float64 `json:"database_cpu_us_per_event"`
+}
+
+type SustainedRun struct {
+	// State is "history" (HistoryRows done rows and their ledger) or
+	// "emptied" (emptied and analyzed just before).
+	State       string  `json:"state"`
+	HistoryRows int     `json:"history_rows"`
+	Events      int64   `json:"events"`
+	LagP50ms    float64 `json:"lag_p50_ms"`
+	LagP99ms    float64 `json:"lag_p99_ms"`
+	// LagP99ByThird is the p99 from insert to ack of the events produced in
+	// each third of the run; Flatness is the last third's over the first's.
+	LagP99ByThird []float64 `json:"lag_p99_ms_by_third"`
+	Flatness      float64   `json:"flatness"`
+	ClaimP99ms    float64   `json:"claim_p99_ms"`
+	// LeaseExpiries counts events the reclaimer returned: sent twice.
+	LeaseExpiries int `json:"lease_expiries"`
+	// DatabaseCPUPerEv is the database's CPU per event with wlproj running,
+	// less the producer's own (Base); WlprojCPUPerEv is the replica's.
+	DatabaseCPUPerEv float64 `json:"database_cpu_us_per_event_wlproj"`
+	WlprojCPUPerEv   float64 `json:"wlproj_cpu_us_per_event"`
+}
+
+// 12. Sustained live load, autovacuum as shipped.
+func (b *bench) sustained(ctx context.Context) error {
+	s := &Sustained{Rate: b.cfg.SustainedRate, Seconds: b.cfg.SustainedDuration.Seconds()}
+	var err error
+	if s.Base, err = b.sustainedBaseline(ctx); err != nil {
+		return fmt.Errorf("producer alone: %w", err)
+	}
+	for _, state := range []string{"history", "emptied"} {
+		run, err := b.sustainedRun(ctx, state, s.Base)
+		if err != nil {
+			return fmt.Errorf("%s: %w", state, err)
+		}
+		s.Runs = append(s.Runs, run)
+		b.say("sustained %s at %d/s: lag p99 %.1f ms (thirds %v), claim p99 %.2f ms, %d lease expiries, database %.1f µs/event, wlproj %.1f µs/event",
+			state, s.Rate, run.LagP99ms, run.LagP99ByThird, run.ClaimP99ms, run.LeaseExpiries, run.DatabaseCPUPerEv, run.WlprojCPUPerEv)
+	}
+	b.rep.Sustained = s
+	return nil
+}
+
+// sustainedBaseline measures the producer alone, then empties the outbox.
+func (b *bench) sustainedBaseline(ctx context.Context) (SustainedBaseline, error) {
+	if err := b.reset(ctx); err != nil {
+		return SustainedBaseline{}, err
+	}
+	secs := max(time.Second, b.cfg.SustainedDuration/10)
+	before, err := b.sampleDBCPU(ctx)
+	if err != nil {
+		return SustainedBaseline{}, err
+	}
+	p := b.startProducer(ctx, b.cfg.SustainedRate, 0, b.cfg.Docs)
+	if err := harness.Sleep(ctx, secs); err != nil {
+		p.Stop()
+		return SustainedBaseline{}, err
+	}
+	p.Stop()
+	if err := p.Err(); err != nil {
+		return SustainedBaseline{}, err
+	}
+	after, err := b.sampleDBCPU(ctx)
+	if err != nil {
+		return SustainedBaseline{}, err
+	}
+	n := p.Committed()
+	return SustainedBaseline{Seconds: secs.Seconds(), Events: n, DatabaseCPUPerEv: perEvent(after.since(before), int(n))}, b.reset(ctx)
+}
+
+func (b *bench) sustainedRun(ctx context.Context, state string, base SustainedBaseline) (SustainedRun, error) {
+	run := SustainedRun{State: state}
+	if err := b.reset(ctx); err != nil {
+		return run, err
+	}
+	switch state {
+	case "history":
+		run.HistoryRows = b.cfg.SustainedHistory
+		saved := b.cfg
+		b.cfg.DoneRows, b.cfg.FailedRows = b.cfg.SustainedHistory, 0
+		_, err := b.loadHistory(ctx)
+		b.cfg = saved
+		if err != nil {
+			return run, err
+		}
+	case "emptied":
+		if _, err := b.pool.Exec(ctx, `ANALYZE outbox_events`); err != nil {
+			return run, err
+		}
+	}
+	r, err := b.startReplica(ctx, "sustained-"+state)
+	if err != nil {
+		return run, err
+	}
+	if _, err := waitLeader(ctx, r); err != nil {
+		return run, err
+	}
+	cpuBefore, dbBefore := sampleCPU(), dbCPUSample(nil)
+	if dbBefore, err = b.sampleDBCPU(ctx); err != nil {
+		return run, err
+	}
+	start, err := harness.Now(ctx, b.pool)
+	if err != nil {
+		return run, err
+	}
+	p := b.startProducer(ctx, b.cfg.SustainedRate, 1_000_000_000, b.cfg.Docs)
+	if err := harness.Sleep(ctx, b.cfg.SustainedDuration); err != nil {
+		p.Stop()
+		return run, err
+	}
+	p.Stop()
+	if err := p.Err(); err != nil {
+		return run, err
+	}
+	if _, failed, err := b.waitDrained(ctx, b.drainTimeout(int(p.Committed()))); err != nil {
+		return run, err
+	} else if failed > 0 {
+		var reasons string
+		_ = b.pool.QueryRow(ctx, `SELECT string_agg(DISTINCT error_reason || ': ' || left(last_error, 200), '; ')
+			FROM outbox_events WHERE status = 'failed'`).Scan(&reasons)
+		return run, fmt.Errorf("%d events failed: %s", failed, reasons)
+	}
+	dbAfter, err := b.sampleDBCPU(ctx)
+	if err != nil {
+		return run, err
+	}
+	cpu := sampleCPU().since(cpuBefore)
+	if run.ClaimP99ms, err = claimP99(r); err != nil {
+		return run, err
+	}
+	b.stopReplicas()
+	run.Events = p.Committed()
+	run.DatabaseCPUPerEv = harness.Round3(perEvent(dbAfter.since(dbBefore), int(run.Events)) - base.DatabaseCPUPerEv)
+	run.WlprojCPUPerEv = perEvent(cpu["wlproj"], int(run.Events))
+	return run, b.sustainedLag(ctx, &run, start)
+}
+
+// sustainedLag reads the lag of the events produced since start, overall
+// and by third of the run, and the events the reclaimer sent back.
+func (b *bench) sustainedLag(ctx context.Context, run *SustainedRun, start time.Time) error {
+	var pct []float64
+	err := b.pool.QueryRow(ctx, `
+		SELECT percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY extract(epoch FROM processed_at - created_at))
+		  FROM outbox_events WHERE status = 'done' AND created_at >= $1`, start).Scan(&pct)
+	if err != nil {
+		return err
+	}
+	run.LagP50ms, run.LagP99ms = round1(pct[0]*1000), round1(pct[1]*1000)
+	third := b.cfg.SustainedDuration / 3
+	for i := range 3 {
+		var p99 *float64
+		from := start.Add(time.Duration(i) * third)
+		if err := b.pool.QueryRow(ctx, `
+			SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM processed_at - created_at))
+			  FROM outbox_events WHERE status = 'done' AND created_at >= $1 AND created_at < $2`,
+			from, from.Add(third)).Scan(&p99); err != nil {
+			return err
+		}
+		run.LagP99ByThird = append(run.LagP99ByThird, round1(deref(p99)*1000))
+	}
+	if first := run.LagP99ByThird[0]; first > 0 {
+		run.Flatness = harness.Round3(run.LagP99ByThird[2] / first)
+	}
+	return b.pool.QueryRow(ctx, `
+		SELECT count(*) FROM outbox_events
+		 WHERE created_at >= $1 AND error_history @> '[{"event": "stuck_reclaimed"}]'`, start).Scan(&run.LeaseExpiries)
+}
+
+func deref(p *float64) float64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+// claimP99 reads the leader's claim histogram (outbox_claim_duration_seconds)
+// and returns the upper bound of the bucket holding its 99th percentile.
+func claimP99(r *harness.Replica) (float64, error) {
+	scrape, err := r.Scrape()
+	if err != nil {
+		return 0, err
+	}
+	q, err := harness.HistogramQuantile(scrape, "outbox_claim_duration_seconds", 0.99)
+	return round1(q * 1000), err
+}
