@@ -285,6 +285,7 @@ func (c *runCmd) Run(g *globals) error {
 	log.Info().Str("addr", c.HTTPAddr).Int("http_port", c.HTTPPort).Str("leader_name", c.LeaderName).Msg("replica started")
 	go func() {
 		d.engine.Announce(ctx, log)
+		_, _ = d.index.Ensure(ctx)
 		d.engine.WarnGCDeletes(ctx, log, c.ElasticIndex, projection.WriteLifetime(seconds(c.ElasticTimeout)))
 	}()
 

@@ -60,6 +60,22 @@ type daemonParts struct {
 	pingES   func(ctx context.Context) error
 	// engine logs the engine's name and version once it answers.
 	engine *projection.EngineProbe
+	// index creates a missing ELASTIC_INDEX behind an alias, or warns that
+	// it is concrete.
+	index *projection.IndexKeeper
+}
+
+// indexFirst runs the consume loop once the index is set up, so that the
+// leader's first write does not auto-create ELASTIC_INDEX as a concrete
+// index.
+type indexFirst struct {
+	*consume.Loop
+	index *projection.IndexKeeper
+}
+
+func (s indexFirst) Run(ctx context.Context, epoch int64, drain <-chan struct{}) {
+	_, _ = s.index.Ensure(ctx)
+	s.Loop.Run(ctx, epoch, drain)
 }
 
 // newDaemon builds the projections and registers every service the leader
@@ -77,7 +93,7 @@ func newDaemon(c *runCmd, pool *pgxpool.Pool, workerID string, log zerolog.Logge
 		return daemonParts{}, err
 	}
 	probe := projection.NewEngineProbe(es, c.ElasticURL)
-	d := daemonParts{pingES: probe.Ping, engine: probe}
+	d := daemonParts{pingES: probe.Ping, engine: probe, index: projection.NewIndexKeeper(es, c.ElasticIndex, log)}
 
 	store := &outbox.Store{Pool: pool, Owner: workerID, LeaderName: c.LeaderName}
 	loop, err := consume.NewLoop(c.consumeConfig(), store, registry, log)
@@ -88,7 +104,7 @@ func newDaemon(c *runCmd, pool *pgxpool.Pool, workerID string, log zerolog.Logge
 	if err != nil {
 		return daemonParts{}, err
 	}
-	d.services = []leader.Service{loop, consume.NewReclaimer(loop.Config(), store, log), pruner}
+	d.services = []leader.Service{indexFirst{loop, d.index}, consume.NewReclaimer(loop.Config(), store, log), pruner}
 	d.services = append(d.services, rebuild.NewDualWrite(pool, rebuild.Projection, registry[rebuild.Projection].(*projection.Search), workerID, log))
 	if c.AutoReplay {
 		auto, err := replay.NewAutoReplayer(pool, replay.AutoReplayerConfig{PerMinute: c.AutoReplayPerMinute},

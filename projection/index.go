@@ -1,0 +1,157 @@
+package projection
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/olivere/elastic/v7"
+	"github.com/rs/zerolog"
+)
+
+// IndexState is what the search projection's index name stands for in the
+// engine.
+type IndexState string
+
+const (
+	// IndexMissing: no index or alias of that name.
+	IndexMissing IndexState = "missing"
+	// IndexCreated: it was missing; EnsureIndex created a concrete index
+	// with the alias of that name on it.
+	IndexCreated IndexState = "created"
+	// IndexAlias: an alias, left as it is.
+	IndexAlias IndexState = "alias"
+	// IndexConcrete: a concrete index, left as it is; the first rebuild
+	// turns it into an alias, and searches in flight at that instant fail.
+	IndexConcrete IndexState = "concrete"
+)
+
+// IndexSetup is what LookupIndex found or EnsureIndex did.
+type IndexSetup struct {
+	State IndexState
+	// Indexes are the concrete indexes behind the name: the alias's, the
+	// one created, or the concrete index itself.
+	Indexes []string
+}
+
+// ensureIndexTimeout bounds EnsureIndex in the daemon, so that a leader
+// whose engine does not answer starts its loop all the same.
+const ensureIndexTimeout = 10 * time.Second
+
+// TimestampedIndex is the concrete index named for alias and t, as the
+// rebuild names its targets: <alias>-<UTC yyyymmdd-hhmmss-mmm>.
+func TimestampedIndex(alias string, t time.Time) string {
+	t = t.UTC()
+	return fmt.Sprintf("%s-%s-%03d", alias, t.Format("20060102-150405"), t.Nanosecond()/1e6)
+}
+
+// LookupIndex says whether name is an alias (and of which indexes), a
+// concrete index, or missing.
+func LookupIndex(ctx context.Context, client *elastic.Client, name string) (IndexSetup, error) {
+	resp, err := client.PerformRequest(ctx, elastic.PerformRequestOptions{
+		Method: http.MethodGet, Path: "/_alias/" + url.PathEscape(name), IgnoreErrors: []int{http.StatusNotFound}})
+	if err != nil {
+		return IndexSetup{}, fmt.Errorf("look up alias %s: %w", name, err)
+	}
+	if resp.StatusCode == http.StatusOK {
+		var byIndex map[string]any
+		if err := json.Unmarshal(resp.Body, &byIndex); err != nil {
+			return IndexSetup{}, fmt.Errorf("look up alias %s: %w", name, err)
+		}
+		// An alias's 404 names the missing alias; a 200 lists its indexes.
+		if len(byIndex) > 0 {
+			return IndexSetup{State: IndexAlias, Indexes: slices.Sorted(maps.Keys(byIndex))}, nil
+		}
+	}
+	resp, err = client.PerformRequest(ctx, elastic.PerformRequestOptions{
+		Method: http.MethodHead, Path: "/" + url.PathEscape(name), IgnoreErrors: []int{http.StatusNotFound}})
+	if err != nil {
+		return IndexSetup{}, fmt.Errorf("look up index %s: %w", name, err)
+	}
+	if resp.StatusCode == http.StatusOK {
+		return IndexSetup{State: IndexConcrete, Indexes: []string{name}}, nil
+	}
+	return IndexSetup{State: IndexMissing}, nil
+}
+
+// EnsureIndex makes name an alias when it is missing: it creates the
+// concrete index TimestampedIndex(name, now), with the engine's default
+// settings (and its templates, as the engine's auto-create on a first
+// write would), and the alias name on it in the same request. An existing
+// alias or concrete index is left as it is and reported.
+//
+// Replicas may race. The alias is created as the write index, and the
+// engine refuses a second write index for an alias, or an alias of the
+// name of an existing index (a write that auto-created it first), or an
+// index that exists (the same name, in the same millisecond). So the
+// request of every replica but one fails and creates nothing, and each
+// replica reports what it finds then: one alias, on one index, no stray.
+func EnsureIndex(ctx context.Context, client *elastic.Client, name string, now time.Time) (IndexSetup, error) {
+	cur, err := LookupIndex(ctx, client, name)
+	if err != nil || cur.State != IndexMissing {
+		return cur, err
+	}
+	return createAliased(ctx, client, name, TimestampedIndex(name, now))
+}
+
+// createAliased creates index with the alias name on it; when the engine
+// refuses, it reports what name stands for now (another replica's alias,
+// an index a write auto-created), or the refusal when name is still missing.
+func createAliased(ctx context.Context, client *elastic.Client, name, index string) (IndexSetup, error) {
+	body := map[string]any{"aliases": map[string]any{name: map[string]any{"is_write_index": true}}}
+	_, err := client.PerformRequest(ctx, elastic.PerformRequestOptions{
+		Method: http.MethodPut, Path: "/" + url.PathEscape(index), Body: body})
+	if err == nil {
+		return IndexSetup{State: IndexCreated, Indexes: []string{index}}, nil
+	}
+	now, lookErr := LookupIndex(ctx, client, name)
+	if lookErr != nil || now.State == IndexMissing {
+		return IndexSetup{State: IndexMissing}, errors.Join(fmt.Errorf("create index %s with alias %s: %w", index, name, err), lookErr)
+	}
+	return now, nil
+}
+
+// IndexKeeper runs EnsureIndex for a replica and logs what it did: a
+// creation, and once per process a warning when the index is concrete.
+type IndexKeeper struct {
+	client *elastic.Client
+	index  string
+	log    zerolog.Logger
+	warned atomic.Bool
+}
+
+// NewIndexKeeper keeps index, the search projection's ELASTIC_INDEX.
+func NewIndexKeeper(client *elastic.Client, index string, log zerolog.Logger) *IndexKeeper {
+	return &IndexKeeper{client: client, index: index, log: log}
+}
+
+// Ensure runs EnsureIndex, within a bound of its own. On an error, which it
+// logs, the engine creates a missing index on the first write as before: a
+// concrete one.
+func (k *IndexKeeper) Ensure(ctx context.Context) (IndexSetup, error) {
+	ctx, cancel := context.WithTimeout(ctx, ensureIndexTimeout)
+	defer cancel()
+	got, err := EnsureIndex(ctx, k.client, k.index, time.Now())
+	switch {
+	case err != nil:
+		if ctx.Err() != context.Canceled {
+			k.log.Warn().Str("index", k.index).Err(err).
+				Msg("could not set up the index behind an alias; a first write creates it as a concrete index")
+		}
+	case got.State == IndexCreated:
+		k.log.Info().Str("index", k.index).Str("concrete_index", got.Indexes[0]).
+			Msg("created the index behind an alias of its name, so that a rebuild swaps aliases only")
+	case got.State == IndexConcrete && k.warned.CompareAndSwap(false, true):
+		k.log.Warn().Str("index", k.index).
+			Msg("the index is a concrete index: the first wlproj rebuild converts it into an alias, and searches in flight " +
+				"at that instant can fail; run that first rebuild in a quiet window")
+	}
+	return got, err
+}
