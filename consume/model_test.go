@@ -416,12 +416,20 @@ func (m *model) discardSome(t *testing.T) {
 	m.logf("discarded %v", ids)
 }
 
-// prune deletes every done row at once, as a retention that ran out would.
+// prune deletes every done row at once, as a retention that ran out would,
+// and every live ledger entry no event can reopen; tombstones stay, as
+// their own window (days) keeps them.
 func (m *model) prune(t *testing.T) {
 	t.Helper()
-	n, err := m.b.Store.PruneDone(context.Background(), 0, 10_000)
+	ctx := context.Background()
+	n, err := m.b.Store.PruneDone(ctx, 0, 10_000)
 	require.NoError(t, err)
-	m.logf("pruned %v done rows", n)
+	tombstones, err := m.b.Store.PruneTombstones(ctx, 24*time.Hour, 10_000)
+	require.NoError(t, err)
+	require.Zero(t, tombstones, "no tombstone is a day old")
+	live, err := m.b.Store.PruneLive(ctx, 0, 10_000)
+	require.NoError(t, err)
+	m.logf("pruned %v done rows, %d live ledger entries", n, live)
 }
 
 // timePasses makes the engine forget its deletes, as gc_deletes does; never
