@@ -71,6 +71,23 @@ type statusJSON struct {
 	TopFailedReasons        []reasonCountJSON `json:"top_failed_reasons"`
 	Leader                  *leaderJSON       `json:"leader"`
 	Projections             []projectionJSON  `json:"projections"`
+	Rebuilds                []rebuildJSON     `json:"rebuilds"`
+}
+
+// rebuildJSON is a rebuild whose two indexes the leader writes, and
+// whether the current leader confirmed it does: a swap or rollback needs it.
+type rebuildJSON struct {
+	ID             int64     `json:"id"`
+	Projection     string    `json:"projection"`
+	State          string    `json:"state"`
+	Target         string    `json:"target_index"`
+	Old            string    `json:"old_index,omitempty"`
+	Confirmed      bool      `json:"confirmed"`
+	Problem        string    `json:"problem,omitempty"`
+	ConfirmedEpoch int64     `json:"confirmed_epoch,omitempty"`
+	ConfirmedBy    string    `json:"confirmed_by,omitempty"`
+	SeenAt         time.Time `json:"seen_at,omitzero"`
+	LeaderEpoch    int64     `json:"leader_epoch,omitempty"`
 }
 
 // projectionJSON is one projection's lag and pause state; the pause fields
@@ -106,7 +123,8 @@ func (c *statusCmd) Run(g *globals) error {
 		}
 		maxProcessing := seconds(c.MaxProcessingSeconds)
 		s, err := outbox.TakeSnapshotWith(ctx, conn, outbox.SnapshotOptions{
-			MaxProcessing: maxProcessing, ExactDone: c.Exact, Retention: c.Retention, Projections: projectionNames()})
+			MaxProcessing: maxProcessing, ExactDone: c.Exact, Retention: c.Retention, Projections: projectionNames(),
+			Rebuilds: true})
 		if err != nil {
 			return err
 		}
@@ -125,6 +143,7 @@ func (c *statusCmd) Run(g *globals) error {
 				out.Leader = &leaderJSON{Name: l.Name, WorkerID: l.Holder, Epoch: l.Epoch, Since: l.AcquiredAt.UTC(), Active: l.Active}
 			}
 			out.Projections = projectionsJSON(s.Projections)
+			out.Rebuilds = rebuildsJSON(s.Rebuilds)
 			return writeJSONLines(g.stdout, []statusJSON{out})
 		}
 		writeStatus(g.stdout, s, maxProcessing, c.Retention, databaseTarget(conn))
@@ -163,6 +182,7 @@ func writeStatus(w io.Writer, s outbox.Snapshot, maxProcessing, retention time.D
 	}
 	tw.Flush()
 	writeProjections(w, s.Projections)
+	writeRebuilds(w, s.Rebuilds)
 	if len(s.TopFailedReasons) == 0 {
 		return
 	}
@@ -196,6 +216,37 @@ func writeProjections(w io.Writer, projections []outbox.ProjectionLag) {
 		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%s\t%s\t%s\n", p.Projection, state, p.Pending, oldest, since, by, why)
 	}
 	tw.Flush()
+}
+
+// writeRebuilds prints each rebuild whose two indexes the leader writes,
+// and whether the current leader confirmed it does.
+func writeRebuilds(w io.Writer, rebuilds []outbox.RebuildWrite) {
+	for _, r := range rebuilds {
+		what := fmt.Sprintf("rebuild #%d of %s (%s): writing %s", r.ID, r.Projection, r.State, r.Target)
+		if r.Old != "" {
+			what += " and " + r.Old
+		}
+		if p := r.Problem(); p != "" {
+			fmt.Fprintf(w, "%s: NOT CONFIRMED: %s\n", what, p)
+			continue
+		}
+		fmt.Fprintf(w, "%s: confirmed by the leader (epoch %d, worker %s) %s ago\n", what, r.ConfirmedEpoch, r.ConfirmedBy,
+			formatAge(r.Age))
+	}
+}
+
+func rebuildsJSON(rebuilds []outbox.RebuildWrite) []rebuildJSON {
+	out := make([]rebuildJSON, 0, len(rebuilds))
+	for _, r := range rebuilds {
+		j := rebuildJSON{ID: r.ID, Projection: r.Projection, State: r.State, Target: r.Target, Old: r.Old,
+			Confirmed: r.Problem() == "", Problem: r.Problem(), ConfirmedEpoch: r.ConfirmedEpoch, ConfirmedBy: r.ConfirmedBy,
+			LeaderEpoch: r.LeaderEpoch}
+		if !r.SeenAt.IsZero() {
+			j.SeenAt = r.SeenAt.UTC()
+		}
+		out = append(out, j)
+	}
+	return out
 }
 
 func projectionsJSON(projections []outbox.ProjectionLag) []projectionJSON {

@@ -41,6 +41,7 @@ type rebuildCmd struct {
 	DryRun       bool          `name:"dry-run" help:"Check the source table, the mapping and the alias, say what would happen, change nothing."`
 	Cleanup      bool          `help:"Delete the indexes that finished rebuilds replaced (and that aborted ones built)."`
 	Abort        bool          `help:"Close the open rebuild without swapping; --cleanup deletes its index later."`
+	Rollback     bool          `help:"Move the alias back to the index the newest rebuild replaced (the leader kept writing it since the swap); --cleanup deletes the rebuild's index later."`
 	Progress     string        `help:"Progress display: a bar on a terminal, JSON lines otherwise." enum:"auto,bar,json" default:"auto"`
 	By           string        `help:"Who is rebuilding; recorded in the audit. Required." placeholder:"WHO"`
 	Why          string        `help:"Why, e.g. the mapping change or the ticket; recorded in the audit. Required." placeholder:"TEXT"`
@@ -48,9 +49,10 @@ type rebuildCmd struct {
 
 func (c *rebuildCmd) Help() string {
 	return "Builds a new index named <ELASTIC_INDEX>-<UTC time> from --from-table, while the leader writes live events to " +
-		"both indexes, then swaps the alias ELASTIC_INDEX to it in one _aliases call; the old index stays until --cleanup. " +
+		"both indexes, then swaps the alias ELASTIC_INDEX to it in one _aliases call; the old index stays, and the leader keeps writing it " +
+		"for a rollback (--rollback), until --cleanup. " +
 		"Interrupted, it leaves the alias as it was; the same command resumes it. " +
-		"Exit codes: 0 done, 1 error or stopped (resumable), 2 bad input, 3 refused (busy, nothing to clean, another rebuild open); " +
+		"Exit codes: 0 done, 1 error or stopped (resumable), 2 bad input, 3 refused (busy, nothing to clean, nothing to roll back to, another rebuild open); " +
 		"bad input and refusals change nothing. " + fmt.Sprintf("Unset, --emit-rate is %d rows/s, --emit-backlog %d events, "+
 		"--confirm-timeout %s.", rebuild.EmitRateDefault, rebuild.EmitBacklogDefault, rebuild.ConfirmTimeoutDefault)
 }
@@ -68,7 +70,7 @@ func (c *rebuildCmd) Run(g *globals) error {
 		return c.exit(err)
 	}
 	defer pool.Close()
-	out := newRebuildOutput(g.stdout, c.Progress, c.Cleanup || c.Abort)
+	out := newRebuildOutput(g.stdout, c.Progress, c.Cleanup || c.Abort || c.Rollback)
 	cfg.Progress, cfg.OnRefused = out, out.refused
 	switch {
 	case c.Cleanup:
@@ -79,6 +81,12 @@ func (c *rebuildCmd) Run(g *globals) error {
 		row, err := rebuild.Abort(ctx, cfg)
 		if err == nil {
 			out.aborted(row)
+		}
+		return c.exit(err)
+	case c.Rollback:
+		row, err := rebuild.Rollback(ctx, cfg)
+		if err == nil {
+			out.rolledBack(row)
 		}
 		return c.exit(err)
 	case c.DryRun:
@@ -96,11 +104,12 @@ func (c *rebuildCmd) Run(g *globals) error {
 // config checks the flags and connects; nothing is read yet.
 func (c *rebuildCmd) config(ctx context.Context) (rebuild.Config, *pgxpool.Pool, error) {
 	switch {
-	case c.Cleanup && c.Abort, (c.Cleanup || c.Abort) && (c.DryRun || c.EmitOutbox || c.FromTable != "" || c.Mapping != ""):
-		return rebuild.Config{}, nil, usagef("--cleanup and --abort take no other action flag")
+	case btoi(c.Cleanup)+btoi(c.Abort)+btoi(c.Rollback) > 1,
+		(c.Cleanup || c.Abort || c.Rollback) && (c.DryRun || c.EmitOutbox || c.FromTable != "" || c.Mapping != ""):
+		return rebuild.Config{}, nil, usagef("--cleanup, --abort and --rollback take no other action flag")
 	case strings.TrimSpace(c.By) == "" || strings.TrimSpace(c.Why) == "":
 		return rebuild.Config{}, nil, usagef("--by and --why are required: say who is rebuilding and why")
-	case !c.Cleanup && !c.Abort && c.FromTable == "":
+	case !c.Cleanup && !c.Abort && !c.Rollback && c.FromTable == "":
 		return rebuild.Config{}, nil, usagef("--from-table is required: the source-of-truth table to rebuild from")
 	}
 	// kong applied the flags' defaults: a zero here is the operator's.
@@ -135,6 +144,13 @@ func (c *rebuildCmd) config(ctx context.Context) (rebuild.Config, *pgxpool.Pool,
 		return cfg, nil, fmt.Errorf("database: %w", err)
 	}
 	return cfg, cfg.Pool, nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // exit gives an error its exit code and the operator's words, with the
@@ -349,10 +365,23 @@ func (o *rebuildOutput) aborted(r rebuild.Row) {
 		"which wlproj rebuild --cleanup deletes\n", r.ID, r.Alias, dash(r.OldIndex), r.Target)
 }
 
+func (o *rebuildOutput) rolledBack(r rebuild.Row) {
+	if o.json {
+		writeJSON(o.w, map[string]any{"event": "rolled_back", "rebuild": r})
+		return
+	}
+	fmt.Fprintf(o.w, "rolled back rebuild #%d: %s points at %s again; the leader stops writing to %s, "+
+		"which wlproj rebuild --cleanup deletes\n", r.ID, r.Alias, r.OldIndex, r.Target)
+}
+
 func (o *rebuildOutput) cleaned(done []rebuild.Cleaned) {
 	for _, c := range done {
 		if o.json {
 			writeJSON(o.w, map[string]any{"event": "cleaned", "cleaned": c})
+			continue
+		}
+		if c.Released != "" {
+			fmt.Fprintf(o.w, "rebuild #%d: %s\n", c.Rebuild.ID, c.Note)
 			continue
 		}
 		if c.Deleted != "" {

@@ -93,6 +93,20 @@ func TestCmdRebuild(t *testing.T) {
 	require.Contains(t, out, "swapped alias "+b.alias+" from "+first+" to ")
 	require.Regexp(t, `rebuild #2 done: 2000 source rows from search_index into \S+ in [\d.]+s`, out)
 
+	// The first cleanup closes the first rebuild (its concrete index went
+	// in the swap) and releases the second's old index, which the leader
+	// kept writing for a rollback; the next one after AbortGrace deletes it.
+	code, out, errOut = b.run(t, append([]string{"--cleanup"}, who...)...)
+	require.Zero(t, code, errOut)
+	require.Contains(t, out, "rebuild #2: the leader stops writing "+first+" (no rollback to it any more)")
+	require.Contains(t, out, "rebuild #1: closed; no index of it was left to delete")
+	code, _, errOut = b.run(t, append([]string{"--rollback"}, who...)...)
+	require.Equal(t, exitRefused, code, errOut)
+	require.Contains(t, errOut, "--cleanup released the old index "+first+" of rebuild #2")
+	code, _, errOut = b.run(t, append([]string{"--cleanup"}, who...)...)
+	require.Equal(t, exitRefused, code, errOut)
+	require.Contains(t, errOut, "index "+first+" of swapped rebuild #2 is kept until")
+	b.db.Exec(t, `UPDATE outbox_rebuilds SET released_at = released_at - interval '2 minutes' WHERE id = 2`)
 	code, out, errOut = b.run(t, append([]string{"--cleanup"}, who...)...)
 	require.Zero(t, code, errOut)
 	require.Contains(t, out, "deleted index "+first)
@@ -103,7 +117,7 @@ func TestCmdRebuild(t *testing.T) {
 	require.Equal(t, exitRefused, code)
 	require.Contains(t, errOut, `no open rebuild of projection "search" to abort; nothing changed`)
 
-	require.Equal(t, "open,swap,open,swap,cleanup,cleanup", strings.Join(b.steps(t), ","))
+	require.Equal(t, "open,swap,open,swap,release,cleanup,cleanup", strings.Join(b.steps(t), ","))
 	require.Equal(t, 1, b.db.Int(t, `SELECT count(*) FROM outbox_replay_audit WHERE action = 'rebuild'
 		AND replayed_by = 'alice' AND reason = 'mapping v2 (CHG-9)' AND selector->>'step' = 'swap' AND event_count = 2000
 		AND selector->'rebuild'->>'old_index' = $1`, first))
@@ -140,7 +154,9 @@ func TestCmdRebuildBadInput(t *testing.T) {
 		{append([]string{"--from-table", "books"}, who...), exitUsage, `source table "books" does not exist; nothing changed`},
 		{append([]string{"--from-table", "search_index", "--mapping", notJSON}, who...), exitUsage, "is not a JSON object; nothing changed"},
 		{append([]string{"--from-table", "search_index", "--bulk-size", "0"}, who...), exitUsage, "--bulk-size=0 is out of range [1, 10000]"},
-		{append([]string{"--cleanup", "--from-table", "search_index"}, who...), exitUsage, "--cleanup and --abort take no other action flag"},
+		{append([]string{"--cleanup", "--from-table", "search_index"}, who...), exitUsage, "--cleanup, --abort and --rollback take no other action flag"},
+		{append([]string{"--abort", "--rollback"}, who...), exitUsage, "--cleanup, --abort and --rollback take no other action flag"},
+		{append([]string{"--rollback"}, who...), exitRefused, `no rebuild of projection "search" to roll back`},
 		{append([]string{"--cleanup"}, who...), exitRefused, "nothing to clean"},
 	} {
 		code, _, errOut := b.run(t, tc.args...)
@@ -159,4 +175,33 @@ func TestCmdRebuildBadInput(t *testing.T) {
 
 	require.Zero(t, b.db.Int(t, `SELECT count(*) FROM outbox_rebuilds`))
 	require.Empty(t, b.steps(t))
+}
+
+// TestStatusShowsRebuildConfirmation: wlproj status shows the rebuild the
+// leader writes both indexes of, and says so loudly when the current
+// leader's epoch has not confirmed it: a swap would be refused.
+func TestStatusShowsRebuildConfirmation(t *testing.T) {
+	t.Parallel()
+	db := harness.NewDatabase(t)
+	db.Exec(t, `INSERT INTO outbox_leader (name, holder, epoch) VALUES ('L', 'w2', 8)`)
+	db.Exec(t, `INSERT INTO outbox_rebuilds (projection, alias, target_index, old_index, source_table, mode, started_by, reason,
+		dual_write_at, dual_write_by, dual_write_epoch, dual_write_leader, dual_write_seen_at, dual_write_since)
+		VALUES ('search', 'books', 'books-new', 'books-old', 'search_index', 'bulk', 'alice', 'test',
+		        now(), 'w1', 7, 'L', now(), now())`)
+	status := func(args ...string) string {
+		var stdout, stderr bytes.Buffer
+		code := run(append([]string{"status", "--database-url", db.URL}, args...), &stdout, &stderr)
+		require.Zero(t, code, stderr.String())
+		return stdout.String()
+	}
+	require.Contains(t, status(), "rebuild #1 of search (open): writing books-new and books-old: NOT CONFIRMED: "+
+		"the current leader (epoch 8, worker w2) has not confirmed; the last confirmation was epoch 7 by w1\n")
+	j := jsonLines(t, status("--json"))[0]["rebuilds"].([]any)[0].(map[string]any)
+	require.Equal(t, false, j["confirmed"])
+	require.Equal(t, 8.0, j["leader_epoch"])
+
+	db.Exec(t, `UPDATE outbox_rebuilds SET dual_write_by = 'w2', dual_write_epoch = 8, dual_write_seen_at = now()`)
+	require.Regexp(t, `rebuild #1 of search \(open\): writing books-new and books-old: confirmed by the leader \(epoch 8, worker w2\) \S+ ago\n`, status())
+	j = jsonLines(t, status("--json"))[0]["rebuilds"].([]any)[0].(map[string]any)
+	require.Equal(t, true, j["confirmed"])
 }

@@ -105,7 +105,7 @@ func newDaemon(c *runCmd, pool *pgxpool.Pool, workerID string, log zerolog.Logge
 		return daemonParts{}, err
 	}
 	d.services = []leader.Service{indexFirst{loop, d.index}, consume.NewReclaimer(loop.Config(), store, log), pruner}
-	d.services = append(d.services, rebuild.NewDualWrite(pool, rebuild.Projection, registry[rebuild.Projection].(*projection.Search), workerID, log))
+	d.services = append(d.services, rebuild.NewDualWrite(pool, rebuild.Projection, registry[rebuild.Projection].(*projection.Search), workerID, c.LeaderName, log))
 	if c.AutoReplay {
 		auto, err := replay.NewAutoReplayer(pool, replay.AutoReplayerConfig{PerMinute: c.AutoReplayPerMinute},
 			func(ctx context.Context) bool { return d.pingES(ctx) == nil }, log)

@@ -44,7 +44,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	v := overviewView{MaxProcessing: c.cfg.MaxProcessing}
 	var err error
 	v.Snapshot, err = outbox.TakeSnapshotWith(ctx, c.deps.Pool, outbox.SnapshotOptions{
-		MaxProcessing: c.cfg.MaxProcessing, Projections: append([]string{}, c.deps.Projections...)})
+		MaxProcessing: c.cfg.MaxProcessing, Projections: append([]string{}, c.deps.Projections...), Rebuilds: true})
 	if err != nil {
 		c.fail(w, r, err)
 		return

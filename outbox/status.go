@@ -61,6 +61,10 @@ type Snapshot struct {
 	// Projections is the lag and state of each projection, by name; only
 	// with SnapshotOptions.Projections.
 	Projections []ProjectionLag
+	// Rebuilds are the rebuilds the leader writes both indexes of, with
+	// whether the current leader confirmed it does; only with
+	// SnapshotOptions.Rebuilds.
+	Rebuilds []RebuildWrite
 	// TakenAt is the database's clock when the counts were read.
 	TakenAt time.Time
 }
@@ -109,6 +113,8 @@ type SnapshotOptions struct {
 	// any other projection with pending rows or a state row. Its count
 	// reads every pending row, so the gauges leave it out.
 	Projections []string
+	// Rebuilds, when set, adds Snapshot.Rebuilds.
+	Rebuilds bool
 }
 
 // stuckWhere is true of a processing row that is stuck: its lease expired,
@@ -213,6 +219,12 @@ func TakeSnapshotWith(ctx context.Context, db Querier, opts SnapshotOptions) (Sn
 
 	if opts.Projections != nil {
 		if s.Projections, err = projectionLags(ctx, db, opts.Projections, s.TakenAt); err != nil {
+			return s, err
+		}
+	}
+
+	if opts.Rebuilds {
+		if s.Rebuilds, err = RebuildWrites(ctx, db); err != nil {
 			return s, err
 		}
 	}

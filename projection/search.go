@@ -229,51 +229,85 @@ func VersionReused(ev outbox.Event, firstID int64) error {
 		ev.Version(), DocumentID(ev.EntityType, ev.EntityID), firstID))
 }
 
-// rebuildIndex is the open rebuild's index, "" when there is none or it is
-// the handler's own (the alias already points at it).
-func (s *Search) rebuildIndex(ctx context.Context) (string, error) {
+// rebuildIndex is where the rebuild of the handler's projection wants each
+// bulk, zero when there is none or its index is the handler's own (the
+// alias already points at it).
+func (s *Search) rebuildIndex(ctx context.Context) (Rebuilding, error) {
 	if s.rebuild == nil {
-		return "", nil
+		return Rebuilding{}, nil
 	}
-	target, err := s.rebuild.RebuildIndex(ctx)
+	var r Rebuilding
+	var err error
+	if both, ok := s.rebuild.(RebuildIndexes); ok {
+		r, err = both.RebuildIndexes(ctx)
+	} else {
+		r.Target, err = s.rebuild.RebuildIndex(ctx)
+	}
 	if err != nil {
-		return "", classify.New(classify.Unknown, "reading the open rebuild: "+err.Error())
+		return Rebuilding{}, classify.New(classify.Unknown, "reading the open rebuild: "+err.Error())
 	}
-	if target == s.index {
-		return "", nil
+	if r.Target == s.index {
+		return Rebuilding{}, nil
 	}
-	return target, nil
+	return r, nil
 }
 
 // send sends the events at idx in one bulk to the handler's index, or while
-// a rebuild is open first to its target and then, what the target took, to
-// the handler's index. An event is superseded only when both indexes said
-// so: the ledger then moves forward for what either applied.
-func (s *Search) send(ctx context.Context, target string, idx []int, events []outbox.Event, reqs []elastic.BulkableRequest, results []Result) {
-	if target == "" {
+// a rebuild keeps two indexes to both: first its target and then, what the
+// target took, the old index (or the handler's). Before the swap a refusal
+// by either is the event's, and an event is superseded only when both said
+// so: the ledger then moves forward for what either applied. After the
+// swap the target's answer is the event's, and the old index, kept for a
+// rollback, must take what it took: only a refusal for good (its older
+// mapping) is let go.
+func (s *Search) send(ctx context.Context, target Rebuilding, idx []int, events []outbox.Event, reqs []elastic.BulkableRequest, results []Result) {
+	if target.Target == "" {
 		s.bulk(ctx, s.index, idx, events, reqs, results)
 		return
 	}
+	if target.Swapped {
+		s.bulk(ctx, target.Target, idx, events, reqs, results)
+		took := make([]int, 0, len(idx))
+		for _, i := range idx {
+			if results[i].Err == nil {
+				took = append(took, i)
+			}
+		}
+		inOld := make([]Result, len(events))
+		s.bulk(ctx, target.Old, took, events, reqs, inOld)
+		for _, i := range took {
+			switch ce := classify.Classify(inOld[i].Err); {
+			case ce == nil:
+				results[i].Superseded = results[i].Superseded && inOld[i].Superseded
+			case ce.Class != classify.Deterministic:
+				e := *ce
+				e.Message = "rollback index " + target.Old + ": " + e.Message
+				results[i] = Result{ID: events[i].ID, Err: &e}
+			}
+		}
+		return
+	}
+	second := cmp.Or(target.Old, s.index)
 	inTarget := make([]Result, len(events))
-	s.bulk(ctx, target, idx, events, reqs, inTarget)
+	s.bulk(ctx, target.Target, idx, events, reqs, inTarget)
 	took := make([]int, 0, len(idx))
 	for _, i := range idx {
 		if err := inTarget[i].Err; err != nil {
 			e := *classify.Classify(err)
-			e.Message = "rebuild index " + target + ": " + e.Message
+			e.Message = "rebuild index " + target.Target + ": " + e.Message
 			results[i] = Result{ID: events[i].ID, Err: &e}
 			continue
 		}
 		took = append(took, i)
 	}
-	s.bulk(ctx, s.index, took, events, reqs, results)
+	s.bulk(ctx, second, took, events, reqs, results)
 	for _, i := range took {
 		results[i].Superseded = results[i].Superseded && inTarget[i].Superseded
 		if replaced(results[i].Err) {
 			// The first rebuild of a concrete index deletes it in the swap;
 			// a bulk in flight then finds no index. The next try goes
 			// through the alias that replaced it.
-			results[i].Err = classify.New(classify.Unknown, "index "+s.index+" was replaced by an alias during the swap: "+results[i].Err.Error())
+			results[i].Err = classify.New(classify.Unknown, "index "+second+" was replaced by an alias during the swap: "+results[i].Err.Error())
 		}
 	}
 }

@@ -6,6 +6,7 @@
 // A rebuild is a row of outbox_rebuilds:
 //
 //	open ──swap──▶ swapped ──cleanup──▶ cleaned   (the old index deleted)
+//	  │               └──rollback──▶ rolled_back ──cleanup──▶ cleaned
 //	  └───abort──▶ aborted ──cleanup──▶ cleaned   (the new index deleted)
 //
 // Each change of state is one statement that checks the current state,
@@ -15,16 +16,28 @@
 // # Why no event is lost: dual-write, then snapshot
 //
 // While a rebuild is open, the leader's search handler writes every bulk to
-// the rebuild's index and then to the alias (DualWrite, a leader service
-// with a small cache of the open rebuild). Run waits until a leader has
-// recorded in the row that it does so, and until every replica's cache
-// predating the rebuild has expired, and only then opens a REPEATABLE READ
-// snapshot of the source table. So:
+// the rebuild's index and then to the old one (DualWrite, a leader service
+// with a small cache of the rebuild). The leader confirms in the row that
+// it does, with its epoch, at the start of its term and then every
+// outbox.RebuildHeartbeat. Run waits for a confirmation by the current
+// epoch, and until every replica's cache predating the rebuild has
+// expired, and only then opens a REPEATABLE READ snapshot of the source
+// table. So:
 //
 //   - an event committed before the snapshot changed the source table in
 //     the same transaction: the snapshot holds its row (or its absence);
-//   - an event committed after it is claimed, and handled, after the
-//     confirmation: it reaches the new index by dual-write.
+//   - an event committed after it is claimed, and handled, by a leader
+//     that confirmed: it reaches the new index by dual-write.
+//
+// The second holds only if every leader term since the snapshot confirmed:
+// a failover to a replica with another ELASTIC_INDEX, without the grant,
+// or running an older binary writes one index alone. A confirmation
+// continues the run of confirmations (dual_write_since) only when the last
+// one was its own term's or the one just before; the load records the run
+// it began under (load_since), and a break since makes Run load every row
+// again. The swap needs a heartbeat of the current epoch newer than its
+// start, and moves the alias holding the leader's outbox_leader row FOR
+// SHARE, so no new epoch begins before the swap is recorded.
 //
 // Both paths carry the same external versions (external_gte), so which one
 // reaches the engine first does not matter. The ledger (outbox_applied)
@@ -32,6 +45,15 @@
 // ledger already holds a newer version (or a delete) of, because the
 // engine forgets a delete after index.gc_deletes and a long load could
 // otherwise bring a document back.
+//
+// # Rollback
+//
+// After the swap the leader goes on writing both indexes, by name, until
+// Cleanup releases the old one (released_at), so that Rollback, which
+// moves the alias back under the same confirmation rules, serves current
+// documents. Cleanup deletes a released index only AbortGrace later, by
+// the database's clock: a bulk in flight to a deleted index would create
+// it again.
 //
 // # Crash and re-run
 //

@@ -90,5 +90,6 @@ func planSwap(alias, old string, concrete bool) string {
 	case old == "":
 		return fmt.Sprintf("would create alias %s on the new index", alias)
 	}
-	return fmt.Sprintf("would swap alias %s from %s to the new index; %s kept until --cleanup", alias, old, old)
+	return fmt.Sprintf("would swap alias %s from %s to the new index; %s kept, and written, for a rollback until --cleanup",
+		alias, old, old)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/wlproj/wlproj/leader"
+	"github.com/wlproj/wlproj/outbox"
 	"github.com/wlproj/wlproj/projection"
 )
 
@@ -28,70 +29,104 @@ const (
 )
 
 // DualWrite is the leader's side of a rebuild. It tells the search handler
-// the open rebuild's index (projection.RebuildTarget) from a cache at most
+// the rebuild's indexes (projection.RebuildIndexes) from a cache at most
 // CacheTTL old, so there is no query per event; and as a leader service it
-// refreshes that cache and records in the rebuild row that this leader
-// writes to both indexes, which is what Run waits for before it snapshots
-// the source table.
+// refreshes that cache and confirms in the rebuild row, with its epoch and
+// a heartbeat every outbox.RebuildHeartbeat, that this leader writes both
+// indexes: Run waits for that before it snapshots the source table, and
+// the swap and a rollback need a fresh one from the current epoch.
+//
+// It keeps writing both after the swap, until --cleanup releases the old
+// index, so that a rollback to the old index serves current data. Once it
+// has seen a rebuild, it fails batches rather than write one index alone
+// while it cannot read the rebuilds: a confirmation it gave must stay true
+// for the rest of its term.
 type DualWrite struct {
 	leader.Periodic
 	pool       *pgxpool.Pool
 	projection string
 	index      string
 	owner      string
+	leaderName string
 	log        zerolog.Logger
 
 	mu       sync.Mutex
 	cur      openView
 	loadedAt time.Time
+	beatID   int64
+	beatAt   time.Time
 	warned   int64
 	warnedAt time.Time
 }
 
-// openView is what the handler needs of the open rebuild.
+// openView is what the handler needs of the rebuild it writes.
 type openView struct {
 	id     int64
+	state  string
 	target string
-	epoch  int64 // the last leader epoch that confirmed it
+	old    string // written by name; "" when concrete or none
+	epoch  int64  // the last leader epoch that confirmed it
+	leader string // and the leader name it leads under
 }
 
-var _ projection.RebuildTarget = (*DualWrite)(nil)
+func (v openView) indexes() projection.Rebuilding {
+	if v.id == 0 {
+		return projection.Rebuilding{}
+	}
+	return projection.Rebuilding{Target: v.target, Old: v.old, Swapped: v.state == StateSwapped}
+}
 
-// NewDualWrite makes search write to the open rebuild of projectionName
-// (one whose alias is search's index) and returns the service that keeps
-// that view fresh; owner is this replica's worker id, recorded with the
+var (
+	_ projection.RebuildTarget  = (*DualWrite)(nil)
+	_ projection.RebuildIndexes = (*DualWrite)(nil)
+)
+
+// NewDualWrite makes search write to the rebuild of projectionName (one
+// whose alias is search's index) and returns the service that keeps that
+// view fresh; owner is this replica's worker id and leaderName the leader
+// name it competes under (OUTBOX_LEADER_NAME), recorded with each
 // confirmation.
-func NewDualWrite(pool *pgxpool.Pool, projectionName string, search *projection.Search, owner string, log zerolog.Logger) *DualWrite {
-	d := &DualWrite{pool: pool, projection: projectionName, index: search.Index(), owner: owner,
+func NewDualWrite(pool *pgxpool.Pool, projectionName string, search *projection.Search, owner, leaderName string, log zerolog.Logger) *DualWrite {
+	d := &DualWrite{pool: pool, projection: projectionName, index: search.Index(), owner: owner, leaderName: leaderName,
 		log: log.With().Str("service", "rebuild-dual-write").Logger()}
 	d.Periodic = leader.Periodic{ServiceName: "rebuild-dual-write", Interval: refreshEvery, Log: log, Once: d.runOnce}
 	search.DualWriteTo(d)
 	return d
 }
 
-// RebuildIndex implements projection.RebuildTarget.
-func (d *DualWrite) RebuildIndex(ctx context.Context) (string, error) {
+// RebuildIndexes implements projection.RebuildIndexes.
+func (d *DualWrite) RebuildIndexes(ctx context.Context) (projection.Rebuilding, error) {
 	d.mu.Lock()
 	cur, fresh := d.cur, time.Since(d.loadedAt) < CacheTTL
 	d.mu.Unlock()
 	if fresh {
-		return cur.target, nil
+		return cur.indexes(), nil
 	}
 	v, err := d.load(ctx)
-	return v.target, err
+	return v.indexes(), err
 }
 
-const openViewSQL = `
-SELECT id, alias, target_index, coalesce(dual_write_epoch, 0) FROM outbox_rebuilds
- WHERE projection = $1 AND state = 'open'`
+// RebuildIndex implements projection.RebuildTarget: the rebuild's new index.
+func (d *DualWrite) RebuildIndex(ctx context.Context) (string, error) {
+	r, err := d.RebuildIndexes(ctx)
+	return r.Target, err
+}
 
-// load reads the open rebuild into the cache. The cache's age counts from
+// openViewSQL reads the rebuild the leader writes, if any: the newest open
+// one, or a swapped one whose old index is kept for a rollback.
+const openViewSQL = `
+SELECT id, alias, state, target_index, CASE WHEN old_is_concrete THEN '' ELSE coalesce(old_index, '') END,
+       coalesce(dual_write_epoch, 0), coalesce(dual_write_leader, '')
+  FROM (` + outbox.RebuildWrittenSQL + `) r
+ WHERE projection = $1`
+
+// load reads the rebuild into the cache. The cache's age counts from
 // before the query, so it never outlives CacheTTL from what it saw.
 func (d *DualWrite) load(ctx context.Context) (openView, error) {
 	start := time.Now()
 	var v openView
 	var alias string
-	err := d.pool.QueryRow(ctx, openViewSQL, d.projection).Scan(&v.id, &alias, &v.target, &v.epoch)
+	err := d.pool.QueryRow(ctx, openViewSQL, d.projection).Scan(&v.id, &alias, &v.state, &v.target, &v.old, &v.epoch, &v.leader)
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -100,7 +135,15 @@ func (d *DualWrite) load(ctx context.Context) (openView, error) {
 		// insufficient_privilege or undefined_table: a replica that cannot
 		// read the rebuilds cannot confirm one either, so no rebuild gets
 		// past its wait for the confirmation. Go on projecting, and say
-		// loudly that rebuilds need the grant.
+		// loudly that rebuilds need the grant; but not after having seen
+		// one, whose indexes this replica may have confirmed it writes.
+		d.mu.Lock()
+		seen := d.cur.id
+		d.mu.Unlock()
+		if seen != 0 {
+			return openView{}, fmt.Errorf("cannot read outbox_rebuilds any more, after rebuild #%d: failing the batch "+
+				"rather than writing one of its indexes alone: %w", seen, err)
+		}
 		d.warnUnreadable(err)
 		v = openView{}
 	case err != nil:
@@ -138,26 +181,53 @@ func (d *DualWrite) warnUnreadable(err error) {
 	}
 }
 
+// confirmSQL records that the leader of epoch $3 under leader name $4
+// writes both indexes, as of now. Only the current leader confirms (the
+// epoch is the fencing token), never over a newer epoch. The unbroken run
+// of confirmations (dual_write_since) goes on when the last one was this
+// term's or the term just before it under the same name; any other term
+// in between may not have written the new index (or, after the swap, the
+// old one), so the run starts again.
 const confirmSQL = `
 UPDATE outbox_rebuilds
-   SET dual_write_at = coalesce(dual_write_at, now()), dual_write_by = $2, dual_write_epoch = $3
- WHERE id = $1 AND state = 'open' AND dual_write_epoch IS DISTINCT FROM $3`
+   SET dual_write_at = coalesce(dual_write_at, now()),
+       dual_write_since = CASE WHEN dual_write_leader = $4 AND dual_write_epoch IN ($3, $3 - 1)
+                               THEN coalesce(dual_write_since, now()) ELSE now() END,
+       dual_write_by = $2, dual_write_epoch = $3, dual_write_leader = $4, dual_write_seen_at = now()
+ WHERE id = $1 AND (state = 'open' OR (state = 'swapped' AND released_at IS NULL))
+   AND coalesce(dual_write_epoch, 0) <= $3
+   AND EXISTS (SELECT 1 FROM outbox_leader WHERE name = $4 AND epoch = $3)`
 
-// runOnce refreshes the cache and, the first time this leader sees a
-// rebuild, records that it writes to both indexes. The cache is set before
-// the confirmation is written, so every batch handled after it dual-writes.
+// runOnce refreshes the cache and confirms that this leader writes both
+// indexes: at once the first time it sees the rebuild in its term, then
+// every outbox.RebuildHeartbeat. The cache is set before the confirmation
+// is written, so every batch handled after it writes both.
 func (d *DualWrite) runOnce(ctx context.Context, epoch int64) error {
 	v, err := d.load(ctx)
-	if err != nil || v.id == 0 || v.epoch == epoch {
+	if err != nil || v.id == 0 {
 		return err
 	}
-	tag, err := d.pool.Exec(ctx, confirmSQL, v.id, d.owner, epoch)
+	first := v.epoch != epoch || v.leader != d.leaderName
+	d.mu.Lock()
+	due := first || d.beatID != v.id || time.Since(d.beatAt) >= outbox.RebuildHeartbeat
+	d.mu.Unlock()
+	if !due {
+		return nil
+	}
+	start := time.Now()
+	tag, err := d.pool.Exec(ctx, confirmSQL, v.id, d.owner, epoch, d.leaderName)
 	if err != nil {
 		return fmt.Errorf("confirm dual-write: %w", err)
 	}
-	if tag.RowsAffected() == 1 {
-		d.log.Info().Int64("rebuild_id", v.id).Str("target_index", v.target).Int64("epoch", epoch).
-			Msg("writing to the rebuild's index too")
+	if tag.RowsAffected() != 1 {
+		return nil
+	}
+	d.mu.Lock()
+	d.beatID, d.beatAt = v.id, start
+	d.mu.Unlock()
+	if first {
+		d.log.Info().Int64("rebuild_id", v.id).Str("state", v.state).Str("target_index", v.target).Str("old_index", v.old).
+			Int64("epoch", epoch).Msg("writing to both indexes of the rebuild")
 	}
 	return nil
 }

@@ -221,3 +221,17 @@ func refusal(err error) string {
 	ce := classify.Classify(err)
 	return strings.TrimPrefix(ce.Message, "elasticsearch ")
 }
+
+// rollback points alias back at the old index in one _aliases call, a
+// compare-and-set like swap: it fails and changes nothing unless the alias
+// is on the rebuild's index.
+func (e engine) rollback(ctx context.Context, r *Row) error {
+	actions := []any{
+		map[string]any{"remove": map[string]any{"index": r.Target, "alias": r.Alias, "must_exist": true}},
+		map[string]any{"add": map[string]any{"index": r.OldIndex, "alias": r.Alias}},
+	}
+	if err := e.do(ctx, http.MethodPost, "/_aliases", map[string]any{"actions": actions}, nil); err != nil {
+		return fmt.Errorf("move alias %s back to %s: %w", r.Alias, r.OldIndex, err)
+	}
+	return nil
+}

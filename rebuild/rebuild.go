@@ -2,12 +2,14 @@ package rebuild
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/olivere/elastic/v7"
 
 	"github.com/wlproj/wlproj/internal/serviceutil"
@@ -113,17 +115,32 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 		return rep, err
 	}
 	defer func() { rep.Rebuild, rep.Seconds = *row, time.Since(start).Seconds() }()
-	if err := r.waitDualWrite(ctx, row); err != nil {
-		return rep, &StoppedError{Row: *row, Err: err}
+	for reload := 0; ; reload++ {
+		if err := r.waitDualWrite(ctx, row); err != nil {
+			return rep, &StoppedError{Row: *row, Err: err}
+		}
+		if err := r.anchor(ctx, row); err != nil {
+			return rep, &StoppedError{Row: *row, Err: err}
+		}
+		if err := r.fill(ctx, row); err != nil {
+			return rep, &StoppedError{Row: *row, Err: err}
+		}
+		err := r.finish(ctx, row)
+		var interrupted *InterruptedError
+		if errors.As(err, &interrupted) && reload < maxReloads {
+			r.cfg.Progress.Note(err.Error() + ": loading again from the start")
+			continue
+		}
+		if err != nil {
+			return rep, &StoppedError{Row: *row, Err: err}
+		}
+		return rep, nil
 	}
-	if err := r.fill(ctx, row); err != nil {
-		return rep, &StoppedError{Row: *row, Err: err}
-	}
-	if err := r.finish(ctx, row); err != nil {
-		return rep, &StoppedError{Row: *row, Err: err}
-	}
-	return rep, nil
 }
+
+// maxReloads bounds the loads a Run starts again after an interruption of
+// the dual-writes before it stops, resumable.
+const maxReloads = 2
 
 // fill loads the source table into the new index, or enqueues it.
 func (r *runner) fill(ctx context.Context, row *Row) error {
@@ -276,32 +293,65 @@ func (r *runner) resume(ctx context.Context, row *Row) error {
 	return nil
 }
 
-// waitDualWrite waits until a leader has confirmed that it writes to the
-// new index too, and until 2×CacheTTL after the rebuild opened, so that no
-// replica acts on a view of the rebuilds older than the row: only then is
-// every event committed after the snapshot sure to reach the new index.
+// waitDualWrite waits until the current leader has confirmed that it writes
+// to the new index too, and until 2×CacheTTL after the rebuild opened, so
+// that no replica acts on a view of the rebuilds older than the row: only
+// then is every event committed after the snapshot sure to reach the new
+// index.
 func (r *runner) waitDualWrite(ctx context.Context, row *Row) error {
 	r.cfg.Progress.Note(fmt.Sprintf("waiting for the leader to write to %s too", row.Target))
 	deadline := time.Now().Add(r.cfg.ConfirmTimeout)
 	for {
-		var confirmed, aged bool
-		err := r.cfg.Pool.QueryRow(ctx, `
-			SELECT dual_write_at IS NOT NULL, clock_timestamp() >= started_at + make_interval(secs => $2)
-			  FROM outbox_rebuilds WHERE id = $1`, row.ID, (2*CacheTTL).Seconds()).Scan(&confirmed, &aged)
+		c, err := readConfirmation(ctx, r.cfg.Pool, row.ID, time.Time{})
 		if err != nil {
 			return fmt.Errorf("wait for the leader: %w", err)
 		}
-		if confirmed && aged {
+		problem := c.problem(row)
+		if problem == "" && c.aged {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("no leader confirmed within %s that it writes to %s too: a `wlproj run` replica must lead, "+
-				"with ELASTIC_INDEX=%s (replicas with another index ignore this rebuild)", r.cfg.ConfirmTimeout, row.Target, row.Alias)
+			if problem == "" {
+				problem = "the replicas' views of the rebuilds did not age"
+			}
+			return fmt.Errorf("%s within %s: a `wlproj run` replica of this version must lead, with ELASTIC_INDEX=%s "+
+				"(replicas with another index ignore this rebuild)", problem, r.cfg.ConfirmTimeout, row.Alias)
 		}
 		if err := serviceutil.Sleep(ctx, confirmPoll); err != nil {
 			return err
 		}
 	}
+}
+
+// anchorSQL records the run of confirmations the load relies on, before
+// its first snapshot. A load begun under another run (one that broke
+// since: some leader term did not confirm, and its events may have missed
+// the new index) starts again from the beginning.
+const anchorSQL = `
+UPDATE outbox_rebuilds
+   SET load_since = dual_write_since, loaded_type = NULL, loaded_id = NULL,
+       rows_loaded = 0, rows_refused = 0, rows_superseded = 0, emit_first_id = NULL, emit_last_id = NULL
+ WHERE id = $1 AND state = 'open' AND load_since IS DISTINCT FROM dual_write_since
+RETURNING load_since`
+
+// anchor ties the load to the present run of confirmations; see anchorSQL.
+func (r *runner) anchor(ctx context.Context, row *Row) error {
+	var since *time.Time
+	err := r.cfg.Pool.QueryRow(ctx, anchorSQL, row.ID).Scan(&since)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("record the load's start: %w", err)
+	}
+	if row.LoadedType != nil || row.RowsLoaded+row.RowsRefused+row.RowsSuperseded > 0 || row.EmitFirstID != nil {
+		r.cfg.Progress.Note(fmt.Sprintf("dual-writes to %s were interrupted since the load began (a leader term did not "+
+			"confirm them): loading all rows again", row.Target))
+	}
+	r.rep.RefusedByReason, r.rep.RefusedRows = nil, nil
+	row.LoadSince, row.LoadedType, row.LoadedID = since, nil, nil
+	row.RowsLoaded, row.RowsRefused, row.RowsSuperseded, row.EmitFirstID, row.EmitLastID = 0, 0, 0, nil, nil
+	return nil
 }
 
 // live reports whether index is one the alias points at now.

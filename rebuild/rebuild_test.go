@@ -1,15 +1,18 @@
 package rebuild
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -229,10 +232,47 @@ func (s *stopAt) Add(n int64) {
 	}
 }
 
-// TestRebuildResumesAfterCrash stops a rebuild half-way (the context
-// cancelled, as by Ctrl-C): the alias stays on the old, concrete index and
-// the rebuild open. Events, deletes among them, go on; a re-run converts
-// the index into an alias and nothing is lost or resurrected.
+// rebuildProcess is `wlproj rebuild` run as an operator runs it, so that
+// a test can kill it.
+type rebuildProcess struct {
+	cmd  *exec.Cmd
+	out  bytes.Buffer
+	done chan struct{}
+}
+
+// startRebuild runs the test binary's `wlproj rebuild` of the bundle's
+// source table into its alias, with args added.
+func (b bundle) startRebuild(t *testing.T, args ...string) *rebuildProcess {
+	t.Helper()
+	p := &rebuildProcess{done: make(chan struct{})}
+	args = append([]string{"rebuild", "--from-table", "search_index", "--by", "alice", "--why", "crash test",
+		"--progress", "json", "--database-url", b.db.URL, "--elastic-url", b.base, "--elastic-index", b.alias}, args...)
+	p.cmd = exec.Command(harness.Binary(t), args...)
+	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	require.NoError(t, p.cmd.Start())
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("wlproj rebuild printed:\n%s", p.out.String())
+		}
+	})
+	return p
+}
+
+// kill is kill -9; it returns once the process is gone.
+func (p *rebuildProcess) kill() {
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// TestRebuildResumesAfterCrash kills `wlproj rebuild` with SIGKILL twice:
+// in the middle of the load (the alias stays on the old, concrete index
+// and the rebuild open), and between the swap and the close (the alias on
+// the new index, the row still open). Events, deletes among them, go on
+// throughout; the last run resumes, closes, and every event is done with
+// its document at its newest version, nothing lost or resurrected.
 func TestRebuildResumesAfterCrash(t *testing.T) {
 	t.Parallel()
 	const rows = 20_000
@@ -240,35 +280,165 @@ func TestRebuildResumesAfterCrash(t *testing.T) {
 	require.NoError(t, harness.CreateIndex(b.ctx, b.base, b.alias))
 	b.leader(t)
 	producer := b.produce(t, 200, rows, true)
-	cfg := b.config(t)
-	cfg.Mapping = nil
+	slow := []string{"--bulk-size", "100", "--concurrency", "1"}
 
-	ctx, cancel := context.WithCancel(b.ctx)
-	cfg.Progress = &stopAt{n: rows / 3, cancel: cancel}
-	_, err := Run(ctx, cfg)
-	var stopped *StoppedError
-	require.ErrorAs(t, err, &stopped)
+	// 1. Killed during the load, once it checkpointed some rows.
+	p := b.startRebuild(t, slow...)
+	harness.Eventually(t, 60*time.Second, "the load to checkpoint", func() bool {
+		return b.db.Int(t, `SELECT coalesce(max(rows_loaded), 0)::int FROM outbox_rebuilds WHERE state = 'open'`) > 0
+	})
+	p.kill()
 	require.Equal(t, named{Indexes: []string{b.alias}, Concrete: true}, b.resolve(t), "the alias is untouched")
 	open, err := Open(b.ctx, b.db.Pool, Projection)
 	require.NoError(t, err)
 	require.NotNil(t, open)
-	require.Greater(t, open.RowsLoaded, int64(0))
-	require.Less(t, open.RowsLoaded, int64(rows))
+	require.Less(t, open.RowsLoaded, int64(rows), "killed before the load ended")
+	b.writesGoOn(t, producer, "while the rebuild is dead (dual-writes go on)")
 
-	b.writesGoOn(t, producer, "while the rebuild is stopped (dual-writes go on)")
-	cfg.Progress = nil
+	// 2. Killed after the alias moved but before the close: the close's
+	// audit row waits for a lock the test holds.
+	p = b.startRebuild(t)
+	harness.Eventually(t, 30*time.Second, "the run to resume", func() bool {
+		return b.db.Int(t, `SELECT count(*) FROM outbox_replay_audit WHERE action = 'rebuild' AND selector->>'step' = 'resume'`) == 1
+	})
+	conn, err := b.db.Pool.Acquire(b.ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	tx, err := conn.Begin(b.ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(b.ctx, `LOCK TABLE outbox_replay_audit IN SHARE MODE`)
+	require.NoError(t, err)
+	harness.Eventually(t, 60*time.Second, "the alias to move to the new index", func() bool {
+		n, err := engine{client: b.client}.resolve(b.ctx, b.alias)
+		return err == nil && !n.Concrete && len(n.Indexes) == 1 && n.Indexes[0] == open.Target
+	})
+	p.kill()
+	require.NoError(t, tx.Rollback(b.ctx))
+	require.Equal(t, 1, b.db.Int(t, `SELECT count(*) FROM outbox_rebuilds WHERE id = $1 AND state = 'open'`, open.ID),
+		"the row is still open")
+	b.writesGoOn(t, producer, "after the swap, with the rebuild dead")
+
+	// 3. The same command again only closes.
+	cfg := b.config(t)
+	cfg.Mapping = nil
 	rep, err := Run(b.ctx, cfg)
 	require.NoError(t, err)
 	producer.Stop()
 	require.True(t, rep.Resumed)
 	require.True(t, rep.Converted)
 	require.Equal(t, []string{open.Target}, b.resolve(t).Indexes)
+	require.Equal(t, "open,resume,resume,swap", str(t, b.db, `SELECT string_agg(selector->>'step', ',' ORDER BY id)
+		FROM outbox_replay_audit WHERE action = 'rebuild'`))
 
 	harness.Drained(t, b.db.Pool, 30*time.Second)
 	harness.Verified(t, b.db.Pool, b.alias)
 	harness.SourceMatched(t, b.db.Pool, b.alias, "search_index")
-	require.Equal(t, "open,resume,swap", str(t, b.db, `SELECT string_agg(selector->>'step', ',' ORDER BY id)
+}
+
+// TestRebuildRollbackServesCurrentDocuments: after the swap the leader
+// keeps writing the old index, so that moving the alias back serves every
+// event, those written after the swap included. The rebuild's own index is
+// then released, and --cleanup deletes it once AbortGrace has passed by
+// the database's clock.
+func TestRebuildRollbackServesCurrentDocuments(t *testing.T) {
+	t.Parallel()
+	const rows = 5000
+	b := setup(t, rows)
+	require.NoError(t, harness.CreateIndex(b.ctx, b.base, b.alias))
+	b.leader(t)
+	cfg := b.config(t)
+	_, err := Run(b.ctx, cfg) // converts the concrete index into an alias
+	require.NoError(t, err)
+	producer := b.produce(t, 300, rows, true)
+	b.writesGoOn(t, producer, "before the rebuild")
+	cfg.Mapping = nil
+	rep, err := Run(b.ctx, cfg)
+	require.NoError(t, err)
+	old := rep.Rebuild.OldIndex
+	require.NotEmpty(t, old)
+	b.writesGoOn(t, producer, "after the swap")
+
+	rolled, err := Rollback(b.ctx, cfg)
+	require.NoError(t, err)
+	require.Equal(t, StateRolledBack, rolled.State)
+	require.Equal(t, []string{old}, b.resolve(t).Indexes)
+	b.writesGoOn(t, producer, "after the rollback")
+	producer.Stop()
+	harness.Drained(t, b.db.Pool, 30*time.Second)
+	harness.Verified(t, b.db.Pool, b.alias)
+	harness.SourceMatched(t, b.db.Pool, b.alias, "search_index")
+
+	_, err = Rollback(b.ctx, cfg)
+	require.ErrorContains(t, err, "is rolled_back: only a swapped rebuild, the newest, can be rolled back")
+	_, _ = Cleanup(b.ctx, cfg) // closes the first rebuild: its concrete index went in the swap
+	_, err = Cleanup(b.ctx, cfg)
+	require.ErrorContains(t, err, "index "+rep.Rebuild.Target+" of rolled_back rebuild #"+fmt.Sprint(rep.Rebuild.ID)+" is kept until")
+	b.db.Exec(t, `UPDATE outbox_rebuilds SET released_at = released_at - interval '2 minutes' WHERE id = $1`, rep.Rebuild.ID)
+	cleaned, err := Cleanup(b.ctx, cfg)
+	require.NoError(t, err)
+	var deleted []string
+	for _, c := range cleaned {
+		deleted = append(deleted, c.Deleted)
+	}
+	require.Contains(t, deleted, rep.Rebuild.Target)
+	exists, err := engine{client: b.client}.exists(b.ctx, rep.Rebuild.Target)
+	require.NoError(t, err)
+	require.False(t, exists)
+	require.Equal(t, []string{old}, b.resolve(t).Indexes)
+}
+
+// TestRebuildAbortAndCleanup: an aborted rebuild leaves the alias as it
+// was and the leader stops writing its index; --cleanup keeps that index
+// for AbortGrace after the abort, by the database's clock, for writes in
+// flight, then deletes it and closes the rebuild.
+func TestRebuildAbortAndCleanup(t *testing.T) {
+	t.Parallel()
+	const rows = 5000
+	b := setup(t, rows)
+	require.NoError(t, harness.CreateIndex(b.ctx, b.base, b.alias))
+	b.leader(t)
+	producer := b.produce(t, 200, rows, true)
+	cfg := b.config(t)
+	cfg.Mapping = nil
+	ctx, cancel := context.WithCancel(b.ctx)
+	cfg.Progress = &stopAt{n: rows / 3, cancel: cancel}
+	_, err := Run(ctx, cfg)
+	var stopped *StoppedError
+	require.ErrorAs(t, err, &stopped)
+	cfg.Progress = nil
+
+	row, err := Abort(b.ctx, cfg)
+	require.NoError(t, err)
+	require.Equal(t, StateAborted, row.State)
+	require.Equal(t, named{Indexes: []string{b.alias}, Concrete: true}, b.resolve(t), "the alias is untouched")
+	time.Sleep(2*CacheTTL + 500*time.Millisecond) // the leader's view of the rebuilds, and a bulk in flight
+	require.NoError(t, harness.ES(b.ctx, b.base, http.MethodPost, "/"+row.Target+"/_refresh", nil, nil))
+	before := b.count(t, row.Target)
+	b.writesGoOn(t, producer, "after the abort")
+	require.NoError(t, harness.ES(b.ctx, b.base, http.MethodPost, "/"+row.Target+"/_refresh", nil, nil))
+	require.Equal(t, before, b.count(t, row.Target), "the leader still writes the aborted rebuild's index")
+
+	_, err = Cleanup(b.ctx, cfg)
+	var refused *RefusedError
+	require.ErrorAs(t, err, &refused)
+	require.ErrorContains(t, err, "index "+row.Target+" of aborted rebuild #"+fmt.Sprint(row.ID)+" is kept until")
+	b.db.Exec(t, `UPDATE outbox_rebuilds SET finished_at = finished_at - interval '2 minutes',
+		released_at = released_at - interval '2 minutes' WHERE id = $1`, row.ID)
+	cleaned, err := Cleanup(b.ctx, cfg)
+	require.NoError(t, err)
+	require.Len(t, cleaned, 1)
+	require.Equal(t, row.Target, cleaned[0].Deleted)
+	exists, err := engine{client: b.client}.exists(b.ctx, row.Target)
+	require.NoError(t, err)
+	require.False(t, exists)
+	require.Equal(t, 1, b.db.Int(t, `SELECT count(*) FROM outbox_rebuilds WHERE id = $1 AND state = 'cleaned'`, row.ID))
+	require.Equal(t, "open,abort,cleanup", str(t, b.db, `SELECT string_agg(selector->>'step', ',' ORDER BY id)
 		FROM outbox_replay_audit WHERE action = 'rebuild'`))
+
+	producer.Stop()
+	harness.Drained(t, b.db.Pool, 30*time.Second)
+	harness.Verified(t, b.db.Pool, b.alias)
+	require.Equal(t, named{Indexes: []string{b.alias}, Concrete: true}, b.resolve(t))
 }
 
 // str is the single text sql returns.
@@ -336,7 +506,7 @@ func TestRebuildBadInput(t *testing.T) {
 	_, err = Cleanup(b.ctx, good)
 	var refused *RefusedError
 	require.ErrorAs(t, err, &refused)
-	require.EqualError(t, err, `nothing to clean for projection "search": no swapped or aborted rebuild keeps an index; nothing changed`)
+	require.EqualError(t, err, `nothing to clean for projection "search": no swapped, aborted or rolled-back rebuild keeps an index; nothing changed`)
 	_, err = Abort(b.ctx, good)
 	require.EqualError(t, err, `no open rebuild of projection "search" to abort; nothing changed`)
 

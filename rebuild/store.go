@@ -14,10 +14,11 @@ import (
 
 // States of a rebuild row.
 const (
-	StateOpen    = "open"
-	StateSwapped = "swapped"
-	StateAborted = "aborted"
-	StateCleaned = "cleaned"
+	StateOpen       = "open"
+	StateSwapped    = "swapped"
+	StateAborted    = "aborted"
+	StateRolledBack = "rolled_back"
+	StateCleaned    = "cleaned"
 )
 
 // Modes of a rebuild.
@@ -46,6 +47,12 @@ type Row struct {
 	StartedBy      string     `json:"started_by"`
 	StartedAt      time.Time  `json:"started_at"`
 	DualWriteAt    *time.Time `json:"dual_write_at,omitempty"`
+	DualWriteBy    string     `json:"dual_write_by,omitempty"`
+	DualWriteEpoch int64      `json:"dual_write_epoch,omitempty"`
+	// DualWriteSince is when the unbroken run of confirmations began,
+	// LoadSince what it was when the load took its first snapshot.
+	DualWriteSince *time.Time `json:"dual_write_since,omitempty"`
+	LoadSince      *time.Time `json:"load_since,omitempty"`
 	LoadedType     *string    `json:"-"`
 	LoadedID       *string    `json:"-"`
 	RowsLoaded     int64      `json:"rows_loaded"`
@@ -54,17 +61,22 @@ type Row struct {
 	EmitFirstID    *int64     `json:"emit_first_id,omitempty"`
 	EmitLastID     *int64     `json:"emit_last_id,omitempty"`
 	FinishedAt     *time.Time `json:"finished_at,omitempty"`
+	// ReleasedAt is when the leader was told to stop writing the index
+	// that Cleanup deletes (an abort, a rollback, or Cleanup itself).
+	ReleasedAt *time.Time `json:"released_at,omitempty"`
 }
 
 const rowColumns = `id, projection, alias, target_index, coalesce(old_index, ''), old_is_concrete, source_table, mode,
        coalesce(mapping_sha256, ''), state, started_by, started_at, dual_write_at, loaded_type, loaded_id,
-       rows_loaded, rows_refused, rows_superseded, emit_first_id, emit_last_id, finished_at`
+       rows_loaded, rows_refused, rows_superseded, emit_first_id, emit_last_id, finished_at,
+       coalesce(dual_write_by, ''), coalesce(dual_write_epoch, 0), dual_write_since, load_since, released_at`
 
 func scanRow(row pgx.Row) (Row, error) {
 	var r Row
 	err := row.Scan(&r.ID, &r.Projection, &r.Alias, &r.Target, &r.OldIndex, &r.OldIsConcrete, &r.SourceTable, &r.Mode,
 		&r.MappingSHA256, &r.State, &r.StartedBy, &r.StartedAt, &r.DualWriteAt, &r.LoadedType, &r.LoadedID,
-		&r.RowsLoaded, &r.RowsRefused, &r.RowsSuperseded, &r.EmitFirstID, &r.EmitLastID, &r.FinishedAt)
+		&r.RowsLoaded, &r.RowsRefused, &r.RowsSuperseded, &r.EmitFirstID, &r.EmitLastID, &r.FinishedAt,
+		&r.DualWriteBy, &r.DualWriteEpoch, &r.DualWriteSince, &r.LoadSince, &r.ReleasedAt)
 	return r, err
 }
 

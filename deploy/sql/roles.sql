@@ -140,9 +140,14 @@ SELECT to_regclass('public.outbox_events') IS NOT NULL
   -- id); its rows are never changed or deleted by the daemon.
   SELECT format('GRANT SELECT, INSERT ON %s TO %I', t, :'runtime_role')
     FROM to_regclass('public.chronicle_events') AS t WHERE t IS NOT NULL \gexec
-  -- The leader reads open rebuilds and confirms it writes to both indexes.
-  SELECT format('GRANT SELECT, UPDATE (dual_write_at, dual_write_by, dual_write_epoch) ON %s TO %I', t, :'runtime_role')
-    FROM to_regclass('public.outbox_rebuilds') AS t WHERE t IS NOT NULL \gexec
+  -- The leader reads open rebuilds and confirms it writes to both indexes
+  -- (the columns this database's migrations have).
+  SELECT format('GRANT SELECT, UPDATE (%s) ON %s TO %I', string_agg(quote_ident(a.attname), ', '), t, :'runtime_role')
+    FROM to_regclass('public.outbox_rebuilds') AS t
+    JOIN pg_attribute a ON a.attrelid = t AND NOT a.attisdropped
+         AND a.attname IN ('dual_write_at', 'dual_write_by', 'dual_write_epoch', 'dual_write_leader',
+                           'dual_write_seen_at', 'dual_write_since')
+   GROUP BY t \gexec
   -- The console records a sign-in, reads the session on every request, ends
   -- it at sign-out, and deletes expired ones.
   SELECT format('GRANT SELECT, INSERT, UPDATE (revoked_at), DELETE ON %s TO %I', t, :'runtime_role')
