@@ -2,6 +2,7 @@ package rebuild
 
 import (
 	"context"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -224,4 +225,25 @@ func (n *notes) has(part string) bool {
 		}
 	}
 	return false
+}
+
+// TestRebuildRefusesAnAliasMovedMeanwhile: the alias came to name another
+// index while the rebuild loaded (a replica created the missing index
+// behind it): the swap would leave the alias on two indexes, so the
+// rebuild stops and changes nothing.
+func TestRebuildRefusesAnAliasMovedMeanwhile(t *testing.T) {
+	t.Parallel()
+	const rows = 2000
+	b := setup(t, rows)
+	cfg := b.config(t)
+	lead(t, b.dualWrite(t, "A"), b.takeLead(t, "A"))
+	other := b.alias + "-other"
+	cfg.Progress = &onRows{n: rows / 2, do: func() {
+		require.NoError(t, harness.ES(b.ctx, b.base, http.MethodPut, "/"+other, []byte(`{"aliases": {"`+b.alias+`": {}}}`), nil))
+	}}
+	_, err := Run(b.ctx, cfg)
+	var stopped *StoppedError
+	require.ErrorAs(t, err, &stopped)
+	require.ErrorContains(t, err, b.alias+" names ["+other+"] now, not nothing as when rebuild #1 opened")
+	require.Equal(t, named{Indexes: []string{other}}, b.resolve(t))
 }

@@ -22,6 +22,12 @@ func (r *runner) finish(ctx context.Context, row *Row) error {
 		return err
 	}
 	swapped := !cur.Concrete && slices.Equal(cur.Indexes, []string{row.Target})
+	if !swapped && !opened(cur, row) {
+		// Adding the alias would leave it on two indexes: readers would
+		// see both, and the leader write neither.
+		return fmt.Errorf("%s names %s now, not %s as when rebuild #%d opened: something else moved it; "+
+			"--abort the rebuild and start again", row.Alias, orNothing(cur.Indexes), orNothing(nonEmpty(row.OldIndex)), row.ID)
+	}
 	if !swapped {
 		// Wait for the confirmation before the old index stops refreshing,
 		// so that readers do not see it frozen for the wait.
@@ -36,6 +42,18 @@ func (r *runner) finish(ctx context.Context, row *Row) error {
 		return r.swap(ctx, row, since)
 	}
 	return pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) error { return r.close(ctx, tx, row) })
+}
+
+// opened reports whether cur is what the alias named when row opened.
+func opened(cur named, row *Row) bool {
+	return cur.Concrete == row.OldIsConcrete && slices.Equal(cur.Indexes, nonEmpty(row.OldIndex))
+}
+
+func nonEmpty(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return []string{s}
 }
 
 // close records the swap in the row and the audit, in tx.
