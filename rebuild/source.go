@@ -32,6 +32,12 @@ var sourceColumns = []struct {
 	{"version", []string{"bigint", "integer", "smallint"}},
 }
 
+// CheckSource is checkSource for the other readers of the source table
+// (wlproj verify), so that both accept exactly the same tables.
+func CheckSource(ctx context.Context, pool *pgxpool.Pool, table string) (string, error) {
+	return checkSource(ctx, pool, table)
+}
+
 // checkSource returns the source table's name as Postgres quotes it, or an
 // *InputError naming the missing table or column. Only that quoted name,
 // never the operator's text, goes into the statements that read the table.

@@ -1,0 +1,265 @@
+package verify
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// querier is the snapshot's transaction or the pool.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// database reads the truth: the source table (its name as Postgres quotes
+// it, from rebuild.CheckSource; never the operator's text) or, when table
+// is empty, the projection's ledger entries.
+type database struct {
+	q          querier
+	table      string
+	projection string
+}
+
+// count is how many documents the truth says the index holds: the source
+// table's rows, or the live ledger entries.
+func (db database) count(ctx context.Context) (int64, error) {
+	sql, args := `SELECT count(*) FROM outbox_applied WHERE projection = $1 AND NOT deleted`, []any{db.projection}
+	if db.table != "" {
+		sql, args = `SELECT count(*) FROM `+db.table, nil
+	}
+	var n int64
+	if err := db.q.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count the documents the index should hold: %w", err)
+	}
+	return n, nil
+}
+
+// found is what the database holds for one index document.
+type found struct {
+	key    key
+	hasKey bool
+	source *SourceRow
+	ledger *Entry
+}
+
+// expected reports whether the truth counts the document (see count).
+func (f found) expected(table bool) bool {
+	if table {
+		return f.source != nil
+	}
+	return f.ledger != nil && !f.ledger.Deleted
+}
+
+// lookupSQL reads, for each key an index id could be, its source row and
+// ledger entry by primary key; see sourceSQL for its %[1]s and %[2]s.
+const lookupSQL = `
+SELECT c.i, c.entity_type, c.entity_id, %[1]s, a.version, a.deleted
+  FROM unnest($1::int[], $2::text[], $3::text[]) AS c(i, entity_type, entity_id)
+  %[2]s
+  LEFT JOIN outbox_applied a ON a.projection = $4 AND a.entity_type = c.entity_type AND a.entity_id = c.entity_id`
+
+// sourceColumns and sourceJoin read the source row; noColumns stands in
+// for them without a table.
+const (
+	sourceColumns = `s.entity_type IS NOT NULL, s.version::bigint`
+	sourceJoin    = `LEFT JOIN %s s ON s.entity_type = c.entity_type AND s.entity_id = c.entity_id`
+	noColumns     = `false, NULL::bigint`
+)
+
+// sourceSQL fills query's %[1]s (whether the source has the row, and its
+// version) and %[2]s (the source's join), and %[3]s with extra.
+func (db database) sourceSQL(query string, extra ...any) string {
+	cols, join := noColumns, ""
+	if db.table != "" {
+		cols, join = sourceColumns, fmt.Sprintf(sourceJoin, db.table)
+	}
+	return fmt.Sprintf(query, append([]any{cols, join}, extra...)...)
+}
+
+// lookup finds each hit's key, source row and ledger entry. An id that
+// splits more than one way takes the first split the database knows, else
+// the first one; an id that splits no way has no key.
+func (db database) lookup(ctx context.Context, page []hit) ([]found, error) {
+	out := make([]found, len(page))
+	var is []int32
+	var types, ids []string
+	for i, h := range page {
+		for j, k := range splits(h.ID) {
+			if j == 0 {
+				out[i].key, out[i].hasKey = k, true
+			}
+			is, types, ids = append(is, int32(i)), append(types, k.Type), append(ids, k.ID)
+		}
+	}
+	if len(is) == 0 {
+		return out, nil
+	}
+	rows, err := db.q.Query(ctx, db.sourceSQL(lookupSQL), is, types, ids, db.projection)
+	if err != nil {
+		return nil, fmt.Errorf("look up index documents in the database: %w", err)
+	}
+	defer rows.Close()
+	// known marks the hits whose key the database already matched.
+	known := make(map[int32]bool)
+	for rows.Next() {
+		var i int32
+		var k key
+		var inSource bool
+		var sourceVersion, ledgerVersion *int64
+		var deleted *bool
+		if err := rows.Scan(&i, &k.Type, &k.ID, &inSource, &sourceVersion, &ledgerVersion, &deleted); err != nil {
+			return nil, fmt.Errorf("look up index documents in the database: %w", err)
+		}
+		if (!inSource && ledgerVersion == nil) || known[i] {
+			continue
+		}
+		known[i] = true
+		f := found{key: k, hasKey: true}
+		if inSource {
+			f.source = &SourceRow{Version: orMinus1(sourceVersion)}
+		}
+		if ledgerVersion != nil {
+			f.ledger = &Entry{Version: *ledgerVersion, Deleted: *deleted}
+		}
+		out[i] = f
+	}
+	return out, rows.Err()
+}
+
+func orMinus1(v *int64) int64 {
+	if v == nil {
+		return -1
+	}
+	return *v
+}
+
+// keyRow is one document of the truth, in key order.
+type keyRow struct {
+	key     key
+	version int64
+}
+
+// keys reads up to n documents of the truth after a key, in key order:
+// the source table walks its primary key, the ledger its own (projection,
+// entity_type, entity_id). Pages after a key, like the rebuild's load, let
+// Postgres walk the index where one ordered read would sort the table.
+func (db database) keys(ctx context.Context, after *key, n int) ([]keyRow, error) {
+	where, args := "", []any{}
+	sql := `SELECT entity_type, entity_id, version::bigint FROM %s%s ORDER BY entity_type, entity_id LIMIT ` + strconv.Itoa(n)
+	if db.table == "" {
+		where, args = ` WHERE projection = $1 AND NOT deleted`, append(args, db.projection)
+		if after != nil {
+			where += ` AND (entity_type, entity_id) > ($2, $3)`
+		}
+	} else if after != nil {
+		where = ` WHERE (entity_type, entity_id) > ($1, $2)`
+	}
+	if after != nil {
+		args = append(args, after.Type, after.ID)
+	}
+	table := "outbox_applied"
+	if db.table != "" {
+		table = db.table
+	}
+	rows, err := db.q.Query(ctx, fmt.Sprintf(sql, table, where), args...)
+	if err != nil {
+		return nil, fmt.Errorf("read the keys of %s: %w", table, err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (keyRow, error) {
+		var k keyRow
+		var v *int64
+		err := r.Scan(&k.key.Type, &k.key.ID, &v)
+		k.version = orMinus1(v)
+		return k, err
+	})
+}
+
+// current is what the database holds of one document now.
+type current struct {
+	source   *SourceRow
+	ledger   *Entry
+	inFlight bool
+}
+
+// currentSQL reads the documents' source rows (with their docs when $5)
+// and ledger entries as they are now; inFlightSQL which of them have an
+// event pending or processing. The two partial indexes of those statuses
+// keep the latter as small as the backlog.
+const currentSQL = `
+SELECT c.entity_type, c.entity_id, %[1]s, CASE WHEN $4 THEN %[3]s END, a.version, a.deleted
+  FROM unnest($1::text[], $2::text[]) AS c(entity_type, entity_id)
+  %[2]s
+  LEFT JOIN outbox_applied a ON a.projection = $3 AND a.entity_type = c.entity_type AND a.entity_id = c.entity_id`
+
+const inFlightSQL = `
+WITH c AS (SELECT * FROM unnest($1::text[], $2::text[]) AS c(entity_type, entity_id))
+SELECT e.entity_type, e.entity_id FROM outbox_events e JOIN c USING (entity_type, entity_id)
+ WHERE e.status = 'pending' AND e.projection = $3
+UNION
+SELECT e.entity_type, e.entity_id FROM outbox_events e JOIN c USING (entity_type, entity_id)
+ WHERE e.status = 'processing' AND e.projection = $3`
+
+// current reads the keys' documents as they are now, outside the snapshot.
+func (db database) current(ctx context.Context, keys []key, docs bool) (map[key]current, error) {
+	out := make(map[key]current, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	types, ids := make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		types[i], ids[i] = k.Type, k.ID
+	}
+	doc := "NULL::text"
+	if db.table != "" {
+		doc = "s.doc::text"
+	}
+	rows, err := db.q.Query(ctx, db.sourceSQL(currentSQL, doc), types, ids, db.projection, docs)
+	if err != nil {
+		return nil, fmt.Errorf("read the suspects from the database: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k key
+		var inSource bool
+		var sourceVersion, ledgerVersion *int64
+		var body *string
+		var deleted *bool
+		if err := rows.Scan(&k.Type, &k.ID, &inSource, &sourceVersion, &body, &ledgerVersion, &deleted); err != nil {
+			return nil, fmt.Errorf("read the suspects from the database: %w", err)
+		}
+		var c current
+		if inSource {
+			c.source = &SourceRow{Version: orMinus1(sourceVersion)}
+			if body != nil {
+				c.source.Doc = []byte(*body)
+			}
+		}
+		if ledgerVersion != nil {
+			c.ledger = &Entry{Version: *ledgerVersion, Deleted: *deleted}
+		}
+		out[k] = c
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	rows, err = db.q.Query(ctx, inFlightSQL, types, ids, db.projection)
+	if err != nil {
+		return nil, fmt.Errorf("read the suspects' pending events: %w", err)
+	}
+	busy, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (key, error) {
+		var k key
+		return k, r.Scan(&k.Type, &k.ID)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the suspects' pending events: %w", err)
+	}
+	for _, k := range busy {
+		c := out[k]
+		c.inFlight = true
+		out[k] = c
+	}
+	return out, nil
+}

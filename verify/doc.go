@@ -1,0 +1,37 @@
+// Package verify proves that the search index holds what the database
+// says it should (wlproj verify), puts right what it does not (--repair),
+// and does both on a schedule as a leader service.
+//
+// The truth is the source table (the rebuild's search_index: one row per
+// live document at its version) when one is given, else the applied-version
+// ledger. Every document that differs falls in one kind:
+//
+//	missing      in the source (or live in the ledger), absent from the index
+//	stale        in the index at an older version than the source or the ledger
+//	resurrected  in the index while the ledger says it was deleted
+//	extra        in the index, absent from the source, not deleted in the ledger
+//
+// Without a source table nothing can be called extra: the pruner drops live
+// documents' ledger entries after the retention, so an index document with
+// no entry is normal.
+//
+// How it reads, in bounded memory and on every engine of the matrix
+// (Elasticsearch 8 refuses to sort on _id, so no merge of two sorted
+// streams):
+//
+//  1. One REPEATABLE READ snapshot of the database, and one scroll of the
+//     index in _doc order (a point-in-time view of its own; versions on,
+//     _source off). Each page of index ids is looked up in the snapshot
+//     (source row and ledger entry, by primary key) and judged; the index
+//     documents that have a source row (or a live ledger entry) are counted.
+//  2. If that count equals the snapshot's number of source rows (or live
+//     entries), no document is missing and the database is not walked.
+//     Otherwise its keys are walked in key-ordered pages, each page looked
+//     up in the index with one ids query, to find the missing ones.
+//  3. Every document found different is checked again, in batches, against
+//     the database and the index as they are now (a realtime _mget): the
+//     live drain moves on while verify reads, so only a document that still
+//     differs, and has no event pending or processing, is drift.
+//
+// Only pages, a batch of suspects and the samples are held in memory.
+package verify

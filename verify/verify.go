@@ -1,0 +1,494 @@
+package verify
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/olivere/elastic/v7"
+	"golang.org/x/time/rate"
+
+	"github.com/wlproj/wlproj/internal/bounds"
+	"github.com/wlproj/wlproj/rebuild"
+)
+
+// Kind is how a document differs from the truth.
+type Kind string
+
+// The kinds of drift; see the package doc.
+const (
+	Missing     Kind = "missing"
+	Stale       Kind = "stale"
+	Extra       Kind = "extra"
+	Resurrected Kind = "resurrected"
+)
+
+// Kinds lists every kind, in the order reports show them.
+var Kinds = []Kind{Missing, Stale, Extra, Resurrected}
+
+// Defaults of Config; the CLI's flags take theirs from here.
+const (
+	ProjectionDefault = "search"
+	SampleDefault     = 10
+	PageDefault       = 5000
+	// recheckBatch is how many suspects are checked again at once.
+	recheckBatch = 500
+	// scrollKeepAlive is how long the engine keeps the scroll between two
+	// pages; a rate-capped run waits between pages.
+	scrollKeepAlive = "10m"
+)
+
+// SampleRange, PageRange and RateRange are what Config accepts.
+var (
+	SampleRange = bounds.Range[int]{Min: 1, Max: 1000}
+	PageRange   = bounds.Range[int]{Min: 10, Max: 10000}
+	RateRange   = bounds.Range[int]{Min: 0, Max: 10_000_000}
+)
+
+// Config is one verify run.
+type Config struct {
+	// Pool reads the source table, the ledger and the outbox. Required.
+	Pool *pgxpool.Pool
+	// Client talks to the engine (projection.NewElasticClient). Required.
+	Client *elastic.Client
+	// Index is the index or alias verified (ELASTIC_INDEX). Required.
+	Index string
+	// Projection is whose ledger entries count. Only search has an index.
+	// Defaults to search.
+	Projection string
+	// SourceTable is the source-of-truth table (entity_type, entity_id,
+	// doc, version, keyed on the first two); empty compares the index with
+	// the ledger alone.
+	SourceTable string
+	// Sample is the most document ids a report keeps per kind. Defaults
+	// to 10.
+	Sample int
+	// Page is the documents per scroll page, per database page and per ids
+	// query. Defaults to 5000.
+	Page int
+	// Rate caps the documents read per second (index and database pages
+	// alike), so a scheduled run does not starve the live drain; 0 is no
+	// cap. Defaults to 0.
+	Rate int
+	// Docs makes the drift handed to OnDrift carry the source row's doc,
+	// which a repair sends.
+	Docs bool
+	// OnDrift, if set, receives the confirmed drift batch by batch, as it
+	// is found; an error stops the run.
+	OnDrift func(ctx context.Context, drift []Drift) error
+}
+
+func (c Config) withDefaults() Config {
+	c.Projection = cmp.Or(c.Projection, ProjectionDefault)
+	c.Sample = cmp.Or(c.Sample, SampleDefault)
+	c.Page = cmp.Or(c.Page, PageDefault)
+	return c
+}
+
+// Validate returns a *bounds.FieldError for the first bad field, or an
+// *rebuild.InputError for a projection without an index.
+func (c Config) Validate() error {
+	switch {
+	case c.Pool == nil || c.Client == nil:
+		return errors.New("verify: Pool and Client are required")
+	case c.Index == "":
+		return bounds.Invalid("Index", "is required")
+	case c.Projection != ProjectionDefault:
+		return &rebuild.InputError{Problem: fmt.Sprintf("projection %q has no search index to verify (only %s has one)",
+			c.Projection, ProjectionDefault)}
+	}
+	return bounds.First(
+		bounds.Check("Sample", c.Sample, SampleRange),
+		bounds.Check("Page", c.Page, PageRange),
+		bounds.Check("Rate", c.Rate, RateRange),
+	)
+}
+
+// Report is what a run found.
+type Report struct {
+	Projection string `json:"projection"`
+	Index      string `json:"index"`
+	// SourceTable is the table compared with, as Postgres names it; empty
+	// when the ledger alone was.
+	SourceTable string `json:"source_table,omitempty"`
+	// Checked counts the documents looked at: the index's, and those of the
+	// database the index lacks.
+	Checked int64 `json:"checked"`
+	// Counts is the drifted documents by kind.
+	Counts map[Kind]int64 `json:"counts"`
+	// Samples is up to Config.Sample document ids per kind, sorted.
+	Samples map[Kind][]string `json:"samples"`
+	// InFlight counts the documents that differed while an event of theirs
+	// was pending or processing: the live drain, not drift.
+	InFlight int64 `json:"in_flight"`
+	// Walked reports whether the database's keys were walked for missing
+	// documents (step 2 of the package doc).
+	Walked  bool          `json:"walked"`
+	Started time.Time     `json:"started_at"`
+	Took    time.Duration `json:"-"`
+}
+
+// Drift is the total of the counts.
+func (r Report) Drift() int64 {
+	var n int64
+	for _, k := range Kinds {
+		n += r.Counts[k]
+	}
+	return n
+}
+
+func (r *Report) add(d Drift, sample int) {
+	r.Counts[d.Kind]++
+	if len(r.Samples[d.Kind]) < sample {
+		r.Samples[d.Kind] = append(r.Samples[d.Kind], d.ID)
+	}
+}
+
+// Drift is one drifted document, as the database and the index hold it
+// when it was checked again.
+type Drift struct {
+	Kind Kind
+	// ID is the document's _id, entity_type:entity_id.
+	ID string
+	// EntityType and EntityID are the document's key; both empty when ID
+	// names no entity (no "type:id"), which no event can address.
+	EntityType, EntityID string
+	// IndexVersion is the document's version in the index, -1 if absent.
+	IndexVersion int64
+	// Source is the source table's row, nil when it has none or no table
+	// was given.
+	Source *SourceRow
+	// Ledger is the ledger's entry, nil when it has none.
+	Ledger *Entry
+}
+
+// SourceRow is a document's row in the source table; Version is -1 when
+// the row's version is NULL. Doc is read only with Config.Docs.
+type SourceRow struct {
+	Version int64
+	Doc     json.RawMessage
+}
+
+// Entry is a document's ledger entry.
+type Entry struct {
+	Version int64
+	Deleted bool
+}
+
+// state is what is known of one document at one moment.
+type state struct {
+	index  int64 // -1: absent
+	source *SourceRow
+	ledger *Entry
+}
+
+// judge says how a document differs, if it does. With a table the table
+// is the truth, the ledger only tells a deleted document (resurrected)
+// from one nobody knows (extra), and a live entry newer than the index is
+// stale too. Without one, the ledger is the truth and nothing is extra.
+func judge(table bool, s state) (Kind, bool) {
+	present := s.index >= 0
+	live := s.ledger != nil && !s.ledger.Deleted
+	if table {
+		switch {
+		case s.source != nil && !present:
+			return Missing, true
+		case s.source != nil && (s.index < s.source.Version || live && s.index < s.ledger.Version):
+			return Stale, true
+		case s.source != nil || !present:
+			return "", false
+		case s.ledger != nil && s.ledger.Deleted:
+			return Resurrected, true
+		}
+		return Extra, true
+	}
+	switch {
+	case s.ledger == nil:
+		return "", false
+	case s.ledger.Deleted && present:
+		return Resurrected, true
+	case live && !present:
+		return Missing, true
+	case live && s.index < s.ledger.Version:
+		return Stale, true
+	}
+	return "", false
+}
+
+// Run verifies cfg.Index against the source table or the ledger.
+func Run(ctx context.Context, cfg Config) (Report, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return Report{}, err
+	}
+	v := &run{cfg: cfg, engine: engine{client: cfg.Client, index: cfg.Index},
+		rep: Report{Projection: cfg.Projection, Index: cfg.Index, Counts: map[Kind]int64{}, Samples: map[Kind][]string{},
+			Started: time.Now()}}
+	if cfg.SourceTable != "" {
+		quoted, err := rebuild.CheckSource(ctx, cfg.Pool, cfg.SourceTable)
+		if err != nil {
+			return Report{}, err
+		}
+		v.table, v.rep.SourceTable = quoted, quoted
+	}
+	if cfg.Rate > 0 {
+		v.limit = rate.NewLimiter(rate.Limit(cfg.Rate), cfg.Page)
+	}
+	err := v.compare(ctx)
+	for _, k := range Kinds {
+		v.rep.Counts[k] += 0 // every kind, zero or not
+		slices.Sort(v.rep.Samples[k])
+		if v.rep.Samples[k] == nil {
+			v.rep.Samples[k] = []string{}
+		}
+	}
+	v.rep.Took = time.Since(v.rep.Started)
+	return v.rep, err
+}
+
+// run is one verify in progress.
+type run struct {
+	cfg    Config
+	engine engine
+	table  string // quoted; "" without a source table
+	limit  *rate.Limiter
+	rep    Report
+	// suspects wait to be checked again, at most recheckBatch of them.
+	suspects []suspect
+}
+
+// suspect is a document that differed in the snapshot and the scroll.
+type suspect struct {
+	id       string
+	key      key
+	hasKey   bool
+	snapshot state
+}
+
+// key is a document's (entity_type, entity_id).
+type key struct{ Type, ID string }
+
+// compare runs steps 1 to 3 of the package doc.
+func (v *run) compare(ctx context.Context) error {
+	tx, err := v.cfg.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only
+	db := database{q: tx, table: v.table, projection: v.cfg.Projection}
+	// The snapshot is taken by its first statement, before the scroll
+	// opens: a document created in between is in the index only, and the
+	// check again finds it in the database.
+	expected, err := db.count(ctx)
+	if err != nil {
+		return err
+	}
+	matched, err := v.scanIndex(ctx, db)
+	if err != nil {
+		return err
+	}
+	if matched != expected {
+		v.rep.Walked = true
+		if err := v.walkDatabase(ctx, db); err != nil {
+			return err
+		}
+	}
+	return v.recheck(ctx)
+}
+
+// scanIndex is step 1: it judges every index document against the
+// snapshot and returns how many of them the database expects.
+func (v *run) scanIndex(ctx context.Context, db database) (int64, error) {
+	pages := make(chan []hit, 2)
+	scrolled := make(chan error, 1)
+	sctx, stop := context.WithCancel(ctx)
+	defer func() {
+		stop()
+		for range pages { // until the scroll has returned
+		}
+	}()
+	go func() {
+		defer close(pages)
+		scrolled <- v.engine.scroll(sctx, v.cfg.Page, func(h []hit) error {
+			select {
+			case pages <- h:
+				return nil
+			case <-sctx.Done():
+				return sctx.Err()
+			}
+		})
+	}()
+	var matched int64
+	for page := range pages {
+		if err := v.wait(ctx, len(page)); err != nil {
+			return 0, err
+		}
+		found, err := db.lookup(ctx, page)
+		if err != nil {
+			return 0, err
+		}
+		for i, h := range page {
+			f := found[i]
+			v.rep.Checked++
+			if f.expected(v.table != "") {
+				matched++
+			}
+			s := state{index: h.Version, source: f.source, ledger: f.ledger}
+			if _, drifted := judge(v.table != "", s); drifted {
+				if err := v.suspect(ctx, suspect{id: h.ID, key: f.key, hasKey: f.hasKey, snapshot: s}); err != nil {
+					return 0, err
+				}
+			}
+		}
+	}
+	if err := <-scrolled; err != nil {
+		return 0, err
+	}
+	return matched, nil
+}
+
+// walkDatabase is step 2: the database's keys in key-ordered pages, each
+// looked up in the index; what the index lacks is missing.
+func (v *run) walkDatabase(ctx context.Context, db database) error {
+	var after *key
+	for {
+		rows, err := db.keys(ctx, after, v.cfg.Page)
+		if err != nil || len(rows) == 0 {
+			return err
+		}
+		if err := v.wait(ctx, len(rows)); err != nil {
+			return err
+		}
+		ids := make([]string, len(rows))
+		for i, r := range rows {
+			ids[i] = documentID(r.key)
+		}
+		have, err := v.engine.search(ctx, ids)
+		if err != nil {
+			return err
+		}
+		for i, r := range rows {
+			if _, ok := have[ids[i]]; ok {
+				continue // judged in step 1
+			}
+			v.rep.Checked++
+			s := state{index: -1}
+			if v.table != "" {
+				s.source = &SourceRow{Version: r.version}
+			} else {
+				s.ledger = &Entry{Version: r.version}
+			}
+			if err := v.suspect(ctx, suspect{id: ids[i], key: r.key, hasKey: true, snapshot: s}); err != nil {
+				return err
+			}
+		}
+		if len(rows) < v.cfg.Page {
+			return nil
+		}
+		after = &rows[len(rows)-1].key
+	}
+}
+
+// wait takes n documents from the rate cap.
+func (v *run) wait(ctx context.Context, n int) error {
+	if v.limit == nil {
+		return nil
+	}
+	return v.limit.WaitN(ctx, n)
+}
+
+func (v *run) suspect(ctx context.Context, s suspect) error {
+	v.suspects = append(v.suspects, s)
+	if len(v.suspects) < recheckBatch {
+		return nil
+	}
+	return v.recheck(ctx)
+}
+
+// recheck is step 3 for the suspects gathered so far: each is judged
+// again on what the database and the index hold now.
+func (v *run) recheck(ctx context.Context) error {
+	if len(v.suspects) == 0 {
+		return nil
+	}
+	batch := v.suspects
+	v.suspects = v.suspects[:0:0]
+	ids := make([]string, len(batch))
+	var keys []key
+	for i, s := range batch {
+		ids[i] = s.id
+		if s.hasKey {
+			keys = append(keys, s.key)
+		}
+	}
+	versions, err := v.engine.get(ctx, ids)
+	if err != nil {
+		return err
+	}
+	now, err := database{q: v.cfg.Pool, table: v.table, projection: v.cfg.Projection}.current(ctx, keys, v.cfg.Docs)
+	if err != nil {
+		return err
+	}
+	var drift []Drift
+	for i, s := range batch {
+		st := state{index: -1}
+		if ver, ok := versions[ids[i]]; ok {
+			st.index = ver
+		}
+		var c current
+		if s.hasKey {
+			c = now[s.key]
+		}
+		st.source, st.ledger = c.source, c.ledger
+		kind, drifted := judge(v.table != "", st)
+		switch {
+		case !drifted:
+			continue
+		case c.inFlight:
+			v.rep.InFlight++
+			continue
+		}
+		d := Drift{Kind: kind, ID: s.id, IndexVersion: st.index, Source: st.source, Ledger: st.ledger}
+		if s.hasKey {
+			d.EntityType, d.EntityID = s.key.Type, s.key.ID
+		}
+		v.rep.add(d, v.cfg.Sample)
+		drift = append(drift, d)
+	}
+	if v.cfg.OnDrift != nil && len(drift) > 0 {
+		return v.cfg.OnDrift(ctx, drift)
+	}
+	return nil
+}
+
+// documentID is projection.DocumentID.
+func documentID(k key) string { return k.Type + ":" + k.ID }
+
+// splits are the keys an _id could be: entity_type:entity_id split at each
+// colon with something on both sides. An id of a type without a colon has
+// one; "a:b:c" could be (a, b:c) or (a:b, c).
+func splits(id string) []key {
+	var out []key
+	for i := 0; i < len(id); i++ {
+		if id[i] == ':' && i > 0 && i < len(id)-1 {
+			out = append(out, key{Type: id[:i], ID: id[i+1:]})
+		}
+	}
+	return out
+}
+
+// Describe is the report in one line, for logs.
+func (r Report) Describe() string {
+	parts := make([]string, 0, len(Kinds))
+	for _, k := range Kinds {
+		parts = append(parts, fmt.Sprintf("%s %d", k, r.Counts[k]))
+	}
+	return fmt.Sprintf("%d checked: %s", r.Checked, strings.Join(parts, ", "))
+}

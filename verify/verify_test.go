@@ -1,0 +1,308 @@
+package verify
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/olivere/elastic/v7"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wlproj/wlproj/consume"
+	"github.com/wlproj/wlproj/internal/bounds"
+	"github.com/wlproj/wlproj/internal/harness"
+	"github.com/wlproj/wlproj/projection"
+	"github.com/wlproj/wlproj/rebuild"
+)
+
+// fixture is an outbox, an index and a source table search_index of books
+// b1..bN at version 1, put in the index by the real consume loop.
+type fixture struct {
+	harness.Outbox
+	base, index string
+	client      *elastic.Client
+	search      *projection.Search
+	loop        *consume.Loop
+}
+
+func setup(t *testing.T, books int) fixture {
+	t.Helper()
+	f := fixture{Outbox: harness.NewOutbox(t), base: harness.ElasticURL(t), index: harness.NewIndex(t)}
+	var err error
+	f.client, err = projection.NewElasticClient(projection.ElasticOptions{URL: f.base})
+	require.NoError(t, err)
+	f.search, err = projection.NewSearch(projection.SearchConfig{Client: f.client, Index: f.index})
+	require.NoError(t, err)
+	f.loop, err = consume.NewLoop(consume.Config{PollInterval: 50 * time.Millisecond}, f.Store,
+		projection.Registry{"search": f.search}, zerolog.Nop())
+	require.NoError(t, err)
+	f.Lead(t, 1)
+	f.Exec(t, `CREATE TABLE search_index (entity_type text NOT NULL, entity_id text NOT NULL, doc jsonb NOT NULL,
+		version bigint NOT NULL, PRIMARY KEY (entity_type, entity_id))`)
+	f.produce(t, `SELECT 'book', 'b' || g, 'upsert', 1::bigint, jsonb_build_object('kind', 'book', 'title', 'Book ' || g)
+		FROM generate_series(1, $1) g`, books)
+	f.drain(t)
+	return f
+}
+
+// produce writes events as the application does: the source row and the
+// event in one statement. events selects (entity_type, entity_id, op,
+// version, doc).
+func (f fixture) produce(t *testing.T, events string, args ...any) {
+	t.Helper()
+	f.Exec(t, `
+		WITH ev(entity_type, entity_id, op, version, doc) AS (`+events+`), up AS (
+		  INSERT INTO search_index (entity_type, entity_id, doc, version)
+		  SELECT entity_type, entity_id, doc, version FROM ev WHERE op = 'upsert'
+		  ON CONFLICT (entity_type, entity_id) DO UPDATE SET doc = excluded.doc, version = excluded.version
+		), del AS (
+		  DELETE FROM search_index s USING ev
+		   WHERE ev.op = 'delete' AND s.entity_type = ev.entity_type AND s.entity_id = ev.entity_id
+		)
+		INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload)
+		SELECT entity_type, entity_id, op, version, doc FROM ev`, args...)
+}
+
+// drain runs the consume loop until no event is pending or processing.
+func (f fixture) drain(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.loop.Run(ctx, 1, make(chan struct{}))
+	}()
+	harness.Drained(t, f.Pool, 30*time.Second)
+	cancel()
+	<-done
+	f.es(t, http.MethodPost, "/"+f.index+"/_refresh", "")
+}
+
+func (f fixture) es(t *testing.T, method, path, body string) {
+	t.Helper()
+	require.NoError(t, harness.ES(context.Background(), f.base, method, path, []byte(body), nil))
+}
+
+// deleteByHand deletes books from the engine behind wlproj's back, in one
+// bulk, as an operator's script would (the integ-test zips have no
+// _delete_by_query).
+func (f fixture) deleteByHand(t *testing.T, ids ...string) {
+	t.Helper()
+	var body strings.Builder
+	for _, id := range ids {
+		fmt.Fprintf(&body, "{\"delete\": {\"_id\": \"book:%s\"}}\n", id)
+	}
+	f.es(t, http.MethodPost, "/"+f.index+"/_bulk?refresh=true", body.String())
+}
+
+func (f fixture) config(table string) Config {
+	return Config{Pool: f.Pool, Client: f.client, Index: f.index, SourceTable: table}
+}
+
+func (f fixture) verify(t *testing.T, cfg Config) Report {
+	t.Helper()
+	rep, err := Run(context.Background(), cfg)
+	require.NoError(t, err)
+	return rep
+}
+
+// plant leaves one document of each kind behind wlproj's back:
+//   - b1 deleted by hand in the engine (missing);
+//   - b2's source row at version 5 with no event, a producer that forgot
+//     one (stale);
+//   - x1 written by hand, in no table (extra);
+//   - b3 deleted through the outbox, then an older write arriving late,
+//     after the engine forgot the delete (resurrected).
+func (f fixture) plant(t *testing.T) {
+	t.Helper()
+	f.es(t, http.MethodDelete, "/"+f.index+"/_doc/book:b1", "")
+	f.Exec(t, `UPDATE search_index SET version = 5, doc = '{"kind": "book", "title": "Book 2, fifth"}'
+		WHERE entity_id = 'b2'`)
+	f.es(t, http.MethodPut, "/"+f.index+"/_doc/book:x1?version=3&version_type=external_gte", `{"kind": "book", "title": "Stray"}`)
+	f.produce(t, `SELECT 'book', 'b3', 'delete', 2::bigint, '{}'::jsonb`)
+	f.drain(t)
+	harness.DeletesForgotten(t, f.index)
+	f.es(t, http.MethodPut, "/"+f.index+"/_doc/book:b3?version=1&version_type=external_gte", `{"kind": "book", "title": "Book 3"}`)
+	f.es(t, http.MethodPost, "/"+f.index+"/_refresh", "")
+}
+
+func counts(m, s, e, r int64) map[Kind]int64 {
+	return map[Kind]int64{Missing: m, Stale: s, Extra: e, Resurrected: r}
+}
+
+func TestVerifyFindsEachKindOfDrift(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 200)
+	f.plant(t)
+
+	rep := f.verify(t, f.config("search_index"))
+	require.Equal(t, counts(1, 1, 1, 1), rep.Counts)
+	require.Equal(t, map[Kind][]string{Missing: {"book:b1"}, Stale: {"book:b2"}, Extra: {"book:x1"}, Resurrected: {"book:b3"}},
+		rep.Samples)
+	require.EqualValues(t, 4, rep.Drift())
+	require.EqualValues(t, 201, rep.Checked, "200 index documents (x1 too) and the one it lacks")
+	require.True(t, rep.Walked, "a missing document makes the counts differ")
+	require.Equal(t, "search_index", rep.SourceTable)
+}
+
+// Without a table the ledger is the truth: a document it holds live is
+// missing, one it holds at a newer version stale, one it says deleted
+// resurrected, and nothing can be extra.
+func TestVerifyAgainstTheLedgerAlone(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 200)
+	f.plant(t)
+	f.Exec(t, `UPDATE outbox_applied SET version = 9 WHERE entity_id = 'b4'`)
+
+	rep := f.verify(t, f.config(""))
+	require.Equal(t, counts(1, 1, 0, 1), rep.Counts)
+	require.Equal(t, map[Kind][]string{Missing: {"book:b1"}, Stale: {"book:b4"}, Extra: {}, Resurrected: {"book:b3"}}, rep.Samples)
+	require.Empty(t, rep.SourceTable)
+}
+
+func TestVerifyCleanIndexReadsTheDatabaseOnce(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 300)
+	for _, table := range []string{"search_index", ""} {
+		rep := f.verify(t, f.config(table))
+		require.Zero(t, rep.Drift(), "table %q", table)
+		require.EqualValues(t, 300, rep.Checked)
+		require.False(t, rep.Walked, "equal counts: no document is missing, the keys are not walked")
+	}
+}
+
+// A document whose event is still pending differs from the source only
+// until the drain reaches it: it is counted in flight, not drift.
+func TestVerifyCountsPendingDocumentsInFlightNotDrift(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 50)
+	f.produce(t, `SELECT 'book', 'b7', 'upsert', 2::bigint, '{"kind": "book", "title": "Book 7, second"}'::jsonb
+		UNION ALL SELECT 'book', 'new1', 'upsert', 1::bigint, '{"kind": "book", "title": "New"}'::jsonb`)
+
+	rep := f.verify(t, f.config("search_index"))
+	require.Zero(t, rep.Drift(), "%+v", rep.Counts)
+	require.EqualValues(t, 2, rep.InFlight)
+}
+
+// Small pages: the scroll, the walk and the checks again go page by page
+// and batch by batch, and find the same; the drift reaches OnDrift in
+// batches no larger than recheckBatch.
+func TestVerifyInSmallPagesAndBatches(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 600)
+	gone := harness.Column[string](t, f.DB, `SELECT entity_id FROM search_index WHERE entity_id LIKE 'b1%'`)
+	f.deleteByHand(t, gone...)
+	want := len(gone)
+
+	var batches []int
+	cfg := f.config("search_index")
+	cfg.Page, cfg.Sample = 40, 3
+	cfg.OnDrift = func(_ context.Context, d []Drift) error {
+		batches = append(batches, len(d))
+		for _, x := range d {
+			require.Equal(t, Missing, x.Kind)
+			require.EqualValues(t, -1, x.IndexVersion)
+			require.EqualValues(t, 1, x.Source.Version)
+			require.Nil(t, x.Source.Doc, "docs are read only for a repair")
+		}
+		return nil
+	}
+	rep := f.verify(t, cfg)
+	require.EqualValues(t, want, rep.Counts[Missing])
+	require.Len(t, rep.Samples[Missing], 3)
+	require.EqualValues(t, 600, rep.Checked)
+	total := 0
+	for _, n := range batches {
+		require.LessOrEqual(t, n, recheckBatch)
+		total += n
+	}
+	require.Equal(t, want, total)
+}
+
+func TestVerifyKeepsToTheRateCap(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 300)
+	cfg := f.config("search_index")
+	cfg.Page, cfg.Rate = 100, 500
+	rep := f.verify(t, cfg)
+	require.Zero(t, rep.Drift())
+	// 100 documents at once (the burst), 200 more at 500 a second.
+	require.GreaterOrEqual(t, rep.Took, 350*time.Millisecond)
+}
+
+// Bad input is refused before anything is read, naming what is wrong.
+func TestVerifyRefusesBadInput(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 5)
+	f.Exec(t, `CREATE TABLE no_key (entity_type text, entity_id text, doc jsonb, version bigint)`)
+	f.Exec(t, `CREATE TABLE no_doc (entity_type text NOT NULL, entity_id text NOT NULL, version bigint,
+		PRIMARY KEY (entity_type, entity_id))`)
+	for _, tc := range []struct {
+		cfg  func(Config) Config
+		want string
+	}{
+		{func(c Config) Config { c.SourceTable = "nope"; return c }, `source table "nope" does not exist`},
+		{func(c Config) Config { c.SourceTable = "no_key"; return c }, `needs a primary key on (entity_type, entity_id)`},
+		{func(c Config) Config { c.SourceTable = "no_doc"; return c }, `has no column doc`},
+		{func(c Config) Config { c.Projection = "chronicle"; return c }, `projection "chronicle" has no search index`},
+	} {
+		_, err := Run(context.Background(), tc.cfg(f.config("")))
+		var input *rebuild.InputError
+		require.ErrorAs(t, err, &input)
+		require.ErrorContains(t, err, tc.want)
+	}
+	_, err := Run(context.Background(), Config{Pool: f.Pool, Client: f.client, Index: f.index, Sample: 5000})
+	var field *bounds.FieldError
+	require.ErrorAs(t, err, &field)
+	require.Equal(t, "Sample", field.Field)
+
+	missing := f.config("")
+	missing.Index = f.index + "-gone"
+	_, err = Run(context.Background(), missing)
+	require.ErrorContains(t, err, "index "+missing.Index+" does not exist")
+}
+
+func TestJudge(t *testing.T) {
+	t.Parallel()
+	src := func(v int64) *SourceRow { return &SourceRow{Version: v} }
+	live := func(v int64) *Entry { return &Entry{Version: v} }
+	gone := func(v int64) *Entry { return &Entry{Version: v, Deleted: true} }
+	for _, tc := range []struct {
+		table bool
+		s     state
+		want  Kind
+	}{
+		{true, state{index: -1, source: src(1)}, Missing},
+		{true, state{index: 1, source: src(2)}, Stale},
+		{true, state{index: 2, source: src(2), ledger: live(3)}, Stale},
+		{true, state{index: 3, source: src(2)}, ""}, // the source is behind: the check again reads it anew
+		{true, state{index: 2, source: src(2), ledger: gone(3)}, ""},
+		{true, state{index: 1, ledger: gone(2)}, Resurrected},
+		{true, state{index: 1, ledger: live(1)}, Extra},
+		{true, state{index: 1}, Extra},
+		{true, state{index: -1, ledger: gone(2)}, ""},
+		{false, state{index: 1}, ""}, // a pruned entry
+		{false, state{index: -1, ledger: live(1)}, Missing},
+		{false, state{index: 1, ledger: live(2)}, Stale},
+		{false, state{index: 3, ledger: live(2)}, ""},
+		{false, state{index: 1, ledger: gone(2)}, Resurrected},
+		{false, state{index: -1, ledger: gone(2)}, ""},
+	} {
+		got, drifted := judge(tc.table, tc.s)
+		require.Equal(t, tc.want, got, "%+v", tc)
+		require.Equal(t, tc.want != "", drifted)
+	}
+}
+
+func TestSplits(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, []key{{"book", "1"}}, splits("book:1"))
+	require.Equal(t, []key{{"a", "b:c"}, {"a:b", "c"}}, splits("a:b:c"))
+	require.Empty(t, splits("nocolon"))
+	require.Empty(t, splits(":x"))
+	require.Empty(t, splits("x:"))
+}
