@@ -134,6 +134,7 @@ func flagVars() map[string]string {
 		v[name+"_range"] = secondsText(s.rng.Min) + ", " + secondsText(s.rng.Max)
 	}
 	consoleVars(v)
+	verifyVars(v)
 	return v
 }
 

@@ -47,6 +47,7 @@ type cli struct {
 	Rebuild rebuildCmd `cmd:"" help:"Rebuild the search index from the source-of-truth table and swap the alias to it, with no downtime. Audited."`
 	Pause   pauseCmd   `cmd:"" help:"Pause a projection: its events stay pending while the others drain. Audited."`
 	Resume  resumeCmd  `cmd:"" help:"Resume a paused projection where it stopped. Audited."`
+	Verify  verifyCmd  `cmd:"" help:"Check that the search index holds what the source table (or the ledger) says; exit 4 on drift."`
 }
 
 type dbFlags struct {

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wlproj/wlproj/internal/harness"
+)
+
+// vfBundle is a database with a source table of books b1..bN at version 1,
+// and an index and a ledger that agree with it, as a leader leaves them.
+type vfBundle struct {
+	db    harness.DB
+	base  string
+	index string
+}
+
+func verifySetup(t *testing.T, books int) vfBundle {
+	t.Helper()
+	b := vfBundle{db: harness.NewDatabase(t), base: harness.ElasticURL(t), index: harness.NewIndex(t)}
+	b.db.Exec(t, `CREATE TABLE search_index (entity_type text NOT NULL, entity_id text NOT NULL, doc jsonb NOT NULL,
+		version bigint NOT NULL, PRIMARY KEY (entity_type, entity_id))`)
+	b.db.Exec(t, `INSERT INTO search_index SELECT 'book', 'b' || g, jsonb_build_object('kind', 'book', 'title', 'Book ' || g), 1
+		FROM generate_series(1, $1) g`, books)
+	b.db.Exec(t, `INSERT INTO outbox_applied (projection, entity_type, entity_id, version, deleted, event_id)
+		SELECT 'search', 'book', 'b' || g, 1, false, g FROM generate_series(1, $1) g`, books)
+	var bulk strings.Builder
+	for g := 1; g <= books; g++ {
+		fmt.Fprintf(&bulk, `{"index": {"_id": "book:b%d", "version": 1, "version_type": "external_gte"}}`+"\n"+
+			`{"kind": "book", "title": "Book %d"}`+"\n", g, g)
+	}
+	b.es(t, http.MethodPost, "/"+b.index+"/_bulk?refresh=true", bulk.String())
+	return b
+}
+
+func (b vfBundle) es(t *testing.T, method, path, body string) {
+	t.Helper()
+	require.NoError(t, harness.ES(context.Background(), b.base, method, path, []byte(body), nil))
+}
+
+// plant leaves one document of each kind: b1 deleted by hand in the
+// engine (missing), b2's row at version 5 with no event (stale), x1
+// written by hand (extra), b3 deleted in the source and the ledger but
+// not in the index (resurrected).
+func (b vfBundle) plant(t *testing.T) {
+	t.Helper()
+	b.es(t, http.MethodPost, "/"+b.index+"/_bulk?refresh=true", `{"delete": {"_id": "book:b1"}}`+"\n")
+	b.db.Exec(t, `UPDATE search_index SET version = 5, doc = '{"kind": "book", "title": "Book 2, fifth"}' WHERE entity_id = 'b2'`)
+	b.es(t, http.MethodPut, "/"+b.index+"/_doc/book:x1?version=3&version_type=external_gte&refresh=true", `{"kind": "book", "title": "Stray"}`)
+	b.db.Exec(t, `DELETE FROM search_index WHERE entity_id = 'b3'`)
+	b.db.Exec(t, `UPDATE outbox_applied SET version = 2, deleted = true WHERE entity_id = 'b3'`)
+}
+
+// run runs wlproj verify in-process against this database and index.
+func (b vfBundle) run(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	args = append(append([]string{"verify"}, args...),
+		"--database-url", b.db.URL, "--elastic-url", b.base, "--elastic-index", b.index)
+	code := run(args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+// changes is what an action could have changed: events and audit rows.
+func (b vfBundle) changes(t *testing.T) string {
+	return fmt.Sprint(b.db.Int(t, `SELECT count(*) FROM outbox_events`), b.db.Int(t, `SELECT count(*) FROM outbox_replay_audit`))
+}
+
+func TestVerifyCmdCleanThenDrift(t *testing.T) {
+	t.Parallel()
+	b := verifySetup(t, 100)
+
+	code, out, errOut := b.run(t, "--from-table", "search_index")
+	require.Zero(t, code, errOut)
+	require.Contains(t, out, "against the source table search_index: 100 documents in ")
+	require.Contains(t, out, "clean: the index holds what the source table search_index says\n")
+
+	b.plant(t)
+	code, out, errOut = b.run(t, "--from-table", "search_index")
+	require.Equal(t, exitDrift, code, out)
+	require.Regexp(t, `(?m)^  missing\s+1\s+book:b1$`, out)
+	require.Regexp(t, `(?m)^  stale\s+1\s+book:b2$`, out)
+	require.Regexp(t, `(?m)^  extra\s+1\s+book:x1$`, out)
+	require.Regexp(t, `(?m)^  resurrected\s+1\s+book:b3$`, out)
+	require.Contains(t, out, "drift: 4 documents")
+	require.Contains(t, errOut, "drift: 4 documents differ from the source table search_index")
+
+	code, out, _ = b.run(t, "--from-table", "search_index", "--json", "--sample", "1")
+	require.Equal(t, exitDrift, code)
+	var got struct {
+		Checked, Missing, Stale, Extra, Resurrected int64
+		Samples                                     map[string][]string
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
+	require.EqualValues(t, 101, got.Checked)
+	require.Equal(t, []int64{1, 1, 1, 1}, []int64{got.Missing, got.Stale, got.Extra, got.Resurrected})
+	require.Equal(t, map[string][]string{"missing": {"book:b1"}, "stale": {"book:b2"}, "extra": {"book:x1"},
+		"resurrected": {"book:b3"}}, got.Samples)
+	require.Equal(t, 1, strings.Count(out, "\n"), "one JSON object")
+
+	// The ledger alone: b2's row is not the ledger's business, x1 cannot
+	// be told from a pruned entry.
+	code, out, _ = b.run(t)
+	require.Equal(t, exitDrift, code)
+	require.Regexp(t, `(?m)^  missing\s+1\s+book:b1$`, out)
+	require.Regexp(t, `(?m)^  stale\s+0\s*$`, out)
+	require.Regexp(t, `(?m)^  extra\s+-\s+\(needs --from-table`, out)
+	require.Regexp(t, `(?m)^  resurrected\s+1\s+book:b3$`, out)
+}
+
+// Bad input: exit 2, the problem named, nothing read or changed.
+func TestVerifyCmdRefusesBadInput(t *testing.T) {
+	t.Parallel()
+	b := verifySetup(t, 3)
+	b.db.Exec(t, `CREATE TABLE no_key (entity_type text, entity_id text, doc jsonb, version bigint)`)
+	before := b.changes(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--from-table", "nope"}, `source table "nope" does not exist`},
+		{[]string{"--from-table", "no_key"}, `needs a primary key on (entity_type, entity_id)`},
+		{[]string{"--projection", "nope"}, `unknown projection "nope" (known: chronicle, search)`},
+		{[]string{"--projection", "chronicle"}, `projection "chronicle" has no search index to verify`},
+		{[]string{"--sample", "0"}, `--sample`},
+		{[]string{"--rate", "-1"}, `--rate`},
+	} {
+		code, out, errOut := b.run(t, tc.args...)
+		require.Equal(t, exitUsage, code, "%v: %s%s", tc.args, out, errOut)
+		require.Contains(t, errOut, tc.want, tc.args)
+		require.Empty(t, out, tc.args)
+	}
+	require.Equal(t, before, b.changes(t))
+
+	// An engine that does not answer is an error, not drift.
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"verify", "--database-url", b.db.URL, "--elastic-url", "http://127.0.0.1:1",
+		"--elastic-index", b.index, "--elastic-timeout", "1"}, &stdout, &stderr)
+	require.Equal(t, exitFailure, code, stderr.String())
+}
