@@ -33,6 +33,13 @@ type verifyCmd struct {
 	JSON         bool   `name:"json" help:"Print one JSON object."`
 	Sample       int    `help:"Document ids shown per kind [${verify_sample_range}]." default:"${verify_sample}"`
 	Rate         int    `help:"Documents read per second at most, index and database alike; 0: no cap." default:"0"`
+
+	Repair bool   `help:"Queue an outbox event for each drifted document that one can put right (an upsert from --from-table for missing and stale, a delete for extra and resurrected); the leader applies them. One transaction, one audit row."`
+	By     string `help:"With --repair: who is repairing; recorded in the audit. Required." placeholder:"WHO"`
+	Why    string `help:"With --repair: why, e.g. the ticket; recorded in the audit. Required." placeholder:"TEXT"`
+	DryRun bool   `name:"dry-run" help:"With --repair: verify and say what would be queued; change nothing."`
+	Max    int    `help:"With --repair: refuse, changing nothing, when more documents than this would be repaired [${verify_repair_max_range}]." default:"${verify_repair_max}"`
+	Yes    bool   `help:"With --repair: lift --max."`
 }
 
 func (c *verifyCmd) Help() string {
@@ -41,17 +48,21 @@ func (c *verifyCmd) Help() string {
 		"Kinds: missing (in the source, or live in the ledger, not in the index), stale (older in the index), " +
 		"resurrected (in the index, deleted in the ledger), extra (in the index, not in the source, not deleted in the ledger; " +
 		"only with --from-table). " +
-		"Exit codes: 0 clean, 4 drift found, 1 error, 2 bad input (nothing read or changed)."
+		"--repair runs as a role that may insert events (the owner); without --from-table it can only delete (extra, resurrected). " +
+		"Exit codes: 0 clean, 4 drift found (repaired or not), 1 error, 2 bad input (nothing read or changed), " +
+		"3 repair refused by --max (nothing changed)."
 }
 
 // verifyVars fills the ${…} of verify's flags (and of the run command's
 // verify settings) from the package's defaults.
 func verifyVars(v map[string]string) {
 	v["verify_sample"], v["verify_sample_range"] = strconv.Itoa(verify.SampleDefault), rangeText(verify.SampleRange)
+	v["verify_repair_max"], v["verify_repair_max_range"] = strconv.Itoa(verify.RepairMaxDefault), rangeText(verify.RepairMaxRange)
 }
 
 // verifyFlags names verify.Config's fields by their flags.
-var verifyFlags = map[string]string{"Index": "ELASTIC_INDEX", "Sample": "--sample", "Rate": "--rate", "Page": "--page"}
+var verifyFlags = map[string]string{"Index": "ELASTIC_INDEX", "Sample": "--sample", "Rate": "--rate", "By": "--by",
+	"Why": "--why", "Max": "--max"}
 
 func (c *verifyCmd) Run(g *globals) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -61,24 +72,58 @@ func (c *verifyCmd) Run(g *globals) error {
 		return c.exit(err)
 	}
 	defer pool.Close()
-	rep, err := verify.Run(ctx, cfg)
-	if err != nil {
+	if !c.Repair {
+		rep, err := verify.Run(ctx, cfg)
+		if err != nil {
+			return c.exit(err)
+		}
+		c.print(g.stdout, rep, nil)
+		return driftExit(rep)
+	}
+	fix, err := verify.Repair(ctx, cfg, verify.RepairRequest{By: c.By, Why: c.Why, DryRun: c.DryRun, Max: c.Max, Yes: c.Yes})
+	var refused *verify.RefusedError
+	if err != nil && !errors.As(err, &refused) {
 		return c.exit(err)
 	}
-	if c.JSON {
-		writeJSON(g.stdout, verifyJSON(rep))
-	} else {
-		writeVerify(g.stdout, rep, c.FromTable)
+	c.print(g.stdout, fix.Report, &fix)
+	if refused != nil {
+		return c.exit(err)
 	}
+	return driftExit(fix.Report)
+}
+
+// driftExit is exit 4 when rep found drift.
+func driftExit(rep verify.Report) error {
 	if n := rep.Drift(); n > 0 {
 		return &exitError{code: exitDrift, err: fmt.Errorf("drift: %d documents differ from the %s", n, truth(rep))}
 	}
 	return nil
 }
 
+func (c *verifyCmd) print(w io.Writer, rep verify.Report, fix *verify.RepairReport) {
+	if c.JSON {
+		j := verifyJSON(rep)
+		if fix != nil {
+			j.Repair = repairJSON(*fix)
+		}
+		writeJSON(w, j)
+		return
+	}
+	writeVerify(w, rep)
+	if fix != nil {
+		writeRepair(w, *fix, c.Max)
+	}
+}
+
 // config checks the flags and connects; nothing is read yet.
 func (c *verifyCmd) config(ctx context.Context) (verify.Config, *pgxpool.Pool, error) {
-	if err := bounds.First(bounds.Check("Sample", c.Sample, verify.SampleRange),
+	switch {
+	case !c.Repair && (c.By != "" || c.Why != "" || c.DryRun || c.Yes):
+		return verify.Config{}, nil, usagef("--by, --why, --dry-run and --yes go with --repair")
+	case c.Repair && (strings.TrimSpace(c.By) == "" || strings.TrimSpace(c.Why) == ""):
+		return verify.Config{}, nil, usagef("--by and --why are required: say who is repairing and why")
+	}
+	if err := bounds.First(bounds.Check("Max", c.Max, verify.RepairMaxRange), bounds.Check("Sample", c.Sample, verify.SampleRange),
 		bounds.Check("Rate", c.Rate, verify.RateRange)); err != nil {
 		return verify.Config{}, nil, err
 	}
@@ -115,8 +160,14 @@ func (c *verifyCmd) exit(err error) error {
 	var input *rebuild.InputError
 	var usage usageError
 	var field *bounds.FieldError
-	if errors.As(err, &input) || errors.As(err, &usage) || errors.As(err, &field) {
+	var refused *verify.RefusedError
+	switch {
+	case errors.As(err, &input), errors.As(err, &usage), errors.As(err, &field):
 		code = exitUsage
+	case errors.As(err, &refused):
+		code = exitRefused
+		err = redactedError{msg: fmt.Sprintf("repair refused, nothing changed: %d documents would be repaired, more than --max %d; "+
+			"read the samples, then raise --max or add --yes", refused.Queued, refused.Max), err: err}
 	}
 	msg := redact(bounds.Rename(err, verifyFlags).Error(), c.DatabaseURL)
 	return &exitError{code: code, err: redactedError{msg: msg, err: err}}
@@ -145,6 +196,22 @@ type verifyReportJSON struct {
 	Samples     map[verify.Kind][]string `json:"samples"`
 	Walked      bool                     `json:"walked"`
 	Seconds     float64                  `json:"seconds"`
+	Repair      *repairReportJSON        `json:"repair,omitempty"`
+}
+
+// repairReportJSON is what --repair queued, or on a dry run would.
+type repairReportJSON struct {
+	DryRun       bool                  `json:"dry_run"`
+	Queued       map[verify.Kind]int64 `json:"queued"`
+	Unrepairable map[string]int64      `json:"unrepairable"`
+	FirstEventID int64                 `json:"first_event_id,omitempty"`
+	LastEventID  int64                 `json:"last_event_id,omitempty"`
+	AuditID      int64                 `json:"audit_id,omitempty"`
+}
+
+func repairJSON(r verify.RepairReport) *repairReportJSON {
+	return &repairReportJSON{DryRun: r.DryRun, Queued: r.Queued, Unrepairable: r.Unrepairable, FirstEventID: r.FirstEventID,
+		LastEventID: r.LastEventID, AuditID: r.AuditID}
 }
 
 func verifyJSON(rep verify.Report) verifyReportJSON {
@@ -156,7 +223,7 @@ func verifyJSON(rep verify.Report) verifyReportJSON {
 
 // writeVerify prints the counts per kind with their samples, and what to
 // do about drift.
-func writeVerify(w io.Writer, rep verify.Report, fromTable string) {
+func writeVerify(w io.Writer, rep verify.Report) {
 	fmt.Fprintf(w, "verified %s (projection %s) against the %s: %d documents in %s\n",
 		rep.Index, rep.Projection, truth(rep), rep.Checked, formatAge(rep.Took))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -176,4 +243,42 @@ func writeVerify(w io.Writer, rep verify.Report, fromTable string) {
 		return
 	}
 	fmt.Fprintf(w, "drift: %d documents; see the runbook's SOP \"the index disagrees with the database\"\n", rep.Drift())
+}
+
+// unrepairable says why a document gets no repair event.
+var unrepairable = map[string]string{
+	verify.NoSource:  "missing or stale, and no --from-table to take the document from",
+	verify.NoEntity:  "an _id that is not entity_type:entity_id, which no event addresses: delete it by hand",
+	verify.NoVersion: "a source row with a NULL version",
+}
+
+// writeRepair says what --repair queued, or would, and what comes next.
+func writeRepair(w io.Writer, r verify.RepairReport, maxDocs int) {
+	parts := make([]string, 0, len(verify.Kinds))
+	for _, k := range verify.Kinds {
+		if n := r.Queued[k]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", k, n))
+		}
+	}
+	queued := strings.Join(parts, ", ")
+	for _, why := range []string{verify.NoSource, verify.NoEntity, verify.NoVersion} {
+		if n := r.Unrepairable[why]; n > 0 {
+			fmt.Fprintf(w, "not repairable: %d (%s)\n", n, unrepairable[why])
+		}
+	}
+	switch total := r.QueuedTotal(); {
+	case total == 0:
+		fmt.Fprintln(w, "repair: nothing to queue")
+	case r.DryRun:
+		fmt.Fprintf(w, "dry run: would queue %d repair events (%s); nothing changed\n", total, queued)
+	case r.AuditID == 0:
+		fmt.Fprintf(w, "repair refused: %d documents (%s), more than --max %d; nothing changed\n", total, queued, maxDocs)
+	default:
+		fmt.Fprintf(w, "repair: queued %d events (%s), ids %d-%d, audit #%d; the leader applies them, "+
+			"then run wlproj verify again\n", total, queued, r.FirstEventID, r.LastEventID, r.AuditID)
+		if r.Queued[verify.Missing] > 0 {
+			fmt.Fprintln(w, "note: a document deleted by hand in the engine less than index.gc_deletes ago (60s by default) "+
+				"refuses its repair; if the next verify still finds it missing, run --repair again after that")
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -144,4 +145,53 @@ func TestVerifyCmdRefusesBadInput(t *testing.T) {
 	code := run([]string{"verify", "--database-url", b.db.URL, "--elastic-url", "http://127.0.0.1:1",
 		"--elastic-index", b.index, "--elastic-timeout", "1"}, &stdout, &stderr)
 	require.Equal(t, exitFailure, code, stderr.String())
+}
+
+// The repair as an operator runs it: refused without --by/--why, a dry
+// run, the cap, then the repair, which a real leader applies; the second
+// verify is clean, and the audit has one row.
+func TestVerifyCmdRepair(t *testing.T) {
+	t.Parallel()
+	b := verifySetup(t, 100)
+	b.plant(t)
+	harness.DeletesForgotten(t, b.index) // b1's hand delete, as a minute later
+	table := []string{"--from-table", "search_index"}
+	who := []string{"--by", "alice", "--why", "drift after the restore (INC-7)"}
+	before := b.changes(t)
+
+	code, _, errOut := b.run(t, append(table, "--repair")...)
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "--by and --why are required")
+	code, _, errOut = b.run(t, append(table, "--by", "alice")...)
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "go with --repair")
+
+	code, out, _ := b.run(t, append(append(table, "--repair", "--dry-run"), who...)...)
+	require.Equal(t, exitDrift, code, out)
+	require.Contains(t, out, "dry run: would queue 4 repair events (missing 1, stale 1, extra 1, resurrected 1); nothing changed\n")
+
+	code, out, errOut = b.run(t, append(append(table, "--repair", "--max", "3"), who...)...)
+	require.Equal(t, exitRefused, code, out)
+	require.Contains(t, errOut, "repair refused, nothing changed: 4 documents would be repaired, more than --max 3")
+	require.Equal(t, before, b.changes(t), "neither the dry run nor the refusal changed anything")
+
+	code, out, _ = b.run(t, append(append(table, "--repair", "--json"), who...)...)
+	require.Equal(t, exitDrift, code, out)
+	var got struct {
+		Repair struct {
+			Queued  map[string]int64
+			AuditID int64 `json:"audit_id"`
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
+	require.Equal(t, map[string]int64{"missing": 1, "stale": 1, "extra": 1, "resurrected": 1}, got.Repair.Queued)
+	require.Equal(t, 1, b.db.Int(t, `SELECT count(*) FROM outbox_replay_audit WHERE action = 'repair' AND replayed_by = 'alice'
+		AND event_count = 4 AND id = $1`, got.Repair.AuditID))
+	require.Equal(t, 4, b.db.Count(t, `repair`))
+
+	harness.Leader(t, harness.StartReplica(t, "r1", harness.ReplicaEnv(b.db.URL, b.base, b.index, harness.Quick...)))
+	harness.Drained(t, b.db.Pool, 30*time.Second)
+	code, out, errOut = b.run(t, table...)
+	require.Zero(t, code, out+errOut)
+	require.Contains(t, out, "clean: ")
 }

@@ -1,0 +1,168 @@
+package verify
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wlproj/wlproj/internal/bounds"
+	"github.com/wlproj/wlproj/internal/harness"
+)
+
+var who = RepairRequest{By: "alice", Why: "drift found by verify (INC-7)"}
+
+func (f fixture) repair(t *testing.T, cfg Config, req RepairRequest) RepairReport {
+	t.Helper()
+	rep, err := Repair(context.Background(), cfg, req)
+	require.NoError(t, err)
+	return rep
+}
+
+// changes is what a repair could change: the events and the audit rows.
+func (f fixture) changes(t *testing.T) [2]int {
+	return [2]int{f.Count(t, `true`), f.Int(t, `SELECT count(*) FROM outbox_replay_audit`)}
+}
+
+// Each kind planted, a dry run that changes nothing, the repair through
+// the loop, and a second verify that is clean; one audit row.
+func TestVerifyRepairPutsEveryKindRight(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 200)
+	f.plant(t)
+	// Resurrected at a version above the ledger's delete (2): the delete
+	// must be sent at the index's version to win.
+	f.produce(t, `SELECT 'book', 'b4', 'delete', 2::bigint, '{}'::jsonb`)
+	f.drain(t)
+	f.es(t, http.MethodPut, "/"+f.index+"/_doc/book:b4?version=7&version_type=external_gte&refresh=true", `{"kind": "book"}`)
+	cfg := f.config("search_index")
+
+	before := f.changes(t)
+	dry := req(who, func(r *RepairRequest) { r.DryRun = true })
+	rep := f.repair(t, cfg, dry)
+	require.Equal(t, counts(1, 1, 1, 2), rep.Queued)
+	require.Equal(t, before, f.changes(t), "a dry run changes nothing")
+
+	rep = f.repair(t, cfg, who)
+	require.Equal(t, counts(1, 1, 1, 2), rep.Counts)
+	require.Equal(t, counts(1, 1, 1, 2), rep.Queued)
+	require.Empty(t, rep.Unrepairable)
+	type event struct {
+		Op      string
+		Version int64
+		Title   *string
+	}
+	got := map[string]event{}
+	rows, err := f.Pool.Query(context.Background(), `
+		SELECT entity_id, op, event_version, payload->>'title' FROM outbox_events
+		 WHERE repair AND id BETWEEN $1 AND $2`, rep.FirstEventID, rep.LastEventID)
+	require.NoError(t, err)
+	for rows.Next() {
+		var id string
+		var e event
+		require.NoError(t, rows.Scan(&id, &e.Op, &e.Version, &e.Title))
+		got[id] = e
+	}
+	require.NoError(t, rows.Err())
+	title := "Book 2, fifth"
+	require.Equal(t, map[string]event{
+		"b1": {Op: "upsert", Version: 1, Title: ptr("Book 1")},
+		"b2": {Op: "upsert", Version: 5, Title: &title},
+		"x1": {Op: "delete", Version: 3},
+		"b3": {Op: "delete", Version: 2},
+		"b4": {Op: "delete", Version: 7},
+	}, got)
+
+	var by, why string
+	var count int
+	var ids []int64
+	var selector map[string]any
+	require.NoError(t, f.Pool.QueryRow(context.Background(), `
+		SELECT replayed_by, reason, event_count, event_ids, selector FROM outbox_replay_audit WHERE id = $1 AND action = 'repair'`,
+		rep.AuditID).Scan(&by, &why, &count, &ids, &selector))
+	require.Equal(t, [2]string{who.By, who.Why}, [2]string{by, why})
+	require.Equal(t, 5, count)
+	require.Len(t, ids, 5)
+	require.Equal(t, map[string]any{"missing": 1.0, "stale": 1.0, "extra": 1.0, "resurrected": 2.0}, selector["queued"])
+	require.Equal(t, before[1]+1, f.changes(t)[1], "one audit row")
+
+	f.drain(t)
+	again := f.verify(t, cfg)
+	require.Zero(t, again.Drift(), "%+v", again.Samples)
+	require.Equal(t, 1, f.Int(t, `SELECT count(*) FROM outbox_applied WHERE entity_id = 'x1' AND deleted AND version = 3`),
+		"the stray document's delete is in the ledger")
+}
+
+func req(r RepairRequest, change func(*RepairRequest)) RepairRequest {
+	change(&r)
+	return r
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// The cap refuses the whole repair, as replay's does; Yes lifts it.
+func TestVerifyRepairKeepsToItsCap(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 100)
+	f.plant(t)
+	before := f.changes(t)
+	_, err := Repair(context.Background(), f.config("search_index"), req(who, func(r *RepairRequest) { r.Max = 3 }))
+	var refused *RefusedError
+	require.ErrorAs(t, err, &refused)
+	require.EqualValues(t, 4, refused.Queued)
+	require.Equal(t, before, f.changes(t), "refused: nothing queued, nothing audited")
+
+	rep := f.repair(t, f.config("search_index"), req(who, func(r *RepairRequest) { r.Max, r.Yes = 3, true }))
+	require.EqualValues(t, 4, rep.QueuedTotal())
+	require.NotZero(t, rep.AuditID)
+
+	for _, bad := range []RepairRequest{{Why: "x"}, {By: "x"}, {By: "x", Why: " "}} {
+		_, err := Repair(context.Background(), f.config("search_index"), bad)
+		var field *bounds.FieldError
+		require.ErrorAs(t, err, &field)
+	}
+}
+
+// Without a source table there is no document to send: missing and stale
+// are reported as such, resurrected is deleted.
+func TestVerifyRepairWithoutATableDeletesOnly(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 100)
+	f.plant(t)
+	rep := f.repair(t, f.config(""), who)
+	require.Equal(t, counts(0, 0, 0, 1), rep.Queued)
+	require.Equal(t, map[string]int64{NoSource: 1}, rep.Unrepairable, "b1 is missing")
+	f.drain(t)
+	again := f.verify(t, f.config(""))
+	require.Equal(t, counts(1, 0, 0, 0), again.Counts)
+}
+
+// A document deleted by hand leaves a tombstone one version above its own
+// for index.gc_deletes (60 s): a repair sent within that window is
+// refused as a version conflict and the document stays missing; the
+// second run, once the engine forgot the delete, puts it back.
+func TestVerifyRepairOfAFreshHandDeleteTakesASecondRun(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 50)
+	f.deleteByHand(t, "b5")
+	cfg := f.config("search_index")
+
+	rep := f.repair(t, cfg, who)
+	require.Equal(t, counts(1, 0, 0, 0), rep.Queued)
+	f.drain(t)
+	require.Equal(t, counts(1, 0, 0, 0), f.verify(t, cfg).Counts, "the tombstone refused the repair")
+
+	harness.DeletesForgotten(t, f.index)
+	rep = f.repair(t, cfg, who)
+	require.Equal(t, counts(1, 0, 0, 0), rep.Queued)
+	f.drain(t)
+	require.Zero(t, f.verify(t, cfg).Drift())
+	var doc struct {
+		Version int64 `json:"_version"`
+		Source  json.RawMessage
+	}
+	require.NoError(t, harness.ES(context.Background(), f.base, http.MethodGet, "/"+f.index+"/_doc/book:b5", nil, &doc))
+	require.EqualValues(t, 1, doc.Version)
+}
