@@ -22,6 +22,7 @@ import (
 
 	"github.com/wlproj/wlproj/internal/faultproxy"
 	"github.com/wlproj/wlproj/internal/harness"
+	"github.com/wlproj/wlproj/internal/holdproxy"
 	"github.com/wlproj/wlproj/internal/tcpproxy"
 	"github.com/wlproj/wlproj/leader"
 )
@@ -186,11 +187,13 @@ type drill struct {
 	procs       []*proc
 }
 
-// slot is one replica name with its own path to Postgres; each restart of
-// the replica is a new proc in the same slot.
+// slot is one replica name with its own paths to Postgres and to the
+// engine (through the fault proxy); each restart of the replica is a new
+// proc in the same slot.
 type slot struct {
 	name   string
 	proxy  *tcpproxy.Proxy
+	engine *holdproxy.Proxy
 	cur    *proc
 	starts int
 }
@@ -315,7 +318,8 @@ func (d *drill) applyRoles(ctx context.Context) error {
 }
 
 // setupProxies puts the engine behind a fault proxy and gives each slot a
-// path to Postgres of its own.
+// path to Postgres of its own, and one to the fault proxy that can hold
+// what the slot's replica sends.
 func (d *drill) setupProxies() error {
 	var err error
 	if d.engine, err = faultproxy.New(d.cfg.ElasticURL); err != nil {
@@ -327,13 +331,22 @@ func (d *drill) setupProxies() error {
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	pgAddr := net.JoinHostPort(pgCfg.Host, strconv.Itoa(int(pgCfg.Port)))
+	engine, err := url.Parse(d.engine.URL())
+	if err != nil {
+		return err
+	}
 	for _, name := range []string{"a", "b"} {
 		p, err := tcpproxy.New(pgAddr)
 		if err != nil {
 			return err
 		}
 		d.s.OnClose(func() { _ = p.Close() })
-		d.slots = append(d.slots, &slot{name: name, proxy: p})
+		h, err := holdproxy.New(engine.Host)
+		if err != nil {
+			return err
+		}
+		d.s.OnClose(func() { _ = h.Close() })
+		d.slots = append(d.slots, &slot{name: name, proxy: p, engine: h})
 	}
 	return nil
 }
@@ -348,12 +361,13 @@ func (d *drill) ensurePostgres() {
 }
 
 // env is a replica's environment: the runtime role through the slot's own
-// proxy, the engine through the fault proxy, and fast failover settings.
+// proxy, the engine through the slot's hold proxy and the fault proxy, and
+// fast failover settings.
 func (d *drill) env(s *slot) []string {
 	u, _ := url.Parse(d.s.DB.URL)
 	u.User = url.UserPassword(d.s.Runtime, d.runtimePassword)
 	u.Host = s.proxy.Addr()
-	return harness.ReplicaEnv(u.String(), d.engine.URL(), d.s.Index, slices.Concat(harness.Quick, []string{
+	return harness.ReplicaEnv(u.String(), "http://"+s.engine.Addr(), d.s.Index, slices.Concat(harness.Quick, []string{
 		"OUTBOX_LEADER_CHECK_INTERVAL_SECONDS=0.25",
 		"OUTBOX_TCP_KEEPALIVES_IDLE=" + strconv.Itoa(keepalivesIdle),
 		"OUTBOX_TCP_KEEPALIVES_INTERVAL=" + strconv.Itoa(keepalivesInterval),

@@ -15,7 +15,8 @@ import (
 )
 
 // TestDrillSmoke runs every scenario but the Postgres restart on tiny sizes,
-// the replay after deletes included, so the drill cannot rot between
+// the replay after deletes and the deposed leader's late write included, so
+// the drill cannot rot between
 // `make drill` runs. The restart is left out
 // because the cluster is shared with the tests running beside this one.
 func TestDrillSmoke(t *testing.T) {
@@ -61,7 +62,11 @@ func TestDrillSmoke(t *testing.T) {
 		names[sc.Name] = true
 	}
 	require.Equal(t, map[string]bool{"kill-9": true, "engine-down": true, "network-cut": true, "rolling-sigterm": true,
-		"replay-after-delete": true}, names)
+		"replay-after-delete": true, "deposed-leader-late-write": true}, names)
+	late := got.Scenarios[len(got.Scenarios)-1]
+	require.Equal(t, "deposed-leader-late-write", late.Name)
+	require.Equal(t, "dropped", late.HeldOutcome, "the killed leader's held bulk must die with its connection")
+	require.Equal(t, ptr(false), late.Resurrected)
 }
 
 // A row gone from the outbox (a faulty prune or archive) is lost, though

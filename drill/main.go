@@ -17,7 +17,8 @@
 // Setup: a database of its own, migrated by the admin; deploy/sql/roles.sql
 // applied with role names of its own; an index from testdata/mapping.json;
 // replicas a and b logged in as the runtime role, each through its own TCP
-// proxy to Postgres, both through one HTTP fault proxy to the engine. A
+// proxy to Postgres and its own hold proxy (internal/holdproxy) to one HTTP
+// fault proxy in front of the engine. A
 // producer inserts -rate events per second as the admin: upserts (and a few
 // deletes) of -entities books, each with increasing versions, of which 5%
 // are written late, after the next version of their book; and a few books
@@ -46,6 +47,14 @@
 //     seeded failures to pending as the runtime role, and the leader is
 //     killed at once. Every replayed row must end done; the ledger must
 //     have dropped all but the left-alone books' unsent.
+//  7. deposed-leader-late-write: the producer pauses and the outbox drains;
+//     the leader's hold proxy holds what it sends to the engine; upsert v5
+//     of a fresh book is written and, once the held bytes hold its bulk,
+//     the leader is killed -9. The new leader applies v5, then delete v6;
+//     the engine forgets the delete (as past index.gc_deletes) and the held
+//     bytes are released: the book must stay absent. The hold proxy
+//     delivers them only if the dead leader's connection ended without an
+//     RST (SO_LINGER 0 sends one); the report says which it was.
 //
 // Then the producer stops, the outbox drains, and harness.Verify checks that
 // every event is done with its document at the newest version, or failed

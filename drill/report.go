@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"strings"
@@ -142,6 +143,13 @@ type Scenario struct {
 	Replayed            *int  `json:"replayed,omitempty"`
 	ReplayedBehind      *int  `json:"replayed_behind_ledger,omitempty"`
 	EngineForgotDeletes *bool `json:"engine_forgot_deletes,omitempty"`
+	// deposed-leader-late-write: the bytes the killed leader's path to the
+	// engine held, what became of them once the engine had forgotten the
+	// delete ("dropped": its connection ended with an RST; "delivered"), and
+	// whether the book came back.
+	HeldBytes   *int64 `json:"held_bytes,omitempty"`
+	HeldOutcome string `json:"held_bytes_outcome,omitempty"`
+	Resurrected *bool  `json:"resurrected,omitempty"`
 
 	Leaders   []string `json:"leaders,omitempty"` // who led after each fault
 	takeovers []float64
@@ -157,7 +165,7 @@ func (r *Report) summary(w io.Writer, path string) {
 	}
 	fmt.Fprintf(w, "\nwlproj drill: %s in %s (postgres %s, %s)\n", verdict,
 		(time.Duration(r.DurationSeconds) * time.Second).String(), r.Versions.Postgres, r.Versions.Engine)
-	fmt.Fprintf(w, "%-20s %-4s %-28s %s\n", "scenario", "ok", "takeover s min/median/max", "notes")
+	fmt.Fprintf(w, "%-26s %-4s %-28s %s\n", "scenario", "ok", "takeover s min/median/max", "notes")
 	for _, s := range r.Scenarios {
 		ok := "yes"
 		if !s.OK {
@@ -167,7 +175,7 @@ func (r *Report) summary(w io.Writer, path string) {
 		if s.Takeover != nil {
 			take = fmt.Sprintf("%.2f / %.2f / %.2f (n=%d)", s.Takeover.Min, s.Takeover.Median, s.Takeover.Max, len(s.Takeover.Samples))
 		}
-		fmt.Fprintf(w, "%-20s %-4s %-28s %s\n", s.Name, ok, take, s.notes())
+		fmt.Fprintf(w, "%-26s %-4s %-28s %s\n", s.Name, ok, take, s.notes())
 	}
 	e := r.Events
 	fmt.Fprintf(w, "events: written %d, in the outbox %d, done %d, failed %d, discarded %d, lost %d (gone from the outbox %d)\n",
@@ -216,6 +224,12 @@ func (s *Scenario) notes() string {
 	}
 	if s.EngineForgotDeletes != nil {
 		n = append(n, fmt.Sprintf("engine forgot the deletes: %t", *s.EngineForgotDeletes))
+	}
+	if s.HeldBytes != nil {
+		n = append(n, fmt.Sprintf("held %d bytes, %s", *s.HeldBytes, cmp.Or(s.HeldOutcome, "never released")))
+	}
+	if s.Resurrected != nil {
+		n = append(n, fmt.Sprintf("resurrected: %t", *s.Resurrected))
 	}
 	if s.Error != "" {
 		n = append(n, "error: "+s.Error)

@@ -36,6 +36,7 @@ func (d *drill) run(ctx context.Context) {
 		{"network-cut", false, d.networkCut},
 		{"rolling-sigterm", false, d.rollingSigterm},
 		{"replay-after-delete", d.cfg.Replays == 0, d.replayAfterDelete},
+		{"deposed-leader-late-write", false, d.deposedLateWrite},
 	}
 	for _, st := range steps {
 		if st.skip || ctx.Err() != nil {
@@ -68,6 +69,7 @@ func (d *drill) repair(ctx context.Context) error {
 	d.engine.Clear()
 	for _, s := range d.slots {
 		s.proxy.Restore()
+		s.engine.Release()
 		if s.cur == nil || !s.cur.r.Alive() {
 			if err := d.startProc(ctx, s); err != nil {
 				return err
