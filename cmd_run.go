@@ -74,6 +74,11 @@ type runCmd struct {
 
 	FailedArchiveAfter time.Duration `help:"Off (0) by default; else the leader moves failed and discarded rows that failed longer ago than this to the dead letter, audited as auto-archive [${archive_after_range}]." env:"OUTBOX_FAILED_ARCHIVE_AFTER" default:"0s" field:"After"`
 
+	VerifyInterval   time.Duration `help:"Off (0) by default; else the leader verifies the index this often, as wlproj verify does, rate-capped, with metrics and the console's overview [${verify_interval_range}]." env:"OUTBOX_VERIFY_INTERVAL" default:"0s" field:"Interval"`
+	VerifyFromTable  string        `help:"The source-of-truth table the scheduled verify compares the index with; empty: the applied-version ledger alone. The runtime role needs SELECT on it." env:"OUTBOX_VERIFY_FROM_TABLE"`
+	VerifyRate       int           `help:"Documents the scheduled verify reads per second at most [${verify_rate_range}]." env:"OUTBOX_VERIFY_RATE" default:"${verify_rate}" field:"Rate"`
+	VerifyAutoRepair bool          `help:"The scheduled verify deletes the resurrected documents it finds (the ledger says deleted), audited as verify-auto; the other kinds wait for an operator." env:"OUTBOX_VERIFY_AUTO_REPAIR"`
+
 	AutoReplay          bool `help:"Revive transient failures automatically while the engine is healthy." env:"OUTBOX_AUTO_REPLAY"`
 	AutoReplayPerMinute int  `help:"Auto-replay budget, events per minute [${auto_replay_per_minute_range}]." env:"OUTBOX_AUTO_REPLAY_PER_MINUTE" default:"${auto_replay_per_minute}" field:"PerMinute"`
 
@@ -237,6 +242,9 @@ func (c *runCmd) Validate() error {
 	)
 	if err == nil && c.FailedArchiveAfter != 0 {
 		err = bounds.Check("After", c.FailedArchiveAfter, replay.ArchiveAfterRange)
+	}
+	if err == nil && c.VerifyInterval != 0 {
+		err = c.verifyConfig().Validate()
 	}
 	return bounds.Rename(err, fieldNames(c))
 }

@@ -58,6 +58,14 @@ func (c *verifyCmd) Help() string {
 func verifyVars(v map[string]string) {
 	v["verify_sample"], v["verify_sample_range"] = strconv.Itoa(verify.SampleDefault), rangeText(verify.SampleRange)
 	v["verify_repair_max"], v["verify_repair_max_range"] = strconv.Itoa(verify.RepairMaxDefault), rangeText(verify.RepairMaxRange)
+	v["verify_rate"], v["verify_rate_range"] = strconv.Itoa(verify.RateDefault), rangeText(verify.ServiceRateRange)
+	v["verify_interval_range"] = durationText(verify.IntervalRange.Min) + ", " + durationText(verify.IntervalRange.Max)
+}
+
+// verifyConfig is the scheduled verify's configuration (OUTBOX_VERIFY_*).
+func (c *runCmd) verifyConfig() verify.ServiceConfig {
+	return verify.ServiceConfig{Interval: c.VerifyInterval, Index: c.ElasticIndex, SourceTable: c.VerifyFromTable,
+		Rate: c.VerifyRate, AutoRepair: c.VerifyAutoRepair}
 }
 
 // verifyFlags names verify.Config's fields by their flags.

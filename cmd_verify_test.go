@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wlproj/wlproj/internal/harness"
@@ -25,7 +26,12 @@ type vfBundle struct {
 
 func verifySetup(t *testing.T, books int) vfBundle {
 	t.Helper()
-	b := vfBundle{db: harness.NewDatabase(t), base: harness.ElasticURL(t), index: harness.NewIndex(t)}
+	return verifySetupOn(t, harness.NewDatabase(t), books)
+}
+
+func verifySetupOn(t *testing.T, db harness.DB, books int) vfBundle {
+	t.Helper()
+	b := vfBundle{db: db, base: harness.ElasticURL(t), index: harness.NewIndex(t)}
 	b.db.Exec(t, `CREATE TABLE search_index (entity_type text NOT NULL, entity_id text NOT NULL, doc jsonb NOT NULL,
 		version bigint NOT NULL, PRIMARY KEY (entity_type, entity_id))`)
 	b.db.Exec(t, `INSERT INTO search_index SELECT 'book', 'b' || g, jsonb_build_object('kind', 'book', 'title', 'Book ' || g), 1
@@ -194,4 +200,47 @@ func TestVerifyCmdRepair(t *testing.T) {
 	code, out, errOut = b.run(t, table...)
 	require.Zero(t, code, out+errOut)
 	require.Contains(t, out, "clean: ")
+}
+
+// The scheduled verify as deployed: a replica logged in as the runtime role
+// of deploy/sql/roles.sql, with SELECT on the source table, finds a
+// resurrected document, deletes it (OUTBOX_VERIFY_AUTO_REPAIR), audits
+// that, keeps the run for the console and exports the gauges.
+func TestVerifyScheduledByTheLeaderAsTheRuntimeRole(t *testing.T) {
+	t.Parallel()
+	owner, runtime := harness.Roles(t, "vf")
+	db := harness.NewDatabase(t)
+	out, err := harness.ApplyRoles(t, db.URL, db.Name, owner, runtime)
+	require.NoError(t, err, out)
+	b := verifySetupOn(t, db, 50)
+	db.Exec(t, `GRANT SELECT ON search_index TO `+pgx.Identifier{runtime}.Sanitize())
+	db.Exec(t, `DELETE FROM search_index WHERE entity_id = 'b3'`)
+	db.Exec(t, `UPDATE outbox_applied SET version = 2, deleted = true WHERE entity_id = 'b3'`)
+
+	r := harness.StartReplica(t, "vf1", harness.ReplicaEnv(db.Login(t, runtime, harness.RuntimePassword), b.base, b.index,
+		append(harness.Quick, "OUTBOX_VERIFY_INTERVAL=1h", "OUTBOX_VERIFY_FROM_TABLE=search_index",
+			"OUTBOX_VERIFY_AUTO_REPAIR=true")...))
+	harness.Leader(t, r)
+	harness.Eventually(t, 30*time.Second, "the first scheduled run recorded", func() bool {
+		return db.Int(t, `SELECT count(*) FROM outbox_verify_runs`) == 1
+	})
+	require.Equal(t, 1, db.Int(t, `SELECT count(*) FROM outbox_verify_runs WHERE projection = 'search' AND checked = 50
+		AND resurrected = 1 AND repaired = 1 AND missing + stale + extra = 0 AND source_table = 'search_index'`))
+	require.Equal(t, 1, db.Int(t, `SELECT count(*) FROM outbox_replay_audit WHERE action = 'repair' AND replayed_by = 'verify-auto'`))
+	scrape, err := r.Scrape()
+	require.NoError(t, err)
+	for name, want := range map[string]float64{
+		`outbox_verify_drift_documents{projection="search",kind="resurrected"}`: 0,
+		`outbox_verify_checked_documents{projection="search"}`:                  50,
+		`outbox_verify_repaired_total{projection="search"}`:                     1,
+	} {
+		got, ok, err := harness.ParseMetric(scrape, name)
+		require.NoError(t, err)
+		require.True(t, ok, name)
+		require.Equal(t, want, got, name)
+	}
+	require.NotContains(t, r.Logs(), "permission denied")
+
+	code, out, errOut := b.run(t, "--from-table", "search_index")
+	require.Zero(t, code, out+errOut)
 }

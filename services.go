@@ -16,6 +16,7 @@ import (
 	"github.com/wlproj/wlproj/projection"
 	"github.com/wlproj/wlproj/rebuild"
 	"github.com/wlproj/wlproj/replay"
+	"github.com/wlproj/wlproj/verify"
 )
 
 // projections is every projection this binary knows, by the name producers
@@ -120,6 +121,13 @@ func newDaemon(c *runCmd, pool *pgxpool.Pool, workerID string, log zerolog.Logge
 			return daemonParts{}, err
 		}
 		d.services = append(d.services, archiver)
+	}
+	if c.VerifyInterval > 0 {
+		v, err := verify.NewService(c.verifyConfig(), pool, es, registry[rebuild.Projection].(*projection.Search), log)
+		if err != nil {
+			return daemonParts{}, err
+		}
+		d.services = append(d.services, v)
 	}
 	return d, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/wlproj/wlproj/leader"
 	"github.com/wlproj/wlproj/outbox"
 	"github.com/wlproj/wlproj/replay"
+	"github.com/wlproj/wlproj/verify"
 )
 
 const (
@@ -30,6 +31,8 @@ type overviewView struct {
 	Done, Failed  chart
 	Stats         []replay.Stat
 	Stuck         []outbox.StuckRow
+	// Verify is each projection's last complete scheduled verify.
+	Verify []verify.LastRun
 }
 
 type replicaRow struct {
@@ -70,6 +73,10 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if v.Stuck, err = outbox.Stuck(ctx, c.deps.Pool, c.cfg.MaxProcessing, stuckShown); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	if v.Verify, err = verify.LastRuns(ctx, c.deps.Pool); err != nil {
 		c.fail(w, r, err)
 		return
 	}

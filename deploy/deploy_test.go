@@ -54,6 +54,7 @@ var allowedMetrics = map[string]bool{
 	"outbox_event_latency_seconds_bucket":  true,
 	"outbox_event_latency_seconds_sum":     true,
 	"outbox_event_latency_seconds_count":   true,
+	"outbox_verify_drift_documents":        true,
 	"up":                                   true,
 }
 
@@ -178,6 +179,7 @@ var wantAlerts = []string{
 	"OutboxSplitBrain",
 	"OutboxLeaderFlapping",
 	"OutboxReplicaNotReady",
+	"OutboxIndexDrift",
 }
 
 var reRunbookURL = regexp.MustCompile(`^https://\S+/runbook\.md#([a-z0-9-]+)$`)

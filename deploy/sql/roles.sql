@@ -88,7 +88,8 @@ SELECT format('ALTER TABLE %s OWNER TO %I', c.oid::regclass, :'owner_role')
                  to_regclass('public.outbox_replay_audit'), to_regclass('public.goose_db_version'),
                  to_regclass('public.outbox_applied'), to_regclass('public.outbox_dead_letter'),
                  to_regclass('public.outbox_projection_state'), to_regclass('public.chronicle_events'),
-                 to_regclass('public.outbox_rebuilds'), to_regclass('public.outbox_console_sessions'))
+                 to_regclass('public.outbox_rebuilds'), to_regclass('public.outbox_console_sessions'),
+                 to_regclass('public.outbox_verify_runs'))
    AND c.relowner <> (SELECT oid FROM pg_roles WHERE rolname = :'owner_role') \gexec
 SELECT format('ALTER FUNCTION %s OWNER TO %I', p.oid::regprocedure, :'owner_role')
   FROM pg_proc p
@@ -111,7 +112,8 @@ SELECT to_regclass('public.outbox_events') IS NOT NULL
   SELECT format('REVOKE ALL ON %s FROM %I', t, :'runtime_role')
     FROM unnest(ARRAY[to_regclass('public.outbox_applied'), to_regclass('public.outbox_dead_letter'),
                       to_regclass('public.outbox_projection_state'), to_regclass('public.chronicle_events'),
-                      to_regclass('public.outbox_rebuilds'), to_regclass('public.outbox_console_sessions')]) AS t
+                      to_regclass('public.outbox_rebuilds'), to_regclass('public.outbox_console_sessions'),
+                      to_regclass('public.outbox_verify_runs')]) AS t
    WHERE t IS NOT NULL \gexec
 
   -- Claim, ack, retry, reclaim, release and replay read the rows and change
@@ -152,6 +154,11 @@ SELECT to_regclass('public.outbox_events') IS NOT NULL
   -- it at sign-out, and deletes expired ones.
   SELECT format('GRANT SELECT, INSERT, UPDATE (revoked_at), DELETE ON %s TO %I', t, :'runtime_role')
     FROM to_regclass('public.outbox_console_sessions') AS t WHERE t IS NOT NULL \gexec
+  -- The scheduled verify keeps each projection's last run (upserted); the
+  -- console reads it. Its repair deletes through the engine, never by
+  -- inserting events.
+  SELECT format('GRANT SELECT, INSERT, UPDATE ON %s TO %I', t, :'runtime_role')
+    FROM to_regclass('public.outbox_verify_runs') AS t WHERE t IS NOT NULL \gexec
   -- The elector upserts its row to bump the epoch (the fencing token).
   GRANT SELECT, INSERT, UPDATE ON public.outbox_leader TO :"runtime_role";
   -- Auto-replay writes an audit row per replay, and reads them for its
