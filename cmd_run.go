@@ -59,6 +59,7 @@ type runCmd struct {
 	BaseBackoffSeconds     float64 `help:"First retry delay [${base_backoff_range}]." env:"OUTBOX_BASE_BACKOFF_SECONDS" default:"${base_backoff}" field:"BaseBackoff"`
 	MaxBackoffSeconds      float64 `help:"Retry delay cap [${max_backoff_range}]." env:"OUTBOX_MAX_BACKOFF_SECONDS" default:"${max_backoff}" field:"MaxBackoff"`
 	ShutdownGraceSeconds   float64 `help:"How long SIGTERM lets in-flight bulks finish [${shutdown_grace_range}]." env:"OUTBOX_SHUTDOWN_GRACE_SECONDS" default:"${shutdown_grace}" field:"ShutdownGrace"`
+	ClaimCooldownSeconds   float64 `help:"Wait after a claim that found less than a full batch, so the next one takes what arrived meanwhile [${claim_cooldown_range}]." env:"OUTBOX_CLAIM_COOLDOWN_SECONDS" default:"${claim_cooldown}" field:"ClaimCooldown"`
 	MaxPayloadBytes        int     `help:"Largest upsert payload accepted; larger ones fail as payload_invalid [${max_payload_bytes_range}]." env:"OUTBOX_MAX_PAYLOAD_BYTES" default:"${max_payload_bytes}" field:"MaxPayloadBytes"`
 
 	ChronicleMaxPayloadBytes int `help:"Largest payload the chronicle projection appends; larger ones fail as payload_invalid [${chronicle_max_payload_bytes_range}]." env:"OUTBOX_CHRONICLE_MAX_PAYLOAD_BYTES" default:"${chronicle_max_payload_bytes}" field:"ChronicleMaxPayloadBytes"`
@@ -129,6 +130,7 @@ func flagVars() map[string]string {
 		"base_backoff":        {consume.BaseBackoffDefault, consume.BaseBackoffRange},
 		"max_backoff":         {consume.MaxBackoffDefault, consume.MaxBackoffRange},
 		"shutdown_grace":      {consume.ShutdownGraceDefault, consume.ShutdownGraceRange},
+		"claim_cooldown":      {consume.ClaimCooldownDefault, consume.ClaimCooldownRange},
 		"check_interval":      {leader.CheckIntervalDefault, leader.CheckIntervalRange},
 		"check_timeout":       {leader.CheckTimeoutDefault, leader.CheckTimeoutRange},
 		"keepalives_idle":     {leader.KeepalivesIdleDefault, leader.KeepalivesIdleRange},
@@ -192,6 +194,7 @@ func (c *runCmd) consumeConfig() consume.Config {
 		BaseBackoff:     seconds(c.BaseBackoffSeconds),
 		MaxBackoff:      seconds(c.MaxBackoffSeconds),
 		ShutdownGrace:   seconds(c.ShutdownGraceSeconds),
+		ClaimCooldown:   seconds(c.ClaimCooldownSeconds),
 	}
 }
 

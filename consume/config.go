@@ -19,6 +19,7 @@ const (
 	BaseBackoffDefault     = time.Second
 	MaxBackoffDefault      = 300 * time.Second
 	ShutdownGraceDefault   = 20 * time.Second
+	ClaimCooldownDefault   = 10 * time.Millisecond
 )
 
 // Accepted ranges of Config.
@@ -33,6 +34,7 @@ var (
 	BaseBackoffRange     = bounds.Range[time.Duration]{Min: 10 * time.Millisecond, Max: time.Hour}
 	MaxBackoffRange      = bounds.Range[time.Duration]{Min: 10 * time.Millisecond, Max: 24 * time.Hour}
 	ShutdownGraceRange   = bounds.Range[time.Duration]{Min: time.Second, Max: 10 * time.Minute}
+	ClaimCooldownRange   = bounds.Range[time.Duration]{Min: time.Millisecond, Max: time.Second}
 )
 
 // Config tunes the loop and the reclaimer. Zero fields take their defaults;
@@ -66,6 +68,11 @@ type Config struct {
 	// ShutdownGrace is how long a drain lets in-flight bulks finish.
 	// Defaults to 20s.
 	ShutdownGrace time.Duration
+	// ClaimCooldown is how long the leader waits after a claim that found
+	// less than a full batch before it claims again: under a steady
+	// trickle every insert's NOTIFY would otherwise cost a claim, an ack
+	// and a bulk for one or two events. Defaults to 10ms.
+	ClaimCooldown time.Duration
 }
 
 // WithDefaults fills zero fields.
@@ -80,6 +87,7 @@ func (c Config) WithDefaults() Config {
 	c.BaseBackoff = cmp.Or(c.BaseBackoff, BaseBackoffDefault)
 	c.MaxBackoff = cmp.Or(c.MaxBackoff, MaxBackoffDefault)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, ShutdownGraceDefault)
+	c.ClaimCooldown = cmp.Or(c.ClaimCooldown, ClaimCooldownDefault)
 	return c
 }
 
@@ -97,6 +105,7 @@ func (c Config) Validate() error {
 		bounds.Check("BaseBackoff", c.BaseBackoff, BaseBackoffRange),
 		bounds.Check("MaxBackoff", c.MaxBackoff, MaxBackoffRange),
 		bounds.Check("ShutdownGrace", c.ShutdownGrace, ShutdownGraceRange),
+		bounds.Check("ClaimCooldown", c.ClaimCooldown, ClaimCooldownRange),
 		bounds.NotBelow("MaxBackoff", c.MaxBackoff, "BaseBackoff", c.BaseBackoff),
 	)
 }

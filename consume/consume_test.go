@@ -245,6 +245,7 @@ func TestConfigOutOfRangeNamesTheField(t *testing.T) {
 		"MaxBackoff=1s must not be below":        {BaseBackoff: time.Minute, MaxBackoff: time.Second},
 		"ShutdownGrace=1h0m0s is out of range":   {ShutdownGrace: time.Hour},
 		"PollInterval=1ms is out of range [10ms": {PollInterval: time.Millisecond},
+		"ClaimCooldown=2s is out of range":       {ClaimCooldown: 2 * time.Second},
 	} {
 		err := cfg.WithDefaults().Validate()
 		require.ErrorContains(t, err, field)

@@ -138,12 +138,27 @@ func (l *Loop) Run(ctx context.Context, epoch int64, drain <-chan struct{}) {
 				defer func() { <-slots }()
 				_, _ = l.handle(workCtx, epoch, f) // the batch logs and counts its own result
 			}()
+			if len(f.events) < l.cfg.BulkSize {
+				l.cooldown(ctx, drain)
+			}
 			continue
 		}
 		if err != nil && ctx.Err() == nil {
 			l.log.Error().Err(err).Msg("claim failed")
 		}
 		l.idle(ctx, poll, wake, drain)
+	}
+}
+
+// cooldown lets events accumulate after a claim that found less than a
+// full batch: the next claim then takes what arrived meanwhile in one go.
+func (l *Loop) cooldown(ctx context.Context, drain <-chan struct{}) {
+	t := time.NewTimer(l.cfg.ClaimCooldown)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	case <-drain:
 	}
 }
 
