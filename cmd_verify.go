@@ -32,7 +32,7 @@ type verifyCmd struct {
 	FromTable    string `name:"from-table" help:"The source-of-truth table (entity_type, entity_id, doc, version); without it the index is compared with the applied-version ledger alone." placeholder:"TABLE"`
 	JSON         bool   `name:"json" help:"Print one JSON object."`
 	Sample       int    `help:"Document ids shown per kind [${verify_sample_range}]." default:"${verify_sample}"`
-	Rate         int    `help:"Documents read per second at most, index and database alike; 0: no cap." default:"0"`
+	Rate         int    `help:"Documents checked per second at most (each side of the comparison keeps to it); 0: no cap." default:"0"`
 
 	Repair bool   `help:"Queue an outbox event for each drifted document that one can put right (an upsert from --from-table for missing and stale, a delete for extra and resurrected); the leader applies them. One transaction, one audit row."`
 	By     string `help:"With --repair: who is repairing; recorded in the audit. Required." placeholder:"WHO"`
@@ -202,6 +202,7 @@ type verifyReportJSON struct {
 	Resurrected int64                    `json:"resurrected"`
 	InFlight    int64                    `json:"in_flight"`
 	Samples     map[verify.Kind][]string `json:"samples"`
+	Compared    string                   `json:"compared"`
 	Walked      bool                     `json:"walked"`
 	Seconds     float64                  `json:"seconds"`
 	Repair      *repairReportJSON        `json:"repair,omitempty"`
@@ -225,15 +226,19 @@ func repairJSON(r verify.RepairReport) *repairReportJSON {
 func verifyJSON(rep verify.Report) verifyReportJSON {
 	return verifyReportJSON{Projection: rep.Projection, Index: rep.Index, SourceTable: rep.SourceTable, Checked: rep.Checked,
 		Missing: rep.Counts[verify.Missing], Stale: rep.Counts[verify.Stale], Extra: rep.Counts[verify.Extra],
-		Resurrected: rep.Counts[verify.Resurrected], InFlight: rep.InFlight, Samples: rep.Samples, Walked: rep.Walked,
+		Resurrected: rep.Counts[verify.Resurrected], InFlight: rep.InFlight, Samples: rep.Samples, Compared: rep.Compared, Walked: rep.Walked,
 		Seconds: rep.Took.Seconds()}
 }
 
 // writeVerify prints the counts per kind with their samples, and what to
 // do about drift.
 func writeVerify(w io.Writer, rep verify.Report) {
-	fmt.Fprintf(w, "verified %s (projection %s) against the %s: %d documents in %s\n",
-		rep.Index, rep.Projection, truth(rep), rep.Checked, formatAge(rep.Took))
+	how := ""
+	if rep.Compared == verify.ComparedFingerprints {
+		how = ", equal as wholes (fingerprints)"
+	}
+	fmt.Fprintf(w, "verified %s (projection %s) against the %s: %d documents in %s%s\n",
+		rep.Index, rep.Projection, truth(rep), rep.Checked, formatAge(rep.Took), how)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, k := range verify.Kinds {
 		if k == verify.Extra && rep.SourceTable == "" {

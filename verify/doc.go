@@ -6,8 +6,8 @@
 // live document at its version) when one is given, else the applied-version
 // ledger. Every document that differs falls in one kind:
 //
-//	missing      in the source (or live in the ledger), absent from the index
-//	stale        in the index at an older version than the source or the ledger
+//	missing      in the truth (the source, or live in the ledger), absent from the index
+//	stale        in the index at an older version than the truth
 //	resurrected  in the index while the ledger says it was deleted
 //	extra        in the index, absent from the source, not deleted in the ledger
 //
@@ -19,6 +19,14 @@
 // (Elasticsearch 8 refuses to sort on _id, so no merge of two sorted
 // streams):
 //
+//  0. With a source table, the whole index (a scroll) and the whole table
+//     (key-ordered pages of one snapshot) are read side by side into an
+//     order-free fingerprint of their (_id, version) pairs. Equal, the
+//     index is clean: one read of each side, no lookup. This is the
+//     common case, and what makes a run cost about the slower of the two
+//     reads. The scheduled verify skips it (Config.Documents): beside a
+//     live drain the two sides never match as wholes. Otherwise, or
+//     without a table:
 //  1. One REPEATABLE READ snapshot of the database, and one scroll of the
 //     index in _doc order (a point-in-time view of its own; versions on,
 //     _source off). Each page of index ids is looked up in the snapshot

@@ -134,7 +134,7 @@ func (s *Service) runOnce(ctx context.Context) (RunResult, error) {
 	res.Ran = true
 	var repairedIDs []string
 	cfg := Config{Pool: s.pool, Client: s.client, Index: s.cfg.Index, Projection: s.cfg.Projection,
-		SourceTable: s.cfg.SourceTable, Rate: s.cfg.Rate}
+		SourceTable: s.cfg.SourceTable, Rate: s.cfg.Rate, Documents: true}
 	if s.cfg.AutoRepair {
 		cfg.OnDrift = func(ctx context.Context, drift []Drift) error {
 			ids, err := s.deleteResurrected(ctx, drift)

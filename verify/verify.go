@@ -30,6 +30,12 @@ const (
 	Resurrected Kind = "resurrected"
 )
 
+// How a run compared; see Report.Compared.
+const (
+	ComparedFingerprints = "fingerprints"
+	ComparedDocuments    = "documents"
+)
+
 // Kinds lists every kind, in the order reports show them.
 var Kinds = []Kind{Missing, Stale, Extra, Resurrected}
 
@@ -73,10 +79,15 @@ type Config struct {
 	// Page is the documents per scroll page, per database page and per ids
 	// query. Defaults to 5000.
 	Page int
-	// Rate caps the documents read per second (index and database pages
-	// alike), so a scheduled run does not starve the live drain; 0 is no
-	// cap. Defaults to 0.
+	// Rate caps the documents checked per second, so a scheduled run does
+	// not starve the live drain: the index's pages and the database's
+	// walk each keep to it, and so does the source table's read beside
+	// the index's in step 0. 0 is no cap. Defaults to 0.
 	Rate int
+	// Documents skips step 0 and compares document by document at once.
+	// Beside a live drain the two sides never match as wholes, so the
+	// scheduled verify does.
+	Documents bool
 	// Docs makes the drift handed to OnDrift carry the source row's doc,
 	// which a repair sends.
 	Docs bool
@@ -128,6 +139,10 @@ type Report struct {
 	// InFlight counts the documents that differed while an event of theirs
 	// was pending or processing: the live drain, not drift.
 	InFlight int64 `json:"in_flight"`
+	// Compared says how: ComparedFingerprints when the index and the
+	// source table proved equal as wholes (step 0 of the package doc),
+	// else ComparedDocuments.
+	Compared string `json:"compared"`
 	// Walked reports whether the database's keys were walked for missing
 	// documents (step 2 of the package doc).
 	Walked  bool          `json:"walked"`
@@ -190,9 +205,9 @@ type state struct {
 }
 
 // judge says how a document differs, if it does. With a table the table
-// is the truth, the ledger only tells a deleted document (resurrected)
-// from one nobody knows (extra), and a live entry newer than the index is
-// stale too. Without one, the ledger is the truth and nothing is extra.
+// is the truth and the ledger only tells a deleted document (resurrected)
+// from one nobody knows (extra). Without one, the ledger is the truth and
+// nothing is extra.
 func judge(table bool, s state) (Kind, bool) {
 	present := s.index >= 0
 	live := s.ledger != nil && !s.ledger.Deleted
@@ -200,7 +215,7 @@ func judge(table bool, s state) (Kind, bool) {
 		switch {
 		case s.source != nil && !present:
 			return Missing, true
-		case s.source != nil && (s.index < s.source.Version || live && s.index < s.ledger.Version):
+		case s.source != nil && s.index < s.source.Version:
 			return Stale, true
 		case s.source != nil || !present:
 			return "", false
@@ -240,6 +255,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	if cfg.Rate > 0 {
 		v.limit = rate.NewLimiter(rate.Limit(cfg.Rate), cfg.Page)
+		v.limitSource = rate.NewLimiter(rate.Limit(cfg.Rate), cfg.Page)
 	}
 	err := v.compare(ctx)
 	for _, k := range Kinds {
@@ -258,8 +274,10 @@ type run struct {
 	cfg    Config
 	engine engine
 	table  string // quoted; "" without a source table
-	limit  *rate.Limiter
-	rep    Report
+	// limit paces the index's pages and the walk; limitSource the source
+	// table's read of step 0, which runs beside the index's.
+	limit, limitSource *rate.Limiter
+	rep                Report
 	// suspects wait to be checked again, at most recheckBatch of them.
 	suspects []suspect
 }
@@ -283,9 +301,21 @@ func (v *run) compare(ctx context.Context) error {
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only
 	db := database{q: tx, table: v.table, projection: v.cfg.Projection}
-	// The snapshot is taken by its first statement, before the scroll
-	// opens: a document created in between is in the index only, and the
-	// check again finds it in the database.
+	// The snapshot is taken by the transaction's first statement, before
+	// the scroll opens: a document created in between is in the index
+	// only, and the check again finds it in the database.
+	if _, err := tx.Exec(ctx, `SELECT 1`); err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	if v.table != "" && !v.cfg.Documents {
+		// Step 0: a clean index is proven by one read of each side.
+		equal, n, err := v.equalByFingerprint(ctx, db)
+		if err != nil || equal {
+			v.rep.Checked, v.rep.Compared = n, ComparedFingerprints
+			return err
+		}
+	}
+	v.rep.Compared = ComparedDocuments
 	expected, err := db.count(ctx)
 	if err != nil {
 		return err
@@ -397,11 +427,13 @@ func (v *run) walkDatabase(ctx context.Context, db database) error {
 }
 
 // wait takes n documents from the rate cap.
-func (v *run) wait(ctx context.Context, n int) error {
-	if v.limit == nil {
+func (v *run) wait(ctx context.Context, n int) error { return waitN(ctx, v.limit, n) }
+
+func waitN(ctx context.Context, l *rate.Limiter, n int) error {
+	if l == nil || n == 0 {
 		return nil
 	}
-	return v.limit.WaitN(ctx, n)
+	return l.WaitN(ctx, n)
 }
 
 func (v *run) suspect(ctx context.Context, s suspect) error {

@@ -144,6 +144,7 @@ func TestVerifyFindsEachKindOfDrift(t *testing.T) {
 	require.Equal(t, map[Kind][]string{Missing: {"book:b1"}, Stale: {"book:b2"}, Extra: {"book:x1"}, Resurrected: {"book:b3"}},
 		rep.Samples)
 	require.EqualValues(t, 4, rep.Drift())
+	require.Equal(t, ComparedDocuments, rep.Compared)
 	require.EqualValues(t, 201, rep.Checked, "200 index documents (x1 too) and the one it lacks")
 	require.True(t, rep.Walked, "a missing document makes the counts differ")
 	require.Equal(t, "search_index", rep.SourceTable)
@@ -164,15 +165,31 @@ func TestVerifyAgainstTheLedgerAlone(t *testing.T) {
 	require.Empty(t, rep.SourceTable)
 }
 
+// A clean index is proven by fingerprints against a table (one read of
+// each side), document by document against the ledger, where equal
+// counts spare the walk of the keys.
 func TestVerifyCleanIndexReadsTheDatabaseOnce(t *testing.T) {
 	t.Parallel()
 	f := setup(t, 300)
-	for _, table := range []string{"search_index", ""} {
+	for table, compared := range map[string]string{"search_index": ComparedFingerprints, "": ComparedDocuments} {
 		rep := f.verify(t, f.config(table))
 		require.Zero(t, rep.Drift(), "table %q", table)
 		require.EqualValues(t, 300, rep.Checked)
-		require.False(t, rep.Walked, "equal counts: no document is missing, the keys are not walked")
+		require.Equal(t, compared, rep.Compared, "table %q", table)
+		require.False(t, rep.Walked, "no document is missing, the keys are not walked")
 	}
+}
+
+// One version off, with the counts equal: the fingerprints differ, and the
+// documents are compared one by one.
+func TestVerifyFingerprintsCatchOneVersion(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 300)
+	f.Exec(t, `UPDATE search_index SET version = 2 WHERE entity_id = 'b150'`)
+	rep := f.verify(t, f.config("search_index"))
+	require.Equal(t, ComparedDocuments, rep.Compared)
+	require.Equal(t, counts(0, 1, 0, 0), rep.Counts)
+	require.False(t, rep.Walked, "equal counts")
 }
 
 // A document whose event is still pending differs from the source only
@@ -278,8 +295,8 @@ func TestJudge(t *testing.T) {
 	}{
 		{true, state{index: -1, source: src(1)}, Missing},
 		{true, state{index: 1, source: src(2)}, Stale},
-		{true, state{index: 2, source: src(2), ledger: live(3)}, Stale},
-		{true, state{index: 3, source: src(2)}, ""}, // the source is behind: the check again reads it anew
+		{true, state{index: 2, source: src(2), ledger: live(3)}, ""}, // the table is the truth
+		{true, state{index: 3, source: src(2)}, ""},                  // the source is behind: the check again reads it anew
 		{true, state{index: 2, source: src(2), ledger: gone(3)}, ""},
 		{true, state{index: 1, ledger: gone(2)}, Resurrected},
 		{true, state{index: 1, ledger: live(1)}, Extra},
