@@ -48,6 +48,8 @@ type Config struct {
 	SustainedDuration time.Duration
 	SustainedHistory  int
 
+	Verify VerifyConfig
+
 	// Steps names the steps to run; empty runs all of them.
 	Steps      []string
 	Out        string
@@ -67,7 +69,7 @@ func defaultConfig() Config {
 		RetentionRate: 1000, RetentionDuration: 5 * time.Minute, Retention: time.Minute,
 		RetentionSample: 10 * time.Second, RetentionDocs: 20_000,
 		SustainedRate: 2000, SustainedDuration: 10 * time.Minute, SustainedHistory: 1_000_000,
-		Out: "bench/results.json", CPUProfile: "bench/leader-cpu.pprof",
+		Out: "bench/results.json", CPUProfile: "bench/leader-cpu.pprof", Verify: defaultVerifyConfig(),
 	}
 }
 
@@ -85,6 +87,7 @@ func (c Config) smoke() Config {
 	c.Pairs, c.RebuildRows, c.ConsoleRows, c.ConsoleSamples = 2, 3000, 2000, 3
 	c.SustainedRate, c.SustainedDuration, c.SustainedHistory = 200, 3*time.Second, 5000
 	c.CPUProfile = ""
+	c.Verify = c.Verify.smoke()
 	return c
 }
 
@@ -108,6 +111,9 @@ func (c Config) validate() error {
 		if f.v < f.lo || f.v > f.hi {
 			return fmt.Errorf("%s=%d is out of range [%d, %d]", f.name, f.v, f.lo, f.hi)
 		}
+	}
+	if err := c.Verify.validate(); err != nil {
+		return err
 	}
 	switch {
 	case c.Duration < 100*time.Millisecond:
@@ -212,6 +218,7 @@ func (b *bench) steps() []step {
 		{"rebuild", "rebuild", b.rebuild},
 		{"console", "console", b.console},
 		{"sustained", "sustained live load", b.sustained},
+		{"verify", "verify", b.verifyStep},
 	}
 }
 

@@ -74,6 +74,14 @@
 //     outbox_claim_duration_seconds), lease expiries, and the database's
 //     and wlproj's CPU per event, the producer's own cost subtracted.
 //
+//  13. verify: -verify-docs documents in the index, a source table and the
+//     ledger; wlproj verify --from-table timed as a process next to a bare
+//     scroll of the index alone and a bare key-ordered read of the table
+//     alone, -verify-rounds times, every other round reversed (goal: at
+//     most 1.25x their sum, peak RSS at most 100 MB); then the live
+//     drain's p99 at -verify-live-rate without a scheduled verify for
+//     -verify-window, and during one (goal: at most 2x).
+//
 // CPU seconds used by the engine, Postgres, the daemon and the bench itself
 // are recorded for steps 1 to 3 (from /proc), so the report can say who the
 // machine's cores were busy with.
@@ -119,9 +127,10 @@ func main() {
 	fs.IntVar(&cfg.RebuildRows, "rebuild-rows", cfg.RebuildRows, "rows of the source table the rebuild step loads")
 	fs.IntVar(&cfg.ConsoleRows, "console-rows", cfg.ConsoleRows, "failed rows the console step's pages show")
 	fs.IntVar(&cfg.ConsoleSamples, "console-samples", cfg.ConsoleSamples, "times each console page is timed")
+	cfg.Verify.flags(fs)
 	compare := fs.Bool("compare", false, "print one table of the results JSON files given as arguments (one per engine), write it as JSON to -compare-out if given, and exit")
 	compareOut := fs.String("compare-out", "", "with -compare: where the per-engine table goes as JSON")
-	steps := fs.String("steps", "", "comma-separated steps to run (raw,e2e,pg,latency,failover,claim,retention,pairs,rebuild,console,sustained; default all)")
+	steps := fs.String("steps", "", "comma-separated steps to run (raw,e2e,pg,latency,failover,claim,retention,pairs,rebuild,console,sustained,verify; default all)")
 	fs.StringVar(&cfg.Out, "out", envOr("BENCH_OUT", cfg.Out), "where the JSON goes (BENCH_OUT)")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", cfg.CPUProfile, "write a CPU profile of the leader during step 2 here")
 	fs.StringVar(&cfg.Bin, "bin", "", "a built wlproj binary (default: go build the checkout)")

@@ -36,6 +36,7 @@ type Report struct {
 	Rebuild      *RebuildResult `json:"rebuild,omitempty"`
 	Console      *ConsoleReport `json:"console,omitempty"`
 	Sustained    *Sustained     `json:"sustained,omitempty"`
+	Verify       *VerifyResult  `json:"verify,omitempty"`
 	CPUProfile   string         `json:"cpu_profile,omitempty"`
 	// QuiesceSeconds is the time spent waiting for the engine and Postgres
 	// to go idle before each step.
@@ -429,6 +430,9 @@ func (r *Report) finish() {
 			add(at+": database CPU per event, wlproj's", "<= 50", run.DatabaseCPUPerEv, "µs", run.DatabaseCPUPerEv <= 50)
 			add(at+": wlproj CPU per event", "<= 25", run.WlprojCPUPerEv, "µs", run.WlprojCPUPerEv <= 25)
 		}
+	}
+	if v := r.Verify; v != nil {
+		v.addTargets(add)
 	}
 	if c := r.Console; c != nil {
 		first := c.Pages["first_screen"].P95Ms
