@@ -43,7 +43,9 @@ type verifyCmd struct {
 }
 
 func (c *verifyCmd) Help() string {
-	return "Reads the whole index (a scroll, versions only) and looks each page up in one snapshot of the database; " +
+	return "With --from-table, first reads the whole index (a scroll, versions only) and the whole table side by side: " +
+		"equal as wholes, the index is clean. Otherwise, and without --from-table, looks each page of the index up in the database " +
+		"and each page of the database's keys up in the index; " +
 		"a document that differs is checked again as it is now, and one with an event pending or processing is the drain's, not drift. " +
 		"Kinds: missing (in the source, or live in the ledger, not in the index), stale (older in the index), " +
 		"resurrected (in the index, deleted in the ledger), extra (in the index, not in the source, not deleted in the ledger; " +
@@ -203,7 +205,6 @@ type verifyReportJSON struct {
 	InFlight    int64                    `json:"in_flight"`
 	Samples     map[verify.Kind][]string `json:"samples"`
 	Compared    string                   `json:"compared"`
-	Walked      bool                     `json:"walked"`
 	Seconds     float64                  `json:"seconds"`
 	Repair      *repairReportJSON        `json:"repair,omitempty"`
 }
@@ -226,7 +227,7 @@ func repairJSON(r verify.RepairReport) *repairReportJSON {
 func verifyJSON(rep verify.Report) verifyReportJSON {
 	return verifyReportJSON{Projection: rep.Projection, Index: rep.Index, SourceTable: rep.SourceTable, Checked: rep.Checked,
 		Missing: rep.Counts[verify.Missing], Stale: rep.Counts[verify.Stale], Extra: rep.Counts[verify.Extra],
-		Resurrected: rep.Counts[verify.Resurrected], InFlight: rep.InFlight, Samples: rep.Samples, Compared: rep.Compared, Walked: rep.Walked,
+		Resurrected: rep.Counts[verify.Resurrected], InFlight: rep.InFlight, Samples: rep.Samples, Compared: rep.Compared,
 		Seconds: rep.Took.Seconds()}
 }
 

@@ -11,7 +11,6 @@ import (
 // querier is the snapshot's transaction or the pool.
 type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // database reads the truth: the source table (its name as Postgres quotes
@@ -23,34 +22,12 @@ type database struct {
 	projection string
 }
 
-// count is how many documents the truth says the index holds: the source
-// table's rows, or the live ledger entries.
-func (db database) count(ctx context.Context) (int64, error) {
-	sql, args := `SELECT count(*) FROM outbox_applied WHERE projection = $1 AND NOT deleted`, []any{db.projection}
-	if db.table != "" {
-		sql, args = `SELECT count(*) FROM `+db.table, nil
-	}
-	var n int64
-	if err := db.q.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
-		return 0, fmt.Errorf("count the documents the index should hold: %w", err)
-	}
-	return n, nil
-}
-
 // found is what the database holds for one index document.
 type found struct {
 	key    key
 	hasKey bool
 	source *SourceRow
 	ledger *Entry
-}
-
-// expected reports whether the truth counts the document (see count).
-func (f found) expected(table bool) bool {
-	if table {
-		return f.source != nil
-	}
-	return f.ledger != nil && !f.ledger.Deleted
 }
 
 // lookupSQL reads, for each key an index id could be, its source row and

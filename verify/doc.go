@@ -26,16 +26,16 @@
 //     common case, and what makes a run cost about the slower of the two
 //     reads. The scheduled verify skips it (Config.Documents): beside a
 //     live drain the two sides never match as wholes. Otherwise, or
-//     without a table:
-//  1. One REPEATABLE READ snapshot of the database, and one scroll of the
-//     index in _doc order (a point-in-time view of its own; versions on,
-//     _source off). Each page of index ids is looked up in the snapshot
-//     (source row and ledger entry, by primary key) and judged; the index
-//     documents that have a source row (or a live ledger entry) are counted.
-//  2. If that count equals the snapshot's number of source rows (or live
-//     entries), no document is missing and the database is not walked.
-//     Otherwise its keys are walked in key-ordered pages, each page looked
-//     up in the index with one ids query, to find the missing ones.
+//     without a table, document by document:
+//  1. One scroll of the index in _doc order (versions on, _source off).
+//     Each page of ids is looked up in the database (source row and ledger
+//     entry, by primary key) and judged.
+//  2. The database's keys (the table's, or the live ledger entries'), in
+//     key-ordered pages, each looked up in the index with one ids query:
+//     what the index lacks is missing.
+//     Each page of steps 1 and 2 is a statement of its own: a snapshot held
+//     for a whole rate-capped run would keep vacuum from the outbox's dead
+//     rows, and the claim from skipping them, for as long.
 //  3. Every document found different is checked again, in batches, against
 //     the database and the index as they are now (a realtime _mget): the
 //     live drain moves on while verify reads, so only a document that still

@@ -8,6 +8,8 @@ import (
 	"hash/maphash"
 	"strconv"
 	"sync"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // fingerprint sums a hash of every (_id, version) of one side: two sides
@@ -46,9 +48,20 @@ func (f fingerprinter) add(fp *fingerprint, id string, version int64) {
 
 // equalByFingerprint reads the whole index and the whole source table at
 // the same time and reports whether they hold the same documents at the
-// same versions. The table is read in the snapshot's key-ordered pages;
-// every page of either side waits on the rate cap.
-func (v *run) equalByFingerprint(ctx context.Context, db database) (bool, int64, error) {
+// same versions, and how many the index holds. The table is read in
+// key-ordered pages of one snapshot, taken before the scroll opens and
+// held as long as the two reads (seconds for a million rows, unless a
+// rate cap slows them); every page of either side waits on the cap.
+func (v *run) equalByFingerprint(ctx context.Context) (bool, int64, error) {
+	tx, err := v.cfg.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return false, 0, fmt.Errorf("snapshot: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))       //nolint:errcheck // read-only
+	if _, err := tx.Exec(ctx, `SELECT 1`); err != nil { // takes the snapshot
+		return false, 0, fmt.Errorf("snapshot: %w", err)
+	}
+	db := database{q: tx, table: v.table, projection: v.cfg.Projection}
 	f := newFingerprinter()
 	var index, source fingerprint
 	gctx, cancel := context.WithCancel(ctx)
