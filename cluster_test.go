@@ -2,15 +2,15 @@ package main
 
 // The helpers the root package's process tests share: a cluster of real
 // replicas on a database and index of the test's own, the engine behind a
-// fault proxy. Everything else comes from internal/harness.
+// fault proxy. Everything else comes from internal/testkit/harness.
 
 import (
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/wlproj/wlproj/internal/faultproxy"
-	"github.com/wlproj/wlproj/internal/harness"
+	"github.com/wlproj/wlproj/internal/testkit/faultproxy"
+	"github.com/wlproj/wlproj/internal/testkit/harness"
 )
 
 type cluster struct {

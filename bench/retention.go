@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/wlproj/wlproj/internal/harness"
+	"github.com/wlproj/wlproj/internal/testkit/harness"
 )
 
 // The verdict of step 8: what a plateau and a steady claim mean.

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/wlproj/wlproj/internal/harness"
+	"github.com/wlproj/wlproj/internal/testkit/harness"
 )
 
 // Sustained is step 12: live traffic at a steady rate, as the application's

@@ -20,7 +20,7 @@ import (
 	"github.com/olivere/elastic/v7"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wlproj/wlproj/internal/harness"
+	"github.com/wlproj/wlproj/internal/testkit/harness"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/<engine>/ from the engine under test (make capture ENGINE=…)")

@@ -20,10 +20,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/wlproj/wlproj/internal/faultproxy"
-	"github.com/wlproj/wlproj/internal/harness"
-	"github.com/wlproj/wlproj/internal/holdproxy"
-	"github.com/wlproj/wlproj/internal/tcpproxy"
+	"github.com/wlproj/wlproj/internal/testkit/faultproxy"
+	"github.com/wlproj/wlproj/internal/testkit/harness"
+	"github.com/wlproj/wlproj/internal/testkit/holdproxy"
+	"github.com/wlproj/wlproj/internal/testkit/tcpproxy"
 	"github.com/wlproj/wlproj/leader"
 )
 

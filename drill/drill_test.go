@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/wlproj/wlproj/internal/harness"
+	"github.com/wlproj/wlproj/internal/testkit/harness"
 )
 
 // TestDrillSmoke runs every scenario but the Postgres restart on tiny sizes,

@@ -9,8 +9,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/wlproj/wlproj/internal/harness"
-	"github.com/wlproj/wlproj/internal/holdproxy"
+	"github.com/wlproj/wlproj/internal/testkit/harness"
+	"github.com/wlproj/wlproj/internal/testkit/holdproxy"
 	"github.com/wlproj/wlproj/projection"
 )
 

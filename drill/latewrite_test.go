@@ -13,9 +13,9 @@ import (
 	"github.com/olivere/elastic/v7"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wlproj/wlproj/internal/faultproxy"
-	"github.com/wlproj/wlproj/internal/harness"
-	"github.com/wlproj/wlproj/internal/holdproxy"
+	"github.com/wlproj/wlproj/internal/testkit/faultproxy"
+	"github.com/wlproj/wlproj/internal/testkit/harness"
+	"github.com/wlproj/wlproj/internal/testkit/holdproxy"
 	"github.com/wlproj/wlproj/projection"
 )
 

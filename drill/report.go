@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/wlproj/wlproj/internal/harness"
+	"github.com/wlproj/wlproj/internal/testkit/harness"
 )
 
 // Report is drill/report.json.

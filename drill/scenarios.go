@@ -7,8 +7,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/wlproj/wlproj/internal/faultproxy"
-	"github.com/wlproj/wlproj/internal/harness"
+	"github.com/wlproj/wlproj/internal/testkit/faultproxy"
+	"github.com/wlproj/wlproj/internal/testkit/harness"
 )
 
 // catchUpTimeout bounds how long the backlog of an outage may take to drain.

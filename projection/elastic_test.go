@@ -24,7 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wlproj/wlproj/classify"
-	"github.com/wlproj/wlproj/internal/harness"
+	"github.com/wlproj/wlproj/internal/testkit/harness"
 )
 
 func TestWriteLifetimeFitsTheDefaultGCDeletes(t *testing.T) {

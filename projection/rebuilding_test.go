@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wlproj/wlproj/classify"
-	"github.com/wlproj/wlproj/internal/harness"
+	"github.com/wlproj/wlproj/internal/testkit/harness"
 )
 
 // rebuildingAt is a RebuildIndexes that names fixed indexes.

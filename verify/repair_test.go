@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wlproj/wlproj/internal/bounds"
-	"github.com/wlproj/wlproj/internal/harness"
+	"github.com/wlproj/wlproj/internal/testkit/harness"
 )
 
 var who = RepairRequest{By: "alice", Why: "drift found by verify (INC-7)"}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/wlproj/wlproj/consume"
 	"github.com/wlproj/wlproj/internal/bounds"
-	"github.com/wlproj/wlproj/internal/harness"
+	"github.com/wlproj/wlproj/internal/testkit/harness"
 	"github.com/wlproj/wlproj/projection"
 	"github.com/wlproj/wlproj/rebuild"
 )

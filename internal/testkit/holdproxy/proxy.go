@@ -42,7 +42,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wlproj/wlproj/internal/harness"
+	"github.com/wlproj/wlproj/internal/testkit"
 )
 
 const (
@@ -141,7 +141,7 @@ type conn struct {
 // closes it when the test ends.
 func Start(t testing.TB, target string) *Proxy {
 	t.Helper()
-	return harness.Closing[*Proxy](t)(New(target))
+	return testkit.Closing[*Proxy](t)(New(target))
 }
 
 // New starts a proxy to target (host:port) on a free loopback port. The

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"testing"
 	"time"
 
@@ -98,18 +97,4 @@ func EventuallyOne[T any](t testing.TB, timeout time.Duration, what string, item
 		t.Fatal(err)
 	}
 	return one
-}
-
-// Closing returns a function that fails t on err, or else closes v when the
-// test ends and returns it: the test form of a constructor, as in
-// harness.Closing[*Proxy](t)(New(target)).
-func Closing[T io.Closer](t testing.TB) func(v T, err error) T {
-	return func(v T, err error) T {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = v.Close() })
-		return v
-	}
 }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/wlproj/wlproj/internal/holdproxy"
+	"github.com/wlproj/wlproj/internal/testkit/holdproxy"
 )
 
 // received is what the server read on one connection, and how it ended.

@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wlproj/wlproj/internal/harness"
-	"github.com/wlproj/wlproj/internal/tcpproxy"
+	"github.com/wlproj/wlproj/internal/testkit/harness"
+	"github.com/wlproj/wlproj/internal/testkit/tcpproxy"
 )
 
 // echoServer echoes every connection and counts the ones it accepted.

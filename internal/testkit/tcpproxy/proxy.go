@@ -30,7 +30,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wlproj/wlproj/internal/harness"
+	"github.com/wlproj/wlproj/internal/testkit"
 )
 
 const dialTimeout = 10 * time.Second
@@ -62,7 +62,7 @@ type pair struct {
 // closes it when the test ends.
 func Start(t testing.TB, target string) *Proxy {
 	t.Helper()
-	return harness.Closing[*Proxy](t)(New(target))
+	return testkit.Closing[*Proxy](t)(New(target))
 }
 
 // New starts a proxy to target (host:port) on a free loopback port. The caller

@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wlproj/wlproj/internal/harness"
+	"github.com/wlproj/wlproj/internal/testkit"
 )
 
 // Fault describes how the proxy treats the requests that follow Set. The zero
@@ -70,7 +70,7 @@ type Proxy struct {
 // port and closes it when the test ends.
 func Start(t testing.TB, target string) *Proxy {
 	t.Helper()
-	return harness.Closing[*Proxy](t)(New(target))
+	return testkit.Closing[*Proxy](t)(New(target))
 }
 
 // New starts a proxy to target on a free loopback port. The caller must Close it.
