@@ -18,7 +18,7 @@ export ENGINE
 # the operator surface, the drill's smoke run, verify against each kind of
 # drift, and the harness's own index cleanup (Elasticsearch 8 refuses
 # deletes by wildcard).
-ENGINE_TEST_PKGS := . ./projection ./classify ./consume ./drill ./internal/testkit/harness ./verify
+ENGINE_TEST_PKGS := . ./projection ./classify ./consume ./tools/drill ./internal/testkit/harness ./verify
 ENGINE_TEST_RUN := ^Test(Engine|Search|Identify|ItemResult|Captured|NewElasticClient|LateReplay|RetryAfterTheDelete|TLS|Replicas|Operate|DrillSmoke|DeleteIndex|Verify)
 
 .PHONY: build test test-go test-engine test-engines capture stack-up stack-down lint demo bench drill clean
@@ -67,18 +67,18 @@ demo:
 	@scripts/demo.sh
 
 # Benchmarks (not tests): BENCH_SMOKE=1 runs every step on tiny sizes; the
-# smoke mode also runs inside `make test` (bench/bench_test.go).
-BENCH_OUT ?= bench/results.json
+# smoke mode also runs inside `make test` (tools/bench/bench_test.go).
+BENCH_OUT ?= tools/bench/results/results.json
 bench:
-	@$(STACK) with env BENCH_OUT=$(BENCH_OUT) BENCH_SMOKE=$(BENCH_SMOKE) $(GO) run ./bench $(BENCH_FLAGS)
+	@$(STACK) with env BENCH_OUT=$(BENCH_OUT) BENCH_SMOKE=$(BENCH_SMOKE) $(GO) run ./tools/bench $(BENCH_FLAGS)
 
-# Unattended failover drill on the real stack; writes drill/report.json.
+# Unattended failover drill on the real stack; writes tools/drill/report.json.
 # Then the model test (consume/model_test.go) on MODEL_SEEDS random seeds,
 # each printed so a failing one can be run alone (WLPROJ_MODEL_SEED=n).
 MODEL_SEEDS ?= 200
 drill:
 	@scripts/tools.sh
-	@$(STACK) with $(GO) run ./drill $(DRILL_FLAGS)
+	@$(STACK) with $(GO) run ./tools/drill $(DRILL_FLAGS)
 	@$(STACK) with env WLPROJ_MODEL_SEEDS=$(MODEL_SEEDS) $(GO) test -count=1 -timeout 30m -run '^TestModelRandomHistories$$' ./consume
 
 lint:

@@ -10,7 +10,7 @@ import (
 	"github.com/wlproj/wlproj/internal/testkit/harness"
 )
 
-// Report is drill/report.json.
+// Report is tools/drill/report.json.
 type Report struct {
 	OK bool `json:"ok"`
 	harness.RunReport

@@ -6,8 +6,8 @@
 //	make bench                       # the defaults below, a few minutes
 //	make bench BENCH_SMOKE=1         # every step on tiny sizes, under a minute
 //	make bench BENCH_FLAGS='-done-rows 10000000'
-//	go run ./bench -h                # every flag
-//	go run ./bench -compare -compare-out bench/engines.json bench/results-*.json   # one table, one row per engine
+//	go run ./tools/bench -h          # every flag
+//	go run ./tools/bench -compare -compare-out tools/bench/results/engines.json tools/bench/results/results-*.json   # one table, one row per engine
 //
 // It runs on the local stack (`make bench` sources .stack/env): DATABASE_URL
 // names a superuser, ELASTIC_URL the engine. It creates a database and

@@ -69,7 +69,7 @@ func defaultConfig() Config {
 		RetentionRate: 1000, RetentionDuration: 5 * time.Minute, Retention: time.Minute,
 		RetentionSample: 10 * time.Second, RetentionDocs: 20_000,
 		SustainedRate: 2000, SustainedDuration: 10 * time.Minute, SustainedHistory: 1_000_000,
-		Out: "bench/results.json", CPUProfile: "bench/leader-cpu.pprof", Verify: defaultVerifyConfig(),
+		Out: "tools/bench/results/results.json", CPUProfile: "tools/bench/results/leader-cpu.pprof", Verify: defaultVerifyConfig(),
 	}
 }
 

@@ -38,7 +38,7 @@ const (
 	// maxAttemptsDefault outlasts a 60 s outage: with a 2 s backoff cap and
 	// equal jitter an event retries at most every second.
 	maxAttemptsDefault = 100
-	reportDefault      = "drill/report.json"
+	reportDefault      = "tools/drill/report.json"
 
 	// Keepalives of the replicas' lock connections. The network cut waits
 	// their window before resetting the server side, as Postgres would.

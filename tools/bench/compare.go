@@ -30,7 +30,7 @@ type EngineRow struct {
 // engineRows reads the results files, one per engine.
 func engineRows(files []string) ([]EngineRow, error) {
 	if len(files) == 0 {
-		return nil, errors.New("-compare: name the results files, e.g. bench/results-*.json")
+		return nil, errors.New("-compare: name the results files, e.g. tools/bench/results/results-*.json")
 	}
 	var rows []EngineRow
 	for _, f := range files {
