@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/wlproj/wlproj/cli"
 	"github.com/wlproj/wlproj/internal/testkit/harness"
 )
 
@@ -26,12 +27,12 @@ func TestMigrateGuardExitsNonZero(t *testing.T) {
 	t.Parallel()
 	db := harness.NewEmptyDatabase(t)
 	var stdout, stderr bytes.Buffer
-	code := run([]string{"migrate", "--database-url", db.URL, "--expect-db", "not-" + db.Name}, &stdout, &stderr)
+	code := cli.Run([]string{"migrate", "--database-url", db.URL, "--expect-db", "not-" + db.Name}, &stdout, &stderr)
 	require.NotZero(t, code)
 	require.Contains(t, stderr.String(), "refusing to migrate")
 	require.Contains(t, stderr.String(), db.Name, "the message says what it found")
 
-	code = run([]string{"migrate", "--database-url", db.URL, "--expect-db", db.Name}, &stdout, &stderr)
+	code = cli.Run([]string{"migrate", "--database-url", db.URL, "--expect-db", db.Name}, &stdout, &stderr)
 	require.Zero(t, code, stderr.String())
 	require.True(t, strings.Contains(stdout.String(), "applied"), stdout.String())
 }
@@ -62,7 +63,7 @@ func TestRunRejectsOutOfRangeSettings(t *testing.T) {
 func TestRunRefusesATombstoneRetentionBelowRetention(t *testing.T) {
 	t.Parallel()
 	var stdout, stderr bytes.Buffer
-	code := run([]string{"run", "--database-url", "postgres://127.0.0.1:1/none",
+	code := cli.Run([]string{"run", "--database-url", "postgres://127.0.0.1:1/none",
 		"--retention", "48h", "--ledger-tombstone-retention", "24h"}, &stdout, &stderr)
 	require.NotZero(t, code)
 	require.Contains(t, stderr.String(),

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/wlproj/wlproj/cli"
 	"github.com/wlproj/wlproj/internal/testkit/harness"
 )
 
@@ -18,7 +19,7 @@ import (
 func (c *cluster) cli(args ...string) string {
 	c.t.Helper()
 	var stdout, stderr bytes.Buffer
-	code := run(append(args, "--database-url", c.db.URL), &stdout, &stderr)
+	code := cli.Run(append(args, "--database-url", c.db.URL), &stdout, &stderr)
 	require.Zero(c.t, code, "wlproj %v: %s", args, stderr.String())
 	return stdout.String()
 }

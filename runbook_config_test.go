@@ -8,14 +8,15 @@ import (
 
 	"github.com/alecthomas/kong"
 	"github.com/stretchr/testify/require"
+
+	"github.com/wlproj/wlproj/cli"
 )
 
 // flagDefaults walks the CLI's model: env var → default and help text, as
 // kong resolved them from the packages' constants.
 func flagDefaults(t *testing.T) map[string]*kong.Flag {
 	t.Helper()
-	var c cli
-	parser, err := kong.New(&c, kong.Vars(flagVars()))
+	model, err := cli.Model()
 	require.NoError(t, err)
 	flags := map[string]*kong.Flag{}
 	var walk func(n *kong.Node)
@@ -32,7 +33,7 @@ func flagDefaults(t *testing.T) map[string]*kong.Flag {
 			walk(child)
 		}
 	}
-	walk(parser.Model.Node)
+	walk(model.Node)
 	return flags
 }
 

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/wlproj/wlproj/internal/bounds"
 	"github.com/wlproj/wlproj/outbox"
 )
 
@@ -20,9 +19,9 @@ import (
 // --projection, or a projection this wlproj does not know.
 type pauseFlags struct {
 	dbFlags
-	Projection string `help:"The projection: one of ${projections}." placeholder:"NAME"`
-	By         string `help:"Who is acting; recorded in the state and the audit row. Required." placeholder:"WHO"`
-	Why        string `help:"Why, e.g. the incident or the ticket; recorded in the state and the audit row. Required." placeholder:"TEXT"`
+	Projection string `help:"The projection: one of ${projections}." placeholder:"NAME" field:"Projection"`
+	By         string `help:"Who is acting; recorded in the state and the audit row. Required." placeholder:"WHO" field:"By"`
+	Why        string `help:"Why, e.g. the incident or the ticket; recorded in the state and the audit row. Required." placeholder:"TEXT" field:"Why"`
 	JSON       bool   `name:"json" help:"Print the result as one JSON object."`
 }
 
@@ -34,19 +33,16 @@ func (c *pauseCmd) Run(g *globals) error { return c.set(g, true) }
 
 func (c *resumeCmd) Run(g *globals) error { return c.set(g, false) }
 
-// pauseFlagNames names outbox.PauseRequest's fields by their flags.
-var pauseFlagNames = map[string]string{"Projection": "--projection", "By": "--by", "Why": "--why"}
-
 func (f pauseFlags) set(g *globals, paused bool) error {
 	name := strings.TrimSpace(f.Projection)
 	if known := projectionNames(); name != "" && !slices.Contains(known, name) {
-		return opsError(usagef("--projection: unknown projection %q; this wlproj knows %s; nothing changed",
-			name, strings.Join(known, ", ")), f.DatabaseURL)
+		return commandError(f, usagef("--projection: unknown projection %q; this wlproj knows %s; nothing changed",
+			name, strings.Join(known, ", ")))
 	}
-	return opsRun(f.DatabaseURL, func(ctx context.Context, conn *pgx.Conn) error {
+	return opsRun(f, func(ctx context.Context, conn *pgx.Conn) error {
 		res, err := outbox.SetPaused(ctx, conn, outbox.PauseRequest{Projection: name, Paused: paused, By: f.By, Why: f.Why})
 		if err != nil {
-			return bounds.Rename(err, pauseFlagNames)
+			return err
 		}
 		if f.JSON {
 			return writeJSONLines(g.stdout, []outbox.PauseResult{res})

@@ -1,19 +1,15 @@
-package main
+package cli
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/signal"
-	"reflect"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
 	"github.com/wlproj/wlproj/consume"
@@ -23,18 +19,6 @@ import (
 	"github.com/wlproj/wlproj/projection"
 	"github.com/wlproj/wlproj/replay"
 )
-
-// The flags' defaults and ranges are ${…} variables filled from the
-// packages' constants (see flagVars): each default has one home. The `field`
-// tag names the package Config field a flag sets, so that a package's
-// *bounds.FieldError is reported with the operator's variable name.
-type elasticFlags struct {
-	ElasticURL      string  `help:"Elasticsearch base URL." env:"ELASTIC_URL" default:"http://127.0.0.1:9200" field:"URL"`
-	ElasticUsername string  `help:"Elasticsearch basic-auth user." env:"ELASTIC_USERNAME"`
-	ElasticPassword string  `help:"Elasticsearch basic-auth password." env:"ELASTIC_PASSWORD"`
-	ElasticCAFile   string  `name:"elastic-ca-file" help:"PEM file of the CA that signed the engine's TLS certificate." env:"ELASTIC_CA_FILE" type:"existingfile"`
-	ElasticTimeout  float64 `help:"Timeout of one request to the engine, in seconds [${elastic_timeout_range}]." env:"ELASTIC_TIMEOUT_SECONDS" default:"${elastic_timeout}" field:"Timeout"`
-}
 
 type runCmd struct {
 	dbFlags
@@ -84,102 +68,6 @@ type runCmd struct {
 	AutoReplayPerMinute int  `help:"Auto-replay budget, events per minute [${auto_replay_per_minute_range}]." env:"OUTBOX_AUTO_REPLAY_PER_MINUTE" default:"${auto_replay_per_minute}" field:"PerMinute"`
 
 	consoleFlags
-}
-
-// flagVars fills the ${…} of the flags' tags from the packages' defaults
-// and ranges; durations are in seconds, as the flags are.
-func flagVars() map[string]string {
-	v := map[string]string{
-		"leader_name":         leader.NameDefault,
-		"http_addr":           health.AddrDefault,
-		"http_port":           strconv.Itoa(health.HTTPPortDefault),
-		"port_range":          rangeText(health.PortRange),
-		"list_limit":          strconv.Itoa(listLimitDefault),
-		"replay_max":          strconv.Itoa(replay.MaxDefault),
-		"retention":           durationText(consume.RetentionDefault),
-		"retention_range":     durationText(consume.RetentionRange.Min) + ", " + durationText(consume.RetentionRange.Max),
-		"archive_after_range": durationText(replay.ArchiveAfterRange.Min) + ", " + durationText(replay.ArchiveAfterRange.Max),
-		"projections":         strings.Join(projectionNames(), ", "),
-	}
-	v["tombstone_retention"] = durationText(consume.TombstoneRetentionDefault)
-	v["tombstone_retention_range"] = durationText(consume.TombstoneRetentionRange.Min) + ", " + durationText(consume.TombstoneRetentionRange.Max)
-	ints := map[string]struct {
-		def int
-		rng bounds.Range[int]
-	}{
-		"bulk_size":                   {consume.BulkSizeDefault, consume.BulkSizeRange},
-		"concurrency":                 {consume.ConcurrencyDefault, consume.ConcurrencyRange},
-		"max_attempts":                {consume.MaxAttemptsDefault, consume.MaxAttemptsRange},
-		"max_payload_bytes":           {projection.MaxPayloadBytesDefault, projection.MaxPayloadBytesRange},
-		"chronicle_max_payload_bytes": {projection.ChronicleMaxPayloadBytesDefault, projection.ChronicleMaxPayloadBytesRange},
-		"keepalives_count":            {leader.KeepalivesCountDefault, leader.KeepalivesCountRange},
-		"auto_replay_per_minute":      {replay.PerMinuteDefault, replay.PerMinuteRange},
-	}
-	for name, s := range ints {
-		v[name], v[name+"_range"] = strconv.Itoa(s.def), rangeText(s.rng)
-	}
-	durations := map[string]struct {
-		def time.Duration
-		rng bounds.Range[time.Duration]
-	}{
-		"elastic_timeout":     {projection.TimeoutDefault, projection.TimeoutRange},
-		"poll_interval":       {consume.PollIntervalDefault, consume.PollIntervalRange},
-		"lease":               {consume.LeaseDefault, consume.LeaseRange},
-		"reclaim_interval":    {consume.ReclaimIntervalDefault, consume.ReclaimIntervalRange},
-		"max_processing":      {consume.MaxProcessingDefault, consume.MaxProcessingRange},
-		"base_backoff":        {consume.BaseBackoffDefault, consume.BaseBackoffRange},
-		"max_backoff":         {consume.MaxBackoffDefault, consume.MaxBackoffRange},
-		"shutdown_grace":      {consume.ShutdownGraceDefault, consume.ShutdownGraceRange},
-		"claim_cooldown":      {consume.ClaimCooldownDefault, consume.ClaimCooldownRange},
-		"check_interval":      {leader.CheckIntervalDefault, leader.CheckIntervalRange},
-		"check_timeout":       {leader.CheckTimeoutDefault, leader.CheckTimeoutRange},
-		"keepalives_idle":     {leader.KeepalivesIdleDefault, leader.KeepalivesIdleRange},
-		"keepalives_interval": {leader.KeepalivesIntervalDefault, leader.KeepalivesIntervalRange},
-	}
-	for name, s := range durations {
-		v[name] = secondsText(s.def)
-		v[name+"_range"] = secondsText(s.rng.Min) + ", " + secondsText(s.rng.Max)
-	}
-	consoleVars(v)
-	verifyVars(v)
-	return v
-}
-
-func rangeText(r bounds.Range[int]) string { return strconv.Itoa(r.Min) + ", " + strconv.Itoa(r.Max) }
-
-func secondsText(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'g', -1, 64) }
-
-// durationText is d as an operator writes it: 168h, not 168h0m0s.
-func durationText(d time.Duration) string {
-	s := d.String()
-	for _, zero := range []string{"0s", "0m"} {
-		if t, ok := strings.CutSuffix(s, zero); ok && len(t) > 0 && (t[len(t)-1] < '0' || t[len(t)-1] > '9') {
-			s = t
-		}
-	}
-	return s
-}
-
-func seconds(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
-
-// fieldNames maps each `field` tag of v's flags to the flag's variable.
-func fieldNames(v any) map[string]string {
-	names := map[string]string{}
-	var walk func(t reflect.Type)
-	walk = func(t reflect.Type) {
-		for i := range t.NumField() {
-			f := t.Field(i)
-			if f.Anonymous {
-				walk(f.Type)
-				continue
-			}
-			if field, ok := f.Tag.Lookup("field"); ok {
-				names[field] = f.Tag.Get("env")
-			}
-		}
-	}
-	walk(reflect.TypeOf(v).Elem())
-	return names
 }
 
 func (c *runCmd) consumeConfig() consume.Config {
@@ -249,7 +137,7 @@ func (c *runCmd) Validate() error {
 	if err == nil && c.VerifyInterval != 0 {
 		err = c.verifyConfig().Validate()
 	}
-	return bounds.Rename(err, fieldNames(c))
+	return renameFields(c, err)
 }
 
 func (c *runCmd) Run(g *globals) error {
@@ -263,31 +151,31 @@ func (c *runCmd) Run(g *globals) error {
 	ctx, cancel := drainOnSignal(log, &draining)
 	defer cancel()
 
-	pool, err := c.openPool(ctx, workerID)
+	pool, err := openPool(ctx, c.DatabaseURL, c.Concurrency+6, "wlproj:"+workerID)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 	d, err := newDaemon(c, pool, workerID, log)
 	if err != nil {
-		return bounds.Rename(err, fieldNames(c))
+		return renameFields(c, err)
 	}
 	elector, err := leader.New(c.leaderConfig(workerID), log, d.services...)
 	if err != nil {
-		return bounds.Rename(err, fieldNames(c))
+		return renameFields(c, err)
 	}
 	if watchdog, _ := daemon.SdWatchdogEnabled(false); watchdog > 0 {
 		elector.OnTick = func() { _, _ = daemon.SdNotify(false, daemon.SdNotifyWatchdog) }
 	}
 	con, err := c.startConsole(pool, elector, log)
 	if err != nil {
-		return bounds.Rename(err, fieldNames(c))
+		return renameFields(c, err)
 	}
 	defer con.close()
 	srv, err := health.New(c.healthConfig(), health.Deps{Pool: pool, Elector: elector, PingES: d.pingES, Draining: &draining, Log: log,
 		Projections: projectionNames(), Routes: con.routes()})
 	if err != nil {
-		return bounds.Rename(err, fieldNames(c))
+		return renameFields(c, err)
 	}
 	srvCtx, stopSrv := context.WithCancel(context.Background())
 	defer stopSrv()
@@ -304,20 +192,6 @@ func (c *runCmd) Run(g *globals) error {
 	elector.Run(ctx)
 	log.Info().Msg("stopped")
 	return nil
-}
-
-func (c *runCmd) openPool(ctx context.Context, workerID string) (*pgxpool.Pool, error) {
-	poolCfg, err := pgxpool.ParseConfig(c.DatabaseURL)
-	if err != nil {
-		return nil, fmt.Errorf("DATABASE_URL: %w", err)
-	}
-	poolCfg.MaxConns = int32(c.Concurrency + 6)
-	poolCfg.ConnConfig.RuntimeParams["application_name"] = "wlproj:" + workerID
-	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
-	if err != nil {
-		return nil, fmt.Errorf("database: %w", err)
-	}
-	return pool, nil
 }
 
 // drainOnSignal returns a context that the first SIGTERM or SIGINT cancels

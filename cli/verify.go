@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -16,29 +15,24 @@ import (
 
 	"github.com/wlproj/wlproj/internal/bounds"
 	"github.com/wlproj/wlproj/projection"
-	"github.com/wlproj/wlproj/rebuild"
 	"github.com/wlproj/wlproj/verify"
 )
-
-// exitDrift is verify's exit code when the index differs from the truth;
-// the other codes are those of cmd_ops.go.
-const exitDrift = 4
 
 type verifyCmd struct {
 	dbFlags
 	elasticFlags
-	ElasticIndex string `help:"The index or alias verified." env:"ELASTIC_INDEX" default:"search"`
+	ElasticIndex string `help:"The index or alias verified." env:"ELASTIC_INDEX" default:"search" field:"Index"`
 	Projection   string `help:"Projection verified (only search has an index)." default:"search"`
 	FromTable    string `name:"from-table" help:"The source-of-truth table (entity_type, entity_id, doc, version); without it the index is compared with the applied-version ledger alone." placeholder:"TABLE"`
 	JSON         bool   `name:"json" help:"Print one JSON object."`
-	Sample       int    `help:"Document ids shown per kind [${verify_sample_range}]." default:"${verify_sample}"`
-	Rate         int    `help:"Documents checked per second at most (each side of the comparison keeps to it); 0: no cap." default:"0"`
+	Sample       int    `help:"Document ids shown per kind [${verify_sample_range}]." default:"${verify_sample}" field:"Sample"`
+	Rate         int    `help:"Documents checked per second at most (each side of the comparison keeps to it); 0: no cap." default:"0" field:"Rate"`
 
 	Repair bool   `help:"Queue an outbox event for each drifted document that one can put right (an upsert from --from-table for missing and stale, a delete for extra and resurrected); the leader applies them. One transaction, one audit row."`
-	By     string `help:"With --repair: who is repairing; recorded in the audit. Required." placeholder:"WHO"`
-	Why    string `help:"With --repair: why, e.g. the ticket; recorded in the audit. Required." placeholder:"TEXT"`
+	By     string `help:"With --repair: who is repairing; recorded in the audit. Required." placeholder:"WHO" field:"By"`
+	Why    string `help:"With --repair: why, e.g. the ticket; recorded in the audit. Required." placeholder:"TEXT" field:"Why"`
 	DryRun bool   `name:"dry-run" help:"With --repair: verify and say what would be queued; change nothing."`
-	Max    int    `help:"With --repair: refuse, changing nothing, when more documents than this would be repaired [${verify_repair_max_range}]." default:"${verify_repair_max}"`
+	Max    int    `help:"With --repair: refuse, changing nothing, when more documents than this would be repaired [${verify_repair_max_range}]." default:"${verify_repair_max}" field:"Max"`
 	Yes    bool   `help:"With --repair: lift --max."`
 }
 
@@ -55,37 +49,24 @@ func (c *verifyCmd) Help() string {
 		"3 repair refused by --max (nothing changed)."
 }
 
-// verifyVars fills the ${…} of verify's flags (and of the run command's
-// verify settings) from the package's defaults.
-func verifyVars(v map[string]string) {
-	v["verify_sample"], v["verify_sample_range"] = strconv.Itoa(verify.SampleDefault), rangeText(verify.SampleRange)
-	v["verify_repair_max"], v["verify_repair_max_range"] = strconv.Itoa(verify.RepairMaxDefault), rangeText(verify.RepairMaxRange)
-	v["verify_rate"], v["verify_rate_range"] = strconv.Itoa(verify.RateDefault), rangeText(verify.ServiceRateRange)
-	v["verify_interval_range"] = durationText(verify.IntervalRange.Min) + ", " + durationText(verify.IntervalRange.Max)
-}
-
 // verifyConfig is the scheduled verify's configuration (OUTBOX_VERIFY_*).
 func (c *runCmd) verifyConfig() verify.ServiceConfig {
 	return verify.ServiceConfig{Interval: c.VerifyInterval, Index: c.ElasticIndex, SourceTable: c.VerifyFromTable,
 		Rate: c.VerifyRate, AutoRepair: c.VerifyAutoRepair}
 }
 
-// verifyFlags names verify.Config's fields by their flags.
-var verifyFlags = map[string]string{"Index": "ELASTIC_INDEX", "Sample": "--sample", "Rate": "--rate", "By": "--by",
-	"Why": "--why", "Max": "--max"}
-
 func (c *verifyCmd) Run(g *globals) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cfg, pool, err := c.config(ctx)
 	if err != nil {
-		return c.exit(err)
+		return commandError(c, err)
 	}
 	defer pool.Close()
 	if !c.Repair {
 		rep, err := verify.Run(ctx, cfg)
 		if err != nil {
-			return c.exit(err)
+			return commandError(c, err)
 		}
 		c.print(g.stdout, rep, nil)
 		return driftExit(rep)
@@ -93,11 +74,11 @@ func (c *verifyCmd) Run(g *globals) error {
 	fix, err := verify.Repair(ctx, cfg, verify.RepairRequest{By: c.By, Why: c.Why, DryRun: c.DryRun, Max: c.Max, Yes: c.Yes})
 	var refused *verify.RefusedError
 	if err != nil && !errors.As(err, &refused) {
-		return c.exit(err)
+		return commandError(c, err)
 	}
 	c.print(g.stdout, fix.Report, &fix)
 	if refused != nil {
-		return c.exit(err)
+		return commandError(c, err)
 	}
 	return driftExit(fix.Report)
 }
@@ -142,45 +123,11 @@ func (c *verifyCmd) config(ctx context.Context) (verify.Config, *pgxpool.Pool, e
 	}
 	cfg := verify.Config{Index: c.ElasticIndex, Projection: c.Projection, SourceTable: c.FromTable, Sample: c.Sample, Rate: c.Rate}
 	var err error
-	cfg.Client, err = projection.NewElasticClient(projection.ElasticOptions{URL: c.ElasticURL, Username: c.ElasticUsername,
-		Password: c.ElasticPassword, CAFile: c.ElasticCAFile, Timeout: seconds(c.ElasticTimeout)})
-	if err != nil {
+	if cfg.Client, err = projection.NewElasticClient(c.options()); err != nil {
 		return cfg, nil, err
 	}
-	poolCfg, err := pgxpool.ParseConfig(c.DatabaseURL)
-	if err != nil {
-		return cfg, nil, usagef("DATABASE_URL: %w", err)
-	}
-	poolCfg.MaxConns = 4
-	poolCfg.ConnConfig.RuntimeParams["application_name"] = "wlproj-verify"
-	cfg.Pool, err = pgxpool.NewWithConfig(ctx, poolCfg)
-	if err != nil {
-		return cfg, nil, fmt.Errorf("database: %w", err)
-	}
-	return cfg, cfg.Pool, nil
-}
-
-// exit gives an error its exit code and the operator's words, with the
-// credentials scrubbed.
-func (c *verifyCmd) exit(err error) error {
-	if err == nil {
-		return nil
-	}
-	code := exitFailure
-	var input *rebuild.InputError
-	var usage usageError
-	var field *bounds.FieldError
-	var refused *verify.RefusedError
-	switch {
-	case errors.As(err, &input), errors.As(err, &usage), errors.As(err, &field):
-		code = exitUsage
-	case errors.As(err, &refused):
-		code = exitRefused
-		err = redactedError{msg: fmt.Sprintf("repair refused, nothing changed: %d documents would be repaired, more than --max %d; "+
-			"read the samples, then raise --max or add --yes", refused.Queued, refused.Max), err: err}
-	}
-	msg := redact(bounds.Rename(err, verifyFlags).Error(), c.DatabaseURL)
-	return &exitError{code: code, err: redactedError{msg: msg, err: err}}
+	cfg.Pool, err = openPool(ctx, c.DatabaseURL, 4, "wlproj-verify")
+	return cfg, cfg.Pool, err
 }
 
 // truth names what the index was compared with.

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -71,7 +71,7 @@ func (b vfBundle) run(t *testing.T, args ...string) (int, string, string) {
 	var stdout, stderr bytes.Buffer
 	args = append(append([]string{"verify"}, args...),
 		"--database-url", b.db.URL, "--elastic-url", b.base, "--elastic-index", b.index)
-	code := run(args, &stdout, &stderr)
+	code := Run(args, &stdout, &stderr)
 	return code, stdout.String(), stderr.String()
 }
 
@@ -148,7 +148,7 @@ func TestVerifyCmdRefusesBadInput(t *testing.T) {
 
 	// An engine that does not answer is an error, not drift.
 	var stdout, stderr bytes.Buffer
-	code := run([]string{"verify", "--database-url", b.db.URL, "--elastic-url", "http://127.0.0.1:1",
+	code := Run([]string{"verify", "--database-url", b.db.URL, "--elastic-url", "http://127.0.0.1:1",
 		"--elastic-index", b.index, "--elastic-timeout", "1"}, &stdout, &stderr)
 	require.Equal(t, exitFailure, code, stderr.String())
 }

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"net/http"
@@ -26,14 +26,6 @@ type consoleFlags struct {
 	ConsolePort           int           `name:"console-port" help:"The console's own port; 0 serves it under /console/ on the HTTP port [${console_port_range}]." env:"OUTBOX_CONSOLE_PORT" default:"0" field:"Port"`
 	ConsoleTLSCertFile    string        `name:"console-tls-cert-file" help:"PEM certificate to serve the console's own port over TLS (with OUTBOX_CONSOLE_TLS_KEY_FILE)." env:"OUTBOX_CONSOLE_TLS_CERT_FILE" type:"existingfile" field:"TLSCertFile"`
 	ConsoleTLSKeyFile     string        `name:"console-tls-key-file" help:"PEM private key of OUTBOX_CONSOLE_TLS_CERT_FILE." env:"OUTBOX_CONSOLE_TLS_KEY_FILE" type:"existingfile" field:"TLSKeyFile"`
-}
-
-// consoleVars are the ${…} of the console flags, from console's constants.
-func consoleVars(v map[string]string) {
-	v["console_addr"] = console.AddrDefault
-	v["console_port_range"] = rangeText(console.PortRange)
-	v["console_session_ttl"] = durationText(console.SessionTTLDefault)
-	v["console_session_ttl_range"] = durationText(console.SessionTTLRange.Min) + ", " + durationText(console.SessionTTLRange.Max)
 }
 
 // config is the console's Config; a port equal to the HTTP port means the

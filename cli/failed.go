@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -57,7 +57,7 @@ type failedCmd struct {
 type failedListCmd struct {
 	dbFlags
 	failedFilterFlags
-	Limit int  `help:"Show at most N events (0: all)." default:"${list_limit}"`
+	Limit int  `help:"Show at most N events (0: all)." default:"${list_limit}" field:"Limit"`
 	JSON  bool `name:"json" help:"Print one JSON object per event."`
 }
 
@@ -67,13 +67,13 @@ func (c *failedListCmd) Run(g *globals) error {
 		err = usagef("--limit must not be negative, got %d", c.Limit)
 	}
 	if err != nil {
-		return opsError(err, c.DatabaseURL)
+		return commandError(c, err)
 	}
 	// One row past the limit tells whether the listing was cut.
 	if c.Limit > 0 {
 		f.Limit = c.Limit + 1
 	}
-	return opsRun(c.DatabaseURL, func(ctx context.Context, conn *pgx.Conn) error {
+	return opsRun(c, func(ctx context.Context, conn *pgx.Conn) error {
 		events, err := replay.List(ctx, conn, f)
 		if err != nil {
 			return err
@@ -106,9 +106,9 @@ type failedStatsCmd struct {
 func (c *failedStatsCmd) Run(g *globals) error {
 	f, err := c.filter(time.Now())
 	if err != nil {
-		return opsError(err, c.DatabaseURL)
+		return commandError(c, err)
 	}
-	return opsRun(c.DatabaseURL, func(ctx context.Context, conn *pgx.Conn) error {
+	return opsRun(c, func(ctx context.Context, conn *pgx.Conn) error {
 		stats, err := replay.Stats(ctx, conn, f)
 		switch {
 		case err != nil:
@@ -136,15 +136,15 @@ func (c *failedStatsCmd) Run(g *globals) error {
 // auditFlags are what every audited command takes.
 type auditFlags struct {
 	dbFlags
-	By     string `help:"Who is acting; recorded in the audit row. Required." placeholder:"WHO"`
-	Why    string `help:"Why, e.g. the fix that was made or the ticket; recorded in the audit row. Required." placeholder:"TEXT"`
+	By     string `help:"Who is acting; recorded in the audit row. Required." placeholder:"WHO" field:"By"`
+	Why    string `help:"Why, e.g. the fix that was made or the ticket; recorded in the audit row. Required." placeholder:"TEXT" field:"Why"`
 	DryRun bool   `name:"dry-run" help:"Print exactly the events that would change, and change nothing."`
 	JSON   bool   `name:"json" help:"Print the report as one JSON object."`
 }
 
 // selectFlags name rows by id, reason and projection.
 type selectFlags struct {
-	IDs        string `name:"ids" help:"Comma list of event ids, ranges allowed (1,2,10-20). Every id must exist and be in a status the command takes, or nothing changes."`
+	IDs        string `name:"ids" help:"Comma list of event ids, ranges allowed (1,2,10-20). Every id must exist and be in a status the command takes, or nothing changes." field:"IDs"`
 	Reason     string `help:"Only events with this error_reason."`
 	Projection string `help:"Only events of this projection."`
 }
@@ -155,8 +155,8 @@ type actionFlags struct {
 	selectFlags
 	Since string `help:"Only events that failed at or after this time: RFC3339, a date, or a duration like 24h meaning that long ago."`
 	Until string `help:"Only events that failed before this time (same forms as --since)."`
-	Limit int    `help:"Change at most N events, lowest ids first (0: no limit)."`
-	Max   int    `help:"Refuse without --ids when more events than this match, unless --yes." default:"${replay_max}"`
+	Limit int    `help:"Change at most N events, lowest ids first (0: no limit)." field:"Limit"`
+	Max   int    `help:"Refuse without --ids when more events than this match, unless --yes." default:"${replay_max}" field:"Max"`
 	Yes   bool   `help:"Go ahead even when more than --max events match."`
 }
 
@@ -207,6 +207,15 @@ func (f actionFlags) request(doing string, now time.Time) (replay.Request, error
 	return req, nil
 }
 
+// parseTime reads a --since/--until value (replay.ParseTime).
+func parseTime(flag, v string, now time.Time) (time.Time, error) {
+	t, err := replay.ParseTime(v, now)
+	if err != nil {
+		return time.Time{}, usagef("%s: %w", flag, err)
+	}
+	return t, nil
+}
+
 func parseIDs(s string) ([]int64, error) {
 	if s == "" {
 		return nil, nil
@@ -224,10 +233,10 @@ func (f actionFlags) run(g *globals, doing string, words reportWords,
 ) error {
 	req, err := f.request(doing, time.Now())
 	if err != nil {
-		return opsError(err, f.DatabaseURL)
+		return commandError(f, err)
 	}
 	req.ResetAttempts = resetAttempts
-	return f.report(g, words, func(ctx context.Context, conn *pgx.Conn) (replay.Report, error) {
+	return f.report(g, f, words, func(ctx context.Context, conn *pgx.Conn) (replay.Report, error) {
 		return do(ctx, conn, req)
 	})
 }
@@ -241,8 +250,10 @@ type reportWords struct {
 
 // report runs do and prints its report: as JSON with --json (also on a
 // refusal, so scripts see the ids), else the rows and a summary line.
-func (f auditFlags) report(g *globals, words reportWords, do func(context.Context, *pgx.Conn) (replay.Report, error)) error {
-	return opsRun(f.DatabaseURL, func(ctx context.Context, conn *pgx.Conn) error {
+func (f auditFlags) report(g *globals, cmd dbCommand, words reportWords,
+	do func(context.Context, *pgx.Conn) (replay.Report, error),
+) error {
+	return opsRun(cmd, func(ctx context.Context, conn *pgx.Conn) error {
 		rep, err := do(ctx, conn)
 		var refused *replay.RefusedError
 		if err != nil && !errors.As(err, &refused) {
@@ -324,7 +335,7 @@ func (c *failedDiscardCmd) Run(g *globals) error {
 type failedArchiveCmd struct {
 	auditFlags
 	selectFlags
-	OlderThan string `name:"older-than" required:"" help:"Move events that failed longer ago than this: a duration like 720h or 30d." placeholder:"DURATION"`
+	OlderThan string `name:"older-than" required:"" help:"Move events that failed longer ago than this: a duration like 720h or 30d." placeholder:"DURATION" field:"OlderThan"`
 }
 
 func (c *failedArchiveCmd) Help() string {
@@ -336,10 +347,10 @@ func (c *failedArchiveCmd) Help() string {
 func (c *failedArchiveCmd) Run(g *globals) error {
 	req, err := c.request()
 	if err != nil {
-		return opsError(err, c.DatabaseURL)
+		return commandError(c, err)
 	}
 	words := reportWords{rows: "failed or discarded", done: "archived", to: " to outbox_dead_letter"}
-	return c.report(g, words, func(ctx context.Context, conn *pgx.Conn) (replay.Report, error) {
+	return c.report(g, c, words, func(ctx context.Context, conn *pgx.Conn) (replay.Report, error) {
 		return replay.Archive(ctx, conn, req)
 	})
 }
@@ -379,11 +390,4 @@ func writeEvents(w io.Writer, events []replay.FailedEvent) {
 		fmt.Fprintln(tw, snippet(e.LastError, lastErrorColumn))
 	}
 	tw.Flush()
-}
-
-func optional(show bool, s string) string {
-	if show {
-		return s
-	}
-	return ""
 }

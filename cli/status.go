@@ -1,50 +1,16 @@
-package main
+package cli
 
 import (
-	"cmp"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net/url"
-	"os"
-	"os/signal"
-	"slices"
-	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/wlproj/wlproj/classify"
-	"github.com/wlproj/wlproj/internal/bounds"
 	"github.com/wlproj/wlproj/outbox"
-	"github.com/wlproj/wlproj/replay"
 )
-
-// Exit codes of the operator commands, beyond 0 and kong's own 2 for a flag
-// it cannot parse.
-const (
-	exitFailure = 1 // the database or something else failed
-	exitUsage   = 2 // the command is incomplete or a flag value is wrong
-	exitRefused = 3 // an audited action looked at the rows and refused; nothing changed
-)
-
-const (
-	connectTimeoutDefault = 10 * time.Second
-	listLimitDefault      = 100
-	lastErrorColumn       = 60
-)
-
-// usageError is a flag value the command cannot use.
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
-
-func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
 type statusCmd struct {
 	dbFlags
@@ -117,7 +83,7 @@ type leaderJSON struct {
 }
 
 func (c *statusCmd) Run(g *globals) error {
-	return opsRun(c.DatabaseURL, func(ctx context.Context, conn *pgx.Conn) error {
+	return opsRun(c, func(ctx context.Context, conn *pgx.Conn) error {
 		if c.MaxProcessingSeconds <= 0 {
 			return usagef("--max-processing-seconds (OUTBOX_MAX_PROCESSING_SECONDS) must be positive, got %g", c.MaxProcessingSeconds)
 		}
@@ -260,160 +226,4 @@ func projectionsJSON(projections []outbox.ProjectionLag) []projectionJSON {
 		out = append(out, j)
 	}
 	return out
-}
-
-// databaseTarget names the database without credentials, for the status
-// header: which database an operator is looking at matters.
-func databaseTarget(conn *pgx.Conn) string {
-	cfg := conn.Config()
-	return fmt.Sprintf("%s:%d/%s", cfg.Host, cfg.Port, cfg.Database)
-}
-
-func writeJSONLines[T any](w io.Writer, items []T) error {
-	enc := json.NewEncoder(w)
-	for _, it := range items {
-		if err := enc.Encode(it); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// opsRun connects, runs fn, and turns its error into an exit code with the
-// database credentials scrubbed from the message.
-func opsRun(databaseURL string, fn func(ctx context.Context, conn *pgx.Conn) error) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	conn, err := connect(ctx, databaseURL)
-	if err != nil {
-		return opsError(err, databaseURL)
-	}
-	defer conn.Close(context.Background())
-	return opsError(fn(ctx, conn), databaseURL)
-}
-
-func connect(ctx context.Context, databaseURL string) (*pgx.Conn, error) {
-	cfg, err := pgx.ParseConfig(databaseURL)
-	if err != nil {
-		return nil, usagef("DATABASE_URL: %w", err)
-	}
-	cfg.ConnectTimeout = cmp.Or(cfg.ConnectTimeout, connectTimeoutDefault)
-	if cfg.RuntimeParams["application_name"] == "" {
-		cfg.RuntimeParams["application_name"] = "wlproj-cli"
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("connect to database: %w", err)
-	}
-	return conn, nil
-}
-
-func opsError(err error, databaseURL string) error {
-	if err == nil {
-		return nil
-	}
-	code := exitFailure
-	var usage usageError
-	var field *bounds.FieldError
-	var refused *replay.RefusedError
-	switch {
-	case errors.Is(err, replay.ErrAuditRequired), errors.Is(err, replay.ErrNoSelector),
-		errors.As(err, &usage), errors.As(err, &field):
-		code = exitUsage
-	case errors.As(err, &refused):
-		code = exitRefused
-	}
-	msg := redact(flagWords(err).Error(), databaseURL)
-	return &exitError{code: code, err: redactedError{msg: msg, err: err}}
-}
-
-// replayFlags names the fields of replay.Request and replay.ArchiveRequest
-// by their flags.
-var replayFlags = map[string]string{"By": "--by", "Why": "--why", "IDs": "--ids", "Limit": "--limit", "Max": "--max",
-	"OlderThan": "--older-than"}
-
-// flagWords says a package's error in the CLI's words: flags, not fields.
-func flagWords(err error) error {
-	var refused *replay.RefusedError
-	var audit *replay.AuditRequiredError
-	switch {
-	case errors.As(err, &audit):
-		return fmt.Errorf("--by and --why are required: say who is %s and why", audit.Doing)
-	case errors.Is(err, replay.ErrNoSelector):
-		return errors.New("no selector: give --ids, --reason, --projection or --since/--until")
-	case errors.As(err, &refused) && refused.Max > 0:
-		// Only replay and discard are capped, and both take failed rows.
-		return fmt.Errorf("%s refused, nothing changed: %d failed events match, more than --max %d; "+
-			"narrow the selector, raise --max, or add --yes", refused.Action, refused.Matching, refused.Max)
-	}
-	return bounds.Rename(err, replayFlags)
-}
-
-// redactedError shows a scrubbed message but keeps the chain for errors.Is.
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e redactedError) Error() string { return e.msg }
-func (e redactedError) Unwrap() error { return e.err }
-
-// redact removes every form of the database password from msg: pgx redacts
-// its own messages, but only on a best-effort basis, and the password may
-// also come from PGPASSWORD or a password= parameter.
-func redact(msg, databaseURL string) string {
-	const mask = "xxxxx"
-	var secrets []string
-	if u, err := url.Parse(databaseURL); err == nil && u.User != nil {
-		if p, ok := u.User.Password(); ok {
-			secrets = append(secrets, p, url.QueryEscape(p), url.PathEscape(p))
-		}
-	}
-	if cfg, err := pgx.ParseConfig(databaseURL); err == nil && cfg.Password != "" {
-		secrets = append(secrets, cfg.Password)
-	}
-	if databaseURL != "" {
-		secrets = append(secrets, databaseURL)
-	}
-	// Longest first, so the whole URL goes before the password inside it.
-	slices.SortFunc(secrets, func(a, b string) int { return len(b) - len(a) })
-	for _, s := range secrets {
-		if s != "" {
-			msg = strings.ReplaceAll(msg, s, mask)
-		}
-	}
-	return classify.StripURLCredentials(msg)
-}
-
-// parseTime reads a --since/--until value (replay.ParseTime).
-func parseTime(flag, v string, now time.Time) (time.Time, error) {
-	t, err := replay.ParseTime(v, now)
-	if err != nil {
-		return time.Time{}, usagef("%s: %w", flag, err)
-	}
-	return t, nil
-}
-
-func formatTime(t time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	return t.UTC().Format(time.RFC3339)
-}
-
-func formatAge(d time.Duration) string {
-	if d < time.Second {
-		return d.Round(time.Millisecond).String()
-	}
-	return d.Round(time.Second).String()
-}
-
-// snippet is replay.Snippet with a dash for nothing.
-func snippet(s string, n int) string { return dash(replay.Snippet(s, n)) }
-
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -42,7 +42,7 @@ func (b rbBundle) run(t *testing.T, args ...string) (int, string, string) {
 	var stdout, stderr bytes.Buffer
 	args = append(append([]string{"rebuild"}, args...),
 		"--database-url", b.db.URL, "--elastic-url", b.base, "--elastic-index", b.alias)
-	code := run(args, &stdout, &stderr)
+	code := Run(args, &stdout, &stderr)
 	return code, stdout.String(), stderr.String()
 }
 
@@ -190,7 +190,7 @@ func TestStatusShowsRebuildConfirmation(t *testing.T) {
 		        now(), 'w1', 7, 'L', now(), now())`)
 	status := func(args ...string) string {
 		var stdout, stderr bytes.Buffer
-		code := run(append([]string{"status", "--database-url", db.URL}, args...), &stdout, &stderr)
+		code := Run(append([]string{"status", "--database-url", db.URL}, args...), &stdout, &stderr)
 		require.Zero(t, code, stderr.String())
 		return stdout.String()
 	}

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -28,9 +28,9 @@ func (c *docCmd) Help() string {
 func (c *docCmd) Run(g *globals) error {
 	entityType, entityID, ok := strings.Cut(c.Entity, ":")
 	if !ok || entityType == "" || entityID == "" {
-		return opsError(usagef("ENTITY %q: want entity_type:entity_id, e.g. book:42", c.Entity), c.DatabaseURL)
+		return commandError(c, usagef("ENTITY %q: want entity_type:entity_id, e.g. book:42", c.Entity))
 	}
-	return opsRun(c.DatabaseURL, func(ctx context.Context, conn *pgx.Conn) error {
+	return opsRun(c, func(ctx context.Context, conn *pgx.Conn) error {
 		d, err := outbox.ReadDocument(ctx, conn, c.Projection, entityType, entityID, c.All)
 		if err != nil {
 			return err

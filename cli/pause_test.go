@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ type pauseBundle struct{ db harness.DB }
 func (b pauseBundle) run(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	code := run(append(args, "--database-url", b.db.URL), &stdout, &stderr)
+	code := Run(append(args, "--database-url", b.db.URL), &stdout, &stderr)
 	return code, stdout.String(), stderr.String()
 }
 

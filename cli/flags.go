@@ -1,0 +1,31 @@
+package cli
+
+import "github.com/wlproj/wlproj/projection"
+
+// dbFlags is the database every command but run's engine side talks to.
+type dbFlags struct {
+	DatabaseURL string `help:"Postgres connection URL." env:"DATABASE_URL" required:""`
+}
+
+// dbCommand is a command with a database: its errors are scrubbed of the
+// URL's credentials.
+type dbCommand interface{ databaseURL() string }
+
+func (f dbFlags) databaseURL() string { return f.DatabaseURL }
+
+// The flags' defaults and ranges are ${…} variables filled from the
+// packages' constants (see flagVars): each default has one home. The `field`
+// tag names the package Config field a flag sets (see names.go).
+type elasticFlags struct {
+	ElasticURL      string  `help:"Elasticsearch base URL." env:"ELASTIC_URL" default:"http://127.0.0.1:9200" field:"URL"`
+	ElasticUsername string  `help:"Elasticsearch basic-auth user." env:"ELASTIC_USERNAME"`
+	ElasticPassword string  `help:"Elasticsearch basic-auth password." env:"ELASTIC_PASSWORD"`
+	ElasticCAFile   string  `name:"elastic-ca-file" help:"PEM file of the CA that signed the engine's TLS certificate." env:"ELASTIC_CA_FILE" type:"existingfile"`
+	ElasticTimeout  float64 `help:"Timeout of one request to the engine, in seconds [${elastic_timeout_range}]." env:"ELASTIC_TIMEOUT_SECONDS" default:"${elastic_timeout}" field:"Timeout"`
+}
+
+// options are the engine client's settings.
+func (f elasticFlags) options() projection.ElasticOptions {
+	return projection.ElasticOptions{URL: f.ElasticURL, Username: f.ElasticUsername, Password: f.ElasticPassword,
+		CAFile: f.ElasticCAFile, Timeout: seconds(f.ElasticTimeout)}
+}

@@ -1,0 +1,130 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/wlproj/wlproj/internal/bounds"
+	"github.com/wlproj/wlproj/projection"
+	"github.com/wlproj/wlproj/rebuild"
+)
+
+type rebuildCmd struct {
+	dbFlags
+	elasticFlags
+	ElasticIndex string        `help:"The alias readers and the replicas use; if it is a concrete index, the first rebuild turns it into an alias." env:"ELASTIC_INDEX" default:"search" field:"Alias"`
+	Projection   string        `help:"Projection to rebuild (only search has an index)." default:"search"`
+	FromTable    string        `name:"from-table" help:"The source-of-truth table: entity_type text, entity_id text, doc jsonb, version bigint." placeholder:"TABLE"`
+	Mapping      string        `help:"JSON file with the new index's settings and mappings (as PUT /<index> takes); default: the current index's." type:"existingfile" placeholder:"FILE"`
+	EmitOutbox   bool          `name:"emit-outbox" help:"Enqueue an upsert event per source row for the leader to project, instead of bulk-loading (run as a role that may insert events)."`
+	EmitRate     int           `help:"--emit-outbox: rows enqueued per second at most (unset: see below)." field:"EmitRate"`
+	EmitBacklog  int           `help:"--emit-outbox: enqueue only while at most this many events of the projection are pending (unset: see below)." field:"EmitBacklog"`
+	BulkSize     int           `help:"Rows per bulk request, as the daemon's [${bulk_size_range}]." default:"${bulk_size}" field:"BulkSize"`
+	Concurrency  int           `help:"Bulk requests in flight, as the daemon's [${concurrency_range}]." default:"${concurrency}" field:"Concurrency"`
+	MaxPayload   int           `name:"max-payload-bytes" help:"Largest doc loaded; larger ones are refused as payload_invalid, as the daemon does." env:"OUTBOX_MAX_PAYLOAD_BYTES" default:"${max_payload_bytes}" field:"MaxPayloadBytes"`
+	Confirm      time.Duration `name:"confirm-timeout" help:"How long to wait for the leader to confirm it writes to the new index too (unset: see below)." field:"ConfirmTimeout"`
+	DryRun       bool          `name:"dry-run" help:"Check the source table, the mapping and the alias, say what would happen, change nothing."`
+	Cleanup      bool          `help:"Delete the indexes that finished rebuilds replaced (and that aborted ones built)."`
+	Abort        bool          `help:"Close the open rebuild without swapping; --cleanup deletes its index later."`
+	Rollback     bool          `help:"Move the alias back to the index the newest rebuild replaced (the leader kept writing it since the swap); --cleanup deletes the rebuild's index later."`
+	Progress     string        `help:"Progress display: a bar on a terminal, JSON lines otherwise." enum:"auto,bar,json" default:"auto"`
+	By           string        `help:"Who is rebuilding; recorded in the audit. Required." placeholder:"WHO" field:"By"`
+	Why          string        `help:"Why, e.g. the mapping change or the ticket; recorded in the audit. Required." placeholder:"TEXT" field:"Why"`
+}
+
+func (c *rebuildCmd) Help() string {
+	return "Builds a new index named <ELASTIC_INDEX>-<UTC time> from --from-table, while the leader writes live events to " +
+		"both indexes, then swaps the alias ELASTIC_INDEX to it in one _aliases call; the old index stays, and the leader keeps writing it " +
+		"for a rollback (--rollback), until --cleanup. " +
+		"Interrupted, it leaves the alias as it was; the same command resumes it. " +
+		"Exit codes: 0 done, 1 error or stopped (resumable), 2 bad input, 3 refused (busy, nothing to clean, nothing to roll back to, another rebuild open); " +
+		"bad input and refusals change nothing. " + fmt.Sprintf("Unset, --emit-rate is %d rows/s, --emit-backlog %d events, "+
+		"--confirm-timeout %s.", rebuild.EmitRateDefault, rebuild.EmitBacklogDefault, rebuild.ConfirmTimeoutDefault)
+}
+
+func (c *rebuildCmd) Run(g *globals) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cfg, pool, err := c.config(ctx)
+	if err != nil {
+		return commandError(c, err)
+	}
+	defer pool.Close()
+	out := newRebuildOutput(g.stdout, c.Progress, c.Cleanup || c.Abort || c.Rollback)
+	cfg.Progress, cfg.OnRefused = out, out.refused
+	switch {
+	case c.Cleanup:
+		cleaned, err := rebuild.Cleanup(ctx, cfg)
+		out.cleaned(cleaned)
+		return commandError(c, err)
+	case c.Abort:
+		row, err := rebuild.Abort(ctx, cfg)
+		if err == nil {
+			out.aborted(row)
+		}
+		return commandError(c, err)
+	case c.Rollback:
+		row, err := rebuild.Rollback(ctx, cfg)
+		if err == nil {
+			out.rolledBack(row)
+		}
+		return commandError(c, err)
+	case c.DryRun:
+		plan, err := rebuild.DryRun(ctx, cfg)
+		if err == nil {
+			out.plan(plan)
+		}
+		return commandError(c, err)
+	}
+	rep, err := rebuild.Run(ctx, cfg)
+	out.done(rep, err)
+	return commandError(c, err)
+}
+
+// config checks the flags and connects; nothing is read yet.
+func (c *rebuildCmd) config(ctx context.Context) (rebuild.Config, *pgxpool.Pool, error) {
+	switch {
+	case btoi(c.Cleanup)+btoi(c.Abort)+btoi(c.Rollback) > 1,
+		(c.Cleanup || c.Abort || c.Rollback) && (c.DryRun || c.EmitOutbox || c.FromTable != "" || c.Mapping != ""):
+		return rebuild.Config{}, nil, usagef("--cleanup, --abort and --rollback take no other action flag")
+	case strings.TrimSpace(c.By) == "" || strings.TrimSpace(c.Why) == "":
+		return rebuild.Config{}, nil, usagef("--by and --why are required: say who is rebuilding and why")
+	case !c.Cleanup && !c.Abort && !c.Rollback && c.FromTable == "":
+		return rebuild.Config{}, nil, usagef("--from-table is required: the source-of-truth table to rebuild from")
+	}
+	// kong applied the flags' defaults: a zero here is the operator's.
+	if err := bounds.First(bounds.Check("BulkSize", c.BulkSize, rebuild.BulkSizeRange),
+		bounds.Check("Concurrency", c.Concurrency, rebuild.ConcurrencyRange)); err != nil {
+		return rebuild.Config{}, nil, err
+	}
+	cfg := rebuild.Config{Projection: c.Projection, Alias: c.ElasticIndex, SourceTable: c.FromTable,
+		EmitOutbox: c.EmitOutbox, EmitRate: c.EmitRate, EmitBacklog: c.EmitBacklog, BulkSize: c.BulkSize,
+		Concurrency: c.Concurrency, MaxPayloadBytes: c.MaxPayload, ConfirmTimeout: c.Confirm, By: c.By, Why: c.Why}
+	if c.Mapping != "" {
+		var err error
+		if cfg.Mapping, err = os.ReadFile(c.Mapping); err != nil {
+			return cfg, nil, usagef("--mapping: %v", err)
+		}
+		cfg.MappingFile = c.Mapping
+	}
+	var err error
+	if cfg.Client, err = projection.NewElasticClient(c.options()); err != nil {
+		return cfg, nil, err
+	}
+	cfg.Pool, err = openPool(ctx, c.DatabaseURL, c.Concurrency+4, "wlproj-rebuild:"+c.By)
+	return cfg, cfg.Pool, err
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
