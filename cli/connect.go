@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 const connectTimeoutDefault = 10 * time.Second
@@ -42,22 +41,6 @@ func connect(ctx context.Context, databaseURL string) (*pgx.Conn, error) {
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}
 	return conn, nil
-}
-
-// openPool opens a pool of at most maxConns connections, named in
-// pg_stat_activity as application.
-func openPool(ctx context.Context, databaseURL string, maxConns int, application string) (*pgxpool.Pool, error) {
-	poolCfg, err := pgxpool.ParseConfig(databaseURL)
-	if err != nil {
-		return nil, usagef("DATABASE_URL: %w", err)
-	}
-	poolCfg.MaxConns = int32(maxConns)
-	poolCfg.ConnConfig.RuntimeParams["application_name"] = application
-	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
-	if err != nil {
-		return nil, fmt.Errorf("database: %w", err)
-	}
-	return pool, nil
 }
 
 // databaseTarget names the database without credentials, for the status

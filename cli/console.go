@@ -1,17 +1,11 @@
 package cli
 
 import (
-	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/rs/zerolog"
-
 	"github.com/wlproj/wlproj/console"
 	"github.com/wlproj/wlproj/internal/bounds"
-	"github.com/wlproj/wlproj/leader"
 )
 
 // consoleFlags are the operator console's settings; runCmd embeds them.
@@ -46,62 +40,23 @@ func (f *consoleFlags) config(httpPort int, maxProcessing time.Duration) console
 		TLSCertFile: f.ConsoleTLSCertFile, TLSKeyFile: f.ConsoleTLSKeyFile, MaxProcessing: maxProcessing}
 }
 
-// validate refuses console settings without a users file (the console
-// would be off, silently), then checks the rest.
-func (f *consoleFlags) validate(httpPort int) error {
-	if f.ConsoleUsersFile == "" {
-		for _, s := range []struct {
-			field string
-			set   bool
-		}{
-			{"Port", f.ConsolePort != 0}, {"ReadOnlyUsers", f.ConsoleReadOnlyUsers != ""},
-			{"SessionKeyFile", f.ConsoleSessionKeyFile != ""}, {"TLSCertFile", f.ConsoleTLSCertFile != ""},
-			{"TLSKeyFile", f.ConsoleTLSKeyFile != ""},
-		} {
-			if s.set {
-				return bounds.Invalid(s.field, "is set, but the console is off: set OUTBOX_CONSOLE_USERS_FILE to turn it on")
-			}
+// validate refuses console settings without a users file: the console
+// would be off, silently. The replica checks the rest.
+func (f *consoleFlags) validate() error {
+	if f.ConsoleUsersFile != "" {
+		return nil
+	}
+	for _, s := range []struct {
+		field string
+		set   bool
+	}{
+		{"Port", f.ConsolePort != 0}, {"ReadOnlyUsers", f.ConsoleReadOnlyUsers != ""},
+		{"SessionKeyFile", f.ConsoleSessionKeyFile != ""}, {"TLSCertFile", f.ConsoleTLSCertFile != ""},
+		{"TLSKeyFile", f.ConsoleTLSKeyFile != ""},
+	} {
+		if s.set {
+			return bounds.Invalid(s.field, "is set, but the console is off: set OUTBOX_CONSOLE_USERS_FILE to turn it on")
 		}
-		return nil
 	}
-	return f.config(httpPort, 0).Validate()
-}
-
-// runningConsole is a replica's console; nil when it is off, and then its
-// methods do nothing.
-type runningConsole struct{ *console.Console }
-
-// startConsole starts the replica's console, serving its own port if it
-// has one.
-func (c *runCmd) startConsole(pool *pgxpool.Pool, elector *leader.Elector, log zerolog.Logger) (*runningConsole, error) {
-	if c.ConsoleUsersFile == "" {
-		return nil, nil
-	}
-	con, err := console.New(c.config(c.HTTPPort, seconds(c.MaxProcessingSeconds)), console.Deps{
-		Pool: pool, State: elector.State, LeaderName: c.LeaderName, Projections: projectionNames(), Log: log})
-	if err != nil {
-		return nil, err
-	}
-	con.Serve()
-	where := "http://" + c.HTTPAddr + ":" + strconv.Itoa(c.HTTPPort) + console.Prefix
-	if addr := con.Addr(); addr != "" {
-		where = addr
-	}
-	log.Info().Str("console", where).Msg("operator console on")
-	return &runningConsole{con}, nil
-}
-
-// routes are what the console adds to the HTTP listener: nothing when it
-// is off or has its own port.
-func (r *runningConsole) routes() map[string]http.Handler {
-	if r == nil || r.Addr() != "" {
-		return nil
-	}
-	return map[string]http.Handler{console.Prefix: r.Handler()}
-}
-
-func (r *runningConsole) close() {
-	if r != nil {
-		r.Close()
-	}
+	return nil
 }

@@ -15,7 +15,7 @@ import (
 type docCmd struct {
 	dbFlags
 	Entity     string `arg:"" help:"The document as entity_type:entity_id (the search index's _id), e.g. book:42."`
-	Projection string `help:"The projection whose ledger to read." default:"search"`
+	Projection string `help:"The projection whose ledger to read." default:"${search_projection}"`
 	All        bool   `help:"Also list done events; this reads the whole outbox table."`
 	JSON       bool   `name:"json" help:"Print one JSON object."`
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/wlproj/wlproj/classify"
 	"github.com/wlproj/wlproj/internal/bounds"
+	"github.com/wlproj/wlproj/internal/pgpool"
 	"github.com/wlproj/wlproj/rebuild"
 	"github.com/wlproj/wlproj/replay"
 	"github.com/wlproj/wlproj/verify"
@@ -63,10 +64,11 @@ func codeOf(err error) int {
 		rebuilt *rebuild.RefusedError
 		busy    *rebuild.BusyError
 		repair  *verify.RefusedError
+		url     *pgpool.URLError
 	)
 	switch {
 	case errors.Is(err, replay.ErrAuditRequired), errors.Is(err, replay.ErrNoSelector),
-		errors.As(err, &usage), errors.As(err, &field), errors.As(err, &input):
+		errors.As(err, &usage), errors.As(err, &field), errors.As(err, &input), errors.As(err, &url):
 		return exitUsage
 	case errors.As(err, &refused), errors.As(err, &rebuilt), errors.As(err, &busy), errors.As(err, &repair):
 		return exitRefused

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/wlproj/wlproj/outbox"
+	"github.com/wlproj/wlproj/replica"
 )
 
 // pauseFlags are what pause and resume take. Exit codes: 0 when the
@@ -35,7 +36,7 @@ func (c *resumeCmd) Run(g *globals) error { return c.set(g, false) }
 
 func (f pauseFlags) set(g *globals, paused bool) error {
 	name := strings.TrimSpace(f.Projection)
-	if known := projectionNames(); name != "" && !slices.Contains(known, name) {
+	if known := replica.ProjectionNames(); name != "" && !slices.Contains(known, name) {
 		return commandError(f, usagef("--projection: unknown projection %q; this wlproj knows %s; nothing changed",
 			name, strings.Join(known, ", ")))
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/wlproj/wlproj/internal/bounds"
+	"github.com/wlproj/wlproj/internal/pgpool"
 	"github.com/wlproj/wlproj/projection"
 	"github.com/wlproj/wlproj/rebuild"
 )
@@ -19,8 +20,8 @@ import (
 type rebuildCmd struct {
 	dbFlags
 	elasticFlags
-	ElasticIndex string        `help:"The alias readers and the replicas use; if it is a concrete index, the first rebuild turns it into an alias." env:"ELASTIC_INDEX" default:"search" field:"Alias"`
-	Projection   string        `help:"Projection to rebuild (only search has an index)." default:"search"`
+	ElasticIndex string        `help:"The alias readers and the replicas use; if it is a concrete index, the first rebuild turns it into an alias." env:"ELASTIC_INDEX" default:"${elastic_index}" field:"Alias"`
+	Projection   string        `help:"Projection to rebuild (only search has an index)." default:"${search_projection}"`
 	FromTable    string        `name:"from-table" help:"The source-of-truth table: entity_type text, entity_id text, doc jsonb, version bigint." placeholder:"TABLE"`
 	Mapping      string        `help:"JSON file with the new index's settings and mappings (as PUT /<index> takes); default: the current index's." type:"existingfile" placeholder:"FILE"`
 	EmitOutbox   bool          `name:"emit-outbox" help:"Enqueue an upsert event per source row for the leader to project, instead of bulk-loading (run as a role that may insert events)."`
@@ -118,7 +119,7 @@ func (c *rebuildCmd) config(ctx context.Context) (rebuild.Config, *pgxpool.Pool,
 	if cfg.Client, err = projection.NewElasticClient(c.options()); err != nil {
 		return cfg, nil, err
 	}
-	cfg.Pool, err = openPool(ctx, c.DatabaseURL, c.Concurrency+4, "wlproj-rebuild:"+c.By)
+	cfg.Pool, err = pgpool.Open(ctx, c.DatabaseURL, c.Concurrency+4, "wlproj-rebuild:"+c.By)
 	return cfg, cfg.Pool, err
 }
 

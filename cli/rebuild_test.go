@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wlproj/wlproj/internal/testkit/harness"
+	"github.com/wlproj/wlproj/projection"
 	"github.com/wlproj/wlproj/rebuild"
 )
 
@@ -164,7 +165,7 @@ func TestCmdRebuildBadInput(t *testing.T) {
 		require.Contains(t, errOut, tc.want, "%v", tc.args)
 	}
 
-	release, ok, err := rebuild.TryLock(context.Background(), b.db.Pool, rebuild.Projection)
+	release, ok, err := rebuild.TryLock(context.Background(), b.db.Pool, projection.SearchName)
 	require.NoError(t, err)
 	require.True(t, ok)
 	code, _, errOut := b.run(t, append([]string{"--from-table", "search_index"}, who...)...)

@@ -1,29 +1,28 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"os"
 	"os/signal"
-	"strconv"
-	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/rs/zerolog"
 
 	"github.com/wlproj/wlproj/consume"
 	"github.com/wlproj/wlproj/health"
 	"github.com/wlproj/wlproj/internal/bounds"
 	"github.com/wlproj/wlproj/leader"
-	"github.com/wlproj/wlproj/projection"
 	"github.com/wlproj/wlproj/replay"
+	"github.com/wlproj/wlproj/replica"
+	"github.com/wlproj/wlproj/verify"
 )
 
 type runCmd struct {
 	dbFlags
 	elasticFlags
-	ElasticIndex string `help:"Index the search projection writes to." env:"ELASTIC_INDEX" default:"search" field:"Index"`
+	ElasticIndex string `help:"Index the search projection writes to." env:"ELASTIC_INDEX" default:"${elastic_index}" field:"Index"`
 
 	WorkerID       string `help:"Name of this replica (default: hostname-pid)." env:"OUTBOX_WORKER_ID"`
 	LeaderName     string `help:"Replicas with the same leader name compete for one lock." env:"OUTBOX_LEADER_NAME" default:"${leader_name}"`
@@ -70,46 +69,32 @@ type runCmd struct {
 	consoleFlags
 }
 
-func (c *runCmd) consumeConfig() consume.Config {
-	return consume.Config{
-		BulkSize:        c.BulkSize,
-		Concurrency:     c.Concurrency,
-		PollInterval:    seconds(c.PollIntervalSeconds),
-		Lease:           seconds(c.LeaseSeconds),
-		ReclaimInterval: seconds(c.ReclaimIntervalSeconds),
-		MaxProcessing:   seconds(c.MaxProcessingSeconds),
-		MaxAttempts:     c.MaxAttempts,
-		BaseBackoff:     seconds(c.BaseBackoffSeconds),
-		MaxBackoff:      seconds(c.MaxBackoffSeconds),
-		ShutdownGrace:   seconds(c.ShutdownGraceSeconds),
-		ClaimCooldown:   seconds(c.ClaimCooldownSeconds),
-	}
-}
-
-func (c *runCmd) leaderConfig(workerID string) leader.Config {
-	// systemd restarts a unit that misses WATCHDOG_USEC; tick twice per window.
-	tick := time.Second
-	if watchdog, _ := daemon.SdWatchdogEnabled(false); watchdog > 0 {
-		tick = min(tick, watchdog/2)
-	}
-	return leader.Config{
-		DatabaseURL:        c.DatabaseURL,
-		Name:               c.LeaderName,
-		WorkerID:           workerID,
-		CheckInterval:      seconds(c.LeaderCheckIntervalSeconds),
-		CheckTimeout:       seconds(c.LeaderCheckTimeoutSeconds),
-		KeepalivesIdle:     time.Duration(c.TCPKeepalivesIdle) * time.Second,
-		KeepalivesInterval: time.Duration(c.TCPKeepalivesInterval) * time.Second,
-		KeepalivesCount:    c.TCPKeepalivesCount,
-		DrainTimeout:       seconds(c.ShutdownGraceSeconds) + 10*time.Second,
-		TickInterval:       tick,
-	}
-}
-
-func (c *runCmd) healthConfig() health.Config {
-	return health.Config{
-		Addr: c.HTTPAddr, HTTPPort: c.HTTPPort, MetricsPort: c.MetricsPort, RequireES: c.RequireESReady,
-		MaxProcessing: seconds(c.MaxProcessingSeconds), Pprof: c.Pprof,
+// config is the replica's Config from the flags, kong's defaults applied.
+func (c *runCmd) config() replica.Config {
+	maxProcessing := seconds(c.MaxProcessingSeconds)
+	return replica.Config{
+		DatabaseURL: c.DatabaseURL, WorkerID: c.WorkerID, Elastic: c.options(), Index: c.ElasticIndex,
+		MaxPayloadBytes: c.MaxPayloadBytes, ChronicleMaxPayloadBytes: c.ChronicleMaxPayloadBytes,
+		Consume: consume.Config{
+			BulkSize: c.BulkSize, Concurrency: c.Concurrency, PollInterval: seconds(c.PollIntervalSeconds),
+			Lease: seconds(c.LeaseSeconds), ReclaimInterval: seconds(c.ReclaimIntervalSeconds), MaxProcessing: maxProcessing,
+			MaxAttempts: c.MaxAttempts, BaseBackoff: seconds(c.BaseBackoffSeconds), MaxBackoff: seconds(c.MaxBackoffSeconds),
+			ShutdownGrace: seconds(c.ShutdownGraceSeconds), ClaimCooldown: seconds(c.ClaimCooldownSeconds),
+		},
+		Leader: leader.Config{
+			Name: c.LeaderName, CheckInterval: seconds(c.LeaderCheckIntervalSeconds), CheckTimeout: seconds(c.LeaderCheckTimeoutSeconds),
+			KeepalivesIdle: time.Duration(c.TCPKeepalivesIdle) * time.Second, KeepalivesCount: c.TCPKeepalivesCount,
+			KeepalivesInterval: time.Duration(c.TCPKeepalivesInterval) * time.Second,
+		},
+		Pruner: consume.PrunerConfig{Retention: c.Retention, TombstoneRetention: c.LedgerTombstoneRetention},
+		Health: health.Config{Addr: c.HTTPAddr, HTTPPort: c.HTTPPort, MetricsPort: c.MetricsPort, RequireES: c.RequireESReady,
+			MaxProcessing: maxProcessing, Pprof: c.Pprof},
+		Console:            c.consoleFlags.config(c.HTTPPort, maxProcessing),
+		AutoReplay:         c.AutoReplay,
+		AutoReplayer:       replay.AutoReplayerConfig{PerMinute: c.AutoReplayPerMinute},
+		FailedArchiveAfter: c.FailedArchiveAfter,
+		Verify: verify.ServiceConfig{Interval: c.VerifyInterval, Index: c.ElasticIndex, SourceTable: c.VerifyFromTable,
+			Rate: c.VerifyRate, AutoRepair: c.VerifyAutoRepair},
 	}
 }
 
@@ -117,94 +102,33 @@ func (c *runCmd) healthConfig() health.Config {
 // the variable's name. No defaults are applied here: kong already applied
 // the flag defaults, so a zero is the operator's value and must be refused.
 func (c *runCmd) Validate() error {
-	err := bounds.First(
-		c.consumeConfig().Validate(),
-		c.leaderConfig("validate").Validate(),
-		bounds.Check("HTTPPort", c.HTTPPort, health.PortRange),
-		bounds.Check("MetricsPort", c.MetricsPort, bounds.Range[int]{Min: 0, Max: health.PortRange.Max}),
-		bounds.Check("Timeout", seconds(c.ElasticTimeout), projection.TimeoutRange),
-		bounds.Check("MaxPayloadBytes", c.MaxPayloadBytes, projection.MaxPayloadBytesRange),
-		bounds.Check("ChronicleMaxPayloadBytes", c.ChronicleMaxPayloadBytes, projection.ChronicleMaxPayloadBytesRange),
-		bounds.Check("PerMinute", c.AutoReplayPerMinute, replay.PerMinuteRange),
-		bounds.Check("Retention", c.Retention, consume.RetentionRange),
-		bounds.Check("TombstoneRetention", c.LedgerTombstoneRetention, consume.TombstoneRetentionRange),
-		bounds.NotBelow("TombstoneRetention", c.LedgerTombstoneRetention, "Retention", c.Retention),
-		c.consoleFlags.validate(c.HTTPPort),
-	)
-	if err == nil && c.FailedArchiveAfter != 0 {
-		err = bounds.Check("After", c.FailedArchiveAfter, replay.ArchiveAfterRange)
-	}
-	if err == nil && c.VerifyInterval != 0 {
-		err = c.verifyConfig().Validate()
-	}
-	return renameFields(c, err)
+	return renameFields(c, bounds.First(c.config().Validate(), c.consoleFlags.validate()))
 }
 
 func (c *runCmd) Run(g *globals) error {
-	workerID := c.WorkerID
-	if workerID == "" {
-		host, _ := os.Hostname()
-		workerID = host + "-" + strconv.Itoa(os.Getpid())
-	}
-	log := g.logger.With().Str("worker_id", workerID).Logger()
-	var draining atomic.Bool
-	ctx, cancel := drainOnSignal(log, &draining)
+	cfg := c.config()
+	cfg.WorkerID = cmp.Or(cfg.WorkerID, replica.WorkerIDDefault())
+	log := g.logger.With().Str("worker_id", cfg.WorkerID).Logger()
+	ctx, cancel := drainOnSignal(log)
 	defer cancel()
-
-	pool, err := openPool(ctx, c.DatabaseURL, c.Concurrency+6, "wlproj:"+workerID)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	d, err := newDaemon(c, pool, workerID, log)
+	r, err := replica.New(ctx, cfg, log)
 	if err != nil {
 		return renameFields(c, err)
 	}
-	elector, err := leader.New(c.leaderConfig(workerID), log, d.services...)
-	if err != nil {
-		return renameFields(c, err)
-	}
-	if watchdog, _ := daemon.SdWatchdogEnabled(false); watchdog > 0 {
-		elector.OnTick = func() { _, _ = daemon.SdNotify(false, daemon.SdNotifyWatchdog) }
-	}
-	con, err := c.startConsole(pool, elector, log)
-	if err != nil {
-		return renameFields(c, err)
-	}
-	defer con.close()
-	srv, err := health.New(c.healthConfig(), health.Deps{Pool: pool, Elector: elector, PingES: d.pingES, Draining: &draining, Log: log,
-		Projections: projectionNames(), Routes: con.routes()})
-	if err != nil {
-		return renameFields(c, err)
-	}
-	srvCtx, stopSrv := context.WithCancel(context.Background())
-	defer stopSrv()
-	srv.Serve(srvCtx)
-	defer srv.Close()
-	_, _ = daemon.SdNotify(false, daemon.SdNotifyReady)
-	log.Info().Str("addr", c.HTTPAddr).Int("http_port", c.HTTPPort).Str("leader_name", c.LeaderName).Msg("replica started")
-	go func() {
-		d.engine.Announce(ctx, log)
-		_, _ = d.index.Ensure(ctx)
-		d.engine.WarnGCDeletes(ctx, log, c.ElasticIndex, projection.WriteLifetime(seconds(c.ElasticTimeout)))
-	}()
-
-	elector.Run(ctx)
+	r.Run(ctx)
 	log.Info().Msg("stopped")
 	return nil
 }
 
 // drainOnSignal returns a context that the first SIGTERM or SIGINT cancels
 // (a graceful drain); a second signal exits at once.
-func drainOnSignal(log zerolog.Logger, draining *atomic.Bool) (context.Context, context.CancelFunc) {
+func drainOnSignal(log zerolog.Logger) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(context.Background())
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	go func() {
 		sig := <-sigs
 		log.Info().Str("signal", sig.String()).Msg("draining")
-		draining.Store(true)
-		_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
 		cancel()
 		sig = <-sigs
 		log.Warn().Str("signal", sig.String()).Msg("second signal: exiting without drain")

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/wlproj/wlproj/outbox"
+	"github.com/wlproj/wlproj/replica"
 )
 
 type statusCmd struct {
@@ -89,7 +90,7 @@ func (c *statusCmd) Run(g *globals) error {
 		}
 		maxProcessing := seconds(c.MaxProcessingSeconds)
 		s, err := outbox.TakeSnapshotWith(ctx, conn, outbox.SnapshotOptions{
-			MaxProcessing: maxProcessing, ExactDone: c.Exact, Retention: c.Retention, Projections: projectionNames(),
+			MaxProcessing: maxProcessing, ExactDone: c.Exact, Retention: c.Retention, Projections: replica.ProjectionNames(),
 			Rebuilds: true})
 		if err != nil {
 			return err

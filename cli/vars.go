@@ -12,6 +12,7 @@ import (
 	"github.com/wlproj/wlproj/leader"
 	"github.com/wlproj/wlproj/projection"
 	"github.com/wlproj/wlproj/replay"
+	"github.com/wlproj/wlproj/replica"
 	"github.com/wlproj/wlproj/verify"
 )
 
@@ -80,7 +81,9 @@ func flagVars() map[string]string {
 		"console_port_range": rangeText(console.PortRange),
 		"list_limit":         strconv.Itoa(listLimitDefault),
 		"replay_max":         strconv.Itoa(replay.MaxDefault),
-		"projections":        strings.Join(projectionNames(), ", "),
+		"projections":        strings.Join(replica.ProjectionNames(), ", "),
+		"search_projection":  projection.SearchName,
+		"elastic_index":      projection.IndexDefault,
 	}
 	for name, s := range intVars {
 		v[name], v[name+"_range"] = strconv.Itoa(s.def), rangeText(s.rng)

@@ -14,15 +14,17 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/wlproj/wlproj/internal/bounds"
+	"github.com/wlproj/wlproj/internal/pgpool"
 	"github.com/wlproj/wlproj/projection"
+	"github.com/wlproj/wlproj/replica"
 	"github.com/wlproj/wlproj/verify"
 )
 
 type verifyCmd struct {
 	dbFlags
 	elasticFlags
-	ElasticIndex string `help:"The index or alias verified." env:"ELASTIC_INDEX" default:"search" field:"Index"`
-	Projection   string `help:"Projection verified (only search has an index)." default:"search"`
+	ElasticIndex string `help:"The index or alias verified." env:"ELASTIC_INDEX" default:"${elastic_index}" field:"Index"`
+	Projection   string `help:"Projection verified (only search has an index)." default:"${search_projection}"`
 	FromTable    string `name:"from-table" help:"The source-of-truth table (entity_type, entity_id, doc, version); without it the index is compared with the applied-version ledger alone." placeholder:"TABLE"`
 	JSON         bool   `name:"json" help:"Print one JSON object."`
 	Sample       int    `help:"Document ids shown per kind [${verify_sample_range}]." default:"${verify_sample}" field:"Sample"`
@@ -47,12 +49,6 @@ func (c *verifyCmd) Help() string {
 		"--repair runs as a role that may insert events (the owner); without --from-table it can only delete (extra, resurrected). " +
 		"Exit codes: 0 clean, 4 drift found (repaired or not), 1 error, 2 bad input (nothing read or changed), " +
 		"3 repair refused by --max (nothing changed)."
-}
-
-// verifyConfig is the scheduled verify's configuration (OUTBOX_VERIFY_*).
-func (c *runCmd) verifyConfig() verify.ServiceConfig {
-	return verify.ServiceConfig{Interval: c.VerifyInterval, Index: c.ElasticIndex, SourceTable: c.VerifyFromTable,
-		Rate: c.VerifyRate, AutoRepair: c.VerifyAutoRepair}
 }
 
 func (c *verifyCmd) Run(g *globals) error {
@@ -118,15 +114,15 @@ func (c *verifyCmd) config(ctx context.Context) (verify.Config, *pgxpool.Pool, e
 		bounds.Check("Rate", c.Rate, verify.RateRange)); err != nil {
 		return verify.Config{}, nil, err
 	}
-	if _, ok := projections[c.Projection]; !ok {
-		return verify.Config{}, nil, usagef("unknown projection %q (known: %s)", c.Projection, strings.Join(projectionNames(), ", "))
+	if !replica.Known(c.Projection) {
+		return verify.Config{}, nil, usagef("unknown projection %q (known: %s)", c.Projection, strings.Join(replica.ProjectionNames(), ", "))
 	}
 	cfg := verify.Config{Index: c.ElasticIndex, Projection: c.Projection, SourceTable: c.FromTable, Sample: c.Sample, Rate: c.Rate}
 	var err error
 	if cfg.Client, err = projection.NewElasticClient(c.options()); err != nil {
 		return cfg, nil, err
 	}
-	cfg.Pool, err = openPool(ctx, c.DatabaseURL, 4, "wlproj-verify")
+	cfg.Pool, err = pgpool.Open(ctx, c.DatabaseURL, 4, "wlproj-verify")
 	return cfg, cfg.Pool, err
 }
 

@@ -15,6 +15,10 @@ import (
 	"github.com/wlproj/wlproj/outbox"
 )
 
+// ChronicleName is the chronicle projection's name, as producers write it
+// in outbox_events.projection.
+const ChronicleName = "chronicle"
+
 // ChronicleMaxPayloadBytesDefault is ChronicleConfig.MaxPayloadBytes'
 // default; the CLI's flag takes it from here, and
 // ChronicleMaxPayloadBytesRange is what it accepts.

@@ -19,6 +19,15 @@ import (
 	"github.com/wlproj/wlproj/outbox"
 )
 
+// SearchName is the search projection's name, as producers write it in
+// outbox_events.projection: the one projection with an index, which the
+// rebuild and the verify work on.
+const SearchName = "search"
+
+// IndexDefault is the index (or alias) the search projection writes unless
+// told; the CLI's ELASTIC_INDEX takes it from here.
+const IndexDefault = "search"
+
 // MaxPayloadBytesDefault is SearchConfig.MaxPayloadBytes' default; the
 // CLI's flag takes it from here, and MaxPayloadBytesRange is what it accepts.
 const MaxPayloadBytesDefault = 1 << 20

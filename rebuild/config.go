@@ -18,10 +18,6 @@ import (
 	"github.com/wlproj/wlproj/projection"
 )
 
-// Projection is the one projection with an index to rebuild: chronicle is
-// a Postgres timeline of every event, not a projection of the SoT.
-const Projection = "search"
-
 // Defaults of Config; the CLI's flags take them from here.
 const (
 	EmitRateDefault       = 1000
@@ -87,7 +83,7 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	c.Projection = cmp.Or(c.Projection, Projection)
+	c.Projection = cmp.Or(c.Projection, projection.SearchName)
 	c.EmitRate = cmp.Or(c.EmitRate, EmitRateDefault)
 	c.EmitBacklog = cmp.Or(c.EmitBacklog, EmitBacklogDefault)
 	c.BulkSize = cmp.Or(c.BulkSize, consume.BulkSizeDefault)
@@ -119,8 +115,9 @@ func (c Config) Validate() error {
 		return bounds.Invalid("Why", "is required")
 	case c.Alias == "":
 		return bounds.Invalid("Alias", "is required")
-	case c.Projection != Projection:
-		return inputf("projection %q cannot be rebuilt: only %q has an index built from a source table", c.Projection, Projection)
+	case c.Projection != projection.SearchName:
+		// chronicle is a Postgres timeline of every event, not a projection of the SoT.
+		return inputf("projection %q cannot be rebuilt: only %q has an index built from a source table", c.Projection, projection.SearchName)
 	}
 	if _, err := c.mappingBody(); err != nil {
 		return err

@@ -34,7 +34,7 @@ func (b bundle) dualWrite(t *testing.T, owner string) *DualWrite {
 	t.Helper()
 	search, err := projection.NewSearch(projection.SearchConfig{Client: b.client, Index: b.alias})
 	require.NoError(t, err)
-	return NewDualWrite(b.db.Pool, Projection, search, owner, testLeader, zerolog.Nop())
+	return NewDualWrite(b.db.Pool, projection.SearchName, search, owner, testLeader, zerolog.Nop())
 }
 
 // lead runs d's rounds as the leader of epoch until the test stops it,
@@ -140,7 +140,7 @@ func TestRebuildSwapNeedsTheCurrentLeader(t *testing.T) {
 	require.ErrorContains(t, err, "the current leader (epoch "+strconv.FormatInt(epochB, 10)+", worker B) has not confirmed dual-writes to "+
 		stopped.Row.Target)
 	require.Equal(t, named{Indexes: []string{b.alias}, Concrete: true}, b.resolve(t), "the alias is untouched")
-	open, err := Open(b.ctx, b.db.Pool, Projection)
+	open, err := Open(b.ctx, b.db.Pool, projection.SearchName)
 	require.NoError(t, err)
 	require.NotNil(t, open)
 	require.Equal(t, int64(rows), open.RowsLoaded, "the load finished")

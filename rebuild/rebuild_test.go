@@ -289,7 +289,7 @@ func TestRebuildResumesAfterCrash(t *testing.T) {
 	})
 	p.kill()
 	require.Equal(t, named{Indexes: []string{b.alias}, Concrete: true}, b.resolve(t), "the alias is untouched")
-	open, err := Open(b.ctx, b.db.Pool, Projection)
+	open, err := Open(b.ctx, b.db.Pool, projection.SearchName)
 	require.NoError(t, err)
 	require.NotNil(t, open)
 	require.Less(t, open.RowsLoaded, int64(rows), "killed before the load ended")
@@ -494,7 +494,7 @@ func TestRebuildBadInput(t *testing.T) {
 		}
 	}
 
-	release, ok, err := TryLock(b.ctx, b.db.Pool, Projection)
+	release, ok, err := TryLock(b.ctx, b.db.Pool, projection.SearchName)
 	require.NoError(t, err)
 	require.True(t, ok)
 	_, err = Run(b.ctx, good)
@@ -526,7 +526,7 @@ func TestLoaderDropsWhatTheLedgerHasNewer(t *testing.T) {
 	b.db.Exec(t, `INSERT INTO outbox_applied (projection, entity_type, entity_id, version, deleted, event_id) VALUES
 		('search', 'book', 'newer', 5, false, 1), ('search', 'book', 'deleted', 3, true, 2),
 		('search', 'book', 'older', 1, false, 3), ('chronicle', 'book', 'other', 9, false, 4)`)
-	l := &loader{cfg: Config{Projection: Projection}, pool: b.db.Pool}
+	l := &loader{cfg: Config{Projection: projection.SearchName}, pool: b.db.Pool}
 	rows := []sourceRow{{"book", "newer", nil, 4}, {"book", "deleted", nil, 3}, {"book", "older", nil, 2},
 		{"book", "other", nil, 2}, {"book", "unknown", nil, 1}}
 	events, stale, err := l.fresh(b.ctx, rows)

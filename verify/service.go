@@ -59,7 +59,7 @@ type ServiceConfig struct {
 }
 
 func (c ServiceConfig) withDefaults() ServiceConfig {
-	c.Projection = cmp.Or(c.Projection, ProjectionDefault)
+	c.Projection = cmp.Or(c.Projection, projection.SearchName)
 	c.Rate = cmp.Or(c.Rate, RateDefault)
 	return c
 }

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/wlproj/wlproj/internal/bounds"
+	"github.com/wlproj/wlproj/projection"
 	"github.com/wlproj/wlproj/rebuild"
 )
 
@@ -40,9 +41,8 @@ var Kinds = []Kind{Missing, Stale, Extra, Resurrected}
 
 // Defaults of Config; the CLI's flags take theirs from here.
 const (
-	ProjectionDefault = "search"
-	SampleDefault     = 10
-	PageDefault       = 5000
+	SampleDefault = 10
+	PageDefault   = 5000
 	// recheckBatch is how many suspects are checked again at once.
 	recheckBatch = 500
 	// scrollKeepAlive is how long the engine keeps the scroll between two
@@ -96,7 +96,7 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	c.Projection = cmp.Or(c.Projection, ProjectionDefault)
+	c.Projection = cmp.Or(c.Projection, projection.SearchName)
 	c.Sample = cmp.Or(c.Sample, SampleDefault)
 	c.Page = cmp.Or(c.Page, PageDefault)
 	return c
@@ -110,9 +110,9 @@ func (c Config) Validate() error {
 		return errors.New("verify: Pool and Client are required")
 	case c.Index == "":
 		return bounds.Invalid("Index", "is required")
-	case c.Projection != ProjectionDefault:
+	case c.Projection != projection.SearchName:
 		return &rebuild.InputError{Problem: fmt.Sprintf("projection %q has no search index to verify (only %s has one)",
-			c.Projection, ProjectionDefault)}
+			c.Projection, projection.SearchName)}
 	}
 	return bounds.First(
 		bounds.Check("Sample", c.Sample, SampleRange),

@@ -1,0 +1,124 @@
+package replica
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+
+	"github.com/wlproj/wlproj/console"
+	"github.com/wlproj/wlproj/health"
+	"github.com/wlproj/wlproj/internal/pgpool"
+	"github.com/wlproj/wlproj/leader"
+	"github.com/wlproj/wlproj/projection"
+)
+
+// Replica is one wlproj process: built by New, run by Run.
+type Replica struct {
+	cfg      Config
+	log      zerolog.Logger
+	pool     *pgxpool.Pool
+	parts    daemonParts
+	elector  *leader.Elector
+	console  *console.Console // nil when off
+	health   *health.Server
+	draining atomic.Bool
+}
+
+// New opens the pool and builds everything the replica runs, binding its
+// listeners so that a taken port fails here; nothing runs yet. An error
+// from a package's Config is a *bounds.FieldError naming the Go field.
+func New(ctx context.Context, cfg Config, log zerolog.Logger) (*Replica, error) {
+	cfg = cfg.withDefaults()
+	r := &Replica{cfg: cfg, log: log}
+	var err error
+	if r.pool, err = pgpool.Open(ctx, cfg.DatabaseURL, cfg.Consume.Concurrency+6, "wlproj:"+cfg.WorkerID); err != nil {
+		return nil, err
+	}
+	if err := r.build(); err != nil {
+		r.close()
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *Replica) build() error {
+	var err error
+	if r.parts, err = newDaemon(r.cfg, r.pool, r.log); err != nil {
+		return err
+	}
+	if r.elector, err = leader.New(r.cfg.Leader, r.log, r.parts.services...); err != nil {
+		return err
+	}
+	r.elector.OnTick = watchdogPing()
+	if r.cfg.Console.UsersFile != "" {
+		r.console, err = console.New(r.cfg.Console, console.Deps{Pool: r.pool, State: r.elector.State,
+			LeaderName: r.cfg.Leader.Name, Projections: ProjectionNames(), Log: r.log})
+		if err != nil {
+			return err
+		}
+	}
+	r.health, err = health.New(r.cfg.Health, health.Deps{Pool: r.pool, Elector: r.elector, PingES: r.parts.pingES,
+		Draining: &r.draining, Log: r.log, Projections: ProjectionNames(), Routes: r.consoleRoutes()})
+	return err
+}
+
+// consoleRoutes are what the console adds to the HTTP listener: nothing
+// when it is off or has its own port.
+func (r *Replica) consoleRoutes() map[string]http.Handler {
+	if r.console == nil || r.console.Addr() != "" {
+		return nil
+	}
+	return map[string]http.Handler{console.Prefix: r.console.Handler()}
+}
+
+// Run serves health, metrics and the console and races for leadership
+// until ctx ends; then it drains the leader's services (readiness fails
+// meanwhile) and closes everything.
+func (r *Replica) Run(ctx context.Context) {
+	defer r.close()
+	go func() {
+		<-ctx.Done()
+		r.draining.Store(true)
+		notifyStopping()
+	}()
+	r.serveConsole()
+	srvCtx, stopSrv := context.WithCancel(context.Background())
+	defer stopSrv()
+	r.health.Serve(srvCtx)
+	notifyReady()
+	r.log.Info().Str("addr", r.cfg.Health.Addr).Int("http_port", r.cfg.Health.HTTPPort).Str("leader_name", r.cfg.Leader.Name).
+		Msg("replica started")
+	go func() {
+		r.parts.engine.Announce(ctx, r.log)
+		_, _ = r.parts.index.Ensure(ctx)
+		r.parts.engine.WarnGCDeletes(ctx, r.log, r.cfg.Index, projection.WriteLifetime(r.cfg.Elastic.Timeout))
+	}()
+	r.elector.Run(ctx)
+}
+
+func (r *Replica) serveConsole() {
+	if r.console == nil {
+		return
+	}
+	r.console.Serve()
+	where := "http://" + r.cfg.Health.Addr + ":" + strconv.Itoa(r.cfg.Health.HTTPPort) + console.Prefix
+	if addr := r.console.Addr(); addr != "" {
+		where = addr
+	}
+	r.log.Info().Str("console", where).Msg("operator console on")
+}
+
+// close stops the listeners and closes the pool.
+func (r *Replica) close() {
+	if r.health != nil {
+		r.health.Close()
+	}
+	if r.console != nil {
+		r.console.Close()
+	}
+	r.pool.Close()
+}
