@@ -18,7 +18,7 @@ export ENGINE
 # the operator surface, the drill's smoke run, verify against each kind of
 # drift, and the harness's own index cleanup (Elasticsearch 8 refuses
 # deletes by wildcard).
-ENGINE_TEST_PKGS := . ./projection ./classify ./consume ./tools/drill ./internal/testkit/harness ./verify
+ENGINE_TEST_PKGS := ./e2e ./cli ./projection ./classify ./consume ./tools/drill ./internal/testkit/harness ./verify
 ENGINE_TEST_RUN := ^Test(Engine|Search|Identify|ItemResult|Captured|NewElasticClient|LateReplay|RetryAfterTheDelete|TLS|Replicas|Operate|DrillSmoke|DeleteIndex|Verify)
 
 .PHONY: build test test-go test-engine test-engines capture stack-up stack-down lint demo bench drill clean

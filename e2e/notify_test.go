@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // The systemd contract of deploy/systemd/wlproj@.service (Type=notify,
 // WatchdogSec): a real `wlproj run` talks to a fake NOTIFY_SOCKET that the

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // Process tests of pause/resume and of the chronicle projection: real
 // replicas, the CLI as an operator runs it, kill -9.

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // TLS with credentials, end to end through the real binary: the engine
 // behind HTTPS with a certificate from a throwaway CA and basic auth, as

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // Process-level tests: two real `wlproj run` replicas against the real
 // Postgres and the real engine (behind the fault proxy), driven as an operator

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // The helpers the root package's process tests share: a cluster of real
 // replicas on a database and index of the test's own, the engine behind a

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // runbook.md promises that its commands work as written. The blocks it marks
 // as runnable (```sh runnable, ```sql runnable) run here, in document order,

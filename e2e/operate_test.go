@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // Operator-surface tests against the real binary and the real stack:
 // readiness as the database and the engine come and go, the scraped metrics,

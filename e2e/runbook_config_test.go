@@ -1,7 +1,8 @@
-package main
+package e2e
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wlproj/wlproj/cli"
+	"github.com/wlproj/wlproj/internal/testkit/harness"
 )
 
 // flagDefaults walks the CLI's model: env var → default and help text, as
@@ -47,7 +49,7 @@ var (
 // again for operators; it must say what the code does.
 func TestRunbookConfigTableMatchesTheCode(t *testing.T) {
 	t.Parallel()
-	runbook, err := os.ReadFile("runbook.md")
+	runbook, err := os.ReadFile(filepath.Join(harness.Root(t), "runbook.md"))
 	require.NoError(t, err)
 	flags := flagDefaults(t)
 	rows := reConfigRow.FindAllStringSubmatch(string(runbook), -1)

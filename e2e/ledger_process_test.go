@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // A process test of the applied-version ledger: "correct for months" in a
 // few seconds. Deletes, versions out of order, events without a version, a

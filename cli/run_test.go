@@ -1,0 +1,20 @@
+package cli
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The tombstone window may not be shorter than the retention of done rows:
+// refused before anything connects, in the operator's variables.
+func TestRunRefusesATombstoneRetentionBelowRetention(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	code := Run([]string{"run", "--database-url", "postgres://127.0.0.1:1/none",
+		"--retention", "48h", "--ledger-tombstone-retention", "24h"}, &stdout, &stderr)
+	require.NotZero(t, code)
+	require.Contains(t, stderr.String(),
+		"OUTBOX_LEDGER_TOMBSTONE_RETENTION=24h0m0s must not be below OUTBOX_RETENTION=48h0m0s")
+}
