@@ -101,8 +101,8 @@ func (c *rebuildCmd) config(ctx context.Context) (rebuild.Config, *pgxpool.Pool,
 		return rebuild.Config{}, nil, usagef("--from-table is required: the source-of-truth table to rebuild from")
 	}
 	// kong applied the flags' defaults: a zero here is the operator's.
-	if err := bounds.First(bounds.Check("BulkSize", c.BulkSize, rebuild.BulkSizeRange),
-		bounds.Check("Concurrency", c.Concurrency, rebuild.ConcurrencyRange)); err != nil {
+	if err := bounds.First(bounds.Check("BulkSize", c.BulkSize, projection.BulkSizeRange),
+		bounds.Check("Concurrency", c.Concurrency, projection.ConcurrencyRange)); err != nil {
 		return rebuild.Config{}, nil, err
 	}
 	cfg := rebuild.Config{Projection: c.Projection, Alias: c.ElasticIndex, SourceTable: c.FromTable,

@@ -10,6 +10,7 @@ import (
 	"github.com/wlproj/wlproj/health"
 	"github.com/wlproj/wlproj/internal/bounds"
 	"github.com/wlproj/wlproj/leader"
+	"github.com/wlproj/wlproj/outbox"
 	"github.com/wlproj/wlproj/projection"
 	"github.com/wlproj/wlproj/replay"
 	"github.com/wlproj/wlproj/replica"
@@ -24,8 +25,8 @@ var intVars = map[string]struct {
 	def int
 	rng bounds.Range[int]
 }{
-	"bulk_size":                   {consume.BulkSizeDefault, consume.BulkSizeRange},
-	"concurrency":                 {consume.ConcurrencyDefault, consume.ConcurrencyRange},
+	"bulk_size":                   {projection.BulkSizeDefault, projection.BulkSizeRange},
+	"concurrency":                 {projection.ConcurrencyDefault, projection.ConcurrencyRange},
 	"max_attempts":                {consume.MaxAttemptsDefault, consume.MaxAttemptsRange},
 	"max_payload_bytes":           {projection.MaxPayloadBytesDefault, projection.MaxPayloadBytesRange},
 	"chronicle_max_payload_bytes": {projection.ChronicleMaxPayloadBytesDefault, projection.ChronicleMaxPayloadBytesRange},
@@ -45,7 +46,7 @@ var secondsVars = map[string]struct {
 	"poll_interval":       {consume.PollIntervalDefault, consume.PollIntervalRange},
 	"lease":               {consume.LeaseDefault, consume.LeaseRange},
 	"reclaim_interval":    {consume.ReclaimIntervalDefault, consume.ReclaimIntervalRange},
-	"max_processing":      {consume.MaxProcessingDefault, consume.MaxProcessingRange},
+	"max_processing":      {outbox.MaxProcessingDefault, outbox.MaxProcessingRange},
 	"base_backoff":        {consume.BaseBackoffDefault, consume.BaseBackoffRange},
 	"max_backoff":         {consume.MaxBackoffDefault, consume.MaxBackoffRange},
 	"shutdown_grace":      {consume.ShutdownGraceDefault, consume.ShutdownGraceRange},

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -329,7 +330,8 @@ func TestOwnPortOverTLS(t *testing.T) {
 	b := setup(t, func(c *Config, _ *Deps) {
 		c.Port, c.TLSCertFile, c.TLSKeyFile = freePort(t), cert, key
 	})
-	b.con.Serve()
+	require.NoError(t, b.con.Start(context.Background()))
+	t.Cleanup(b.con.Stop)
 	base := "https://" + b.con.Addr()
 	require.True(t, strings.HasPrefix(b.con.Addr(), "127.0.0.1:"), "loopback by default")
 	jar, _ := cookiejar.New(nil)

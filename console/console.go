@@ -5,17 +5,15 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"net"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
-	"github.com/wlproj/wlproj/consume"
 	"github.com/wlproj/wlproj/internal/bounds"
+	"github.com/wlproj/wlproj/internal/httpserve"
 	"github.com/wlproj/wlproj/leader"
 	"github.com/wlproj/wlproj/outbox"
 )
@@ -98,7 +96,7 @@ type Deps struct {
 func (c Config) withDefaults() Config {
 	c.SessionTTL = cmp.Or(c.SessionTTL, SessionTTLDefault)
 	c.Addr = cmp.Or(c.Addr, AddrDefault)
-	c.MaxProcessing = cmp.Or(c.MaxProcessing, consume.MaxProcessingDefault)
+	c.MaxProcessing = cmp.Or(c.MaxProcessing, outbox.MaxProcessingDefault)
 	c.SignInPerMinute = cmp.Or(c.SignInPerMinute, signInPerMinuteDefault)
 	c.SignInBurst = cmp.Or(c.SignInBurst, signInBurstDefault)
 	return c
@@ -136,8 +134,8 @@ type Console struct {
 	pages    pages
 	handler  http.Handler
 
-	srv *http.Server
-	ln  net.Listener
+	// srv is the console's own listener; nil without one.
+	srv *httpserve.Server
 
 	activity struct {
 		sync.Mutex
@@ -184,49 +182,44 @@ func New(cfg Config, deps Deps) (*Console, error) {
 func (c *Console) Handler() http.Handler { return c.handler }
 
 func (c *Console) listen() error {
-	ln, err := net.Listen("tcp", net.JoinHostPort(c.cfg.Addr, strconv.Itoa(c.cfg.Port)))
-	if err != nil {
-		return err
-	}
+	var tlsConfig *tls.Config
 	if c.cfg.TLSCertFile != "" {
 		cert, err := tls.LoadX509KeyPair(c.cfg.TLSCertFile, c.cfg.TLSKeyFile)
 		if err != nil {
-			ln.Close()
 			return bounds.Invalid("TLSCertFile", "%v", err)
 		}
-		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 	mux := http.NewServeMux()
 	mux.Handle(Prefix, c.handler)
 	mux.Handle("GET /{$}", http.RedirectHandler(Prefix, http.StatusFound))
-	c.ln = ln
-	c.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second,
-		WriteTimeout: requestTimeoutDefault + 15*time.Second, MaxHeaderBytes: 64 << 10}
-	return nil
+	var err error
+	c.srv, err = httpserve.Listen(c.cfg.Addr, c.cfg.Port, &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout: 30 * time.Second, WriteTimeout: requestTimeoutDefault + 15*time.Second, MaxHeaderBytes: 64 << 10}, tlsConfig)
+	return err
 }
 
 // Addr is the address of the console's own listener; empty without one.
 func (c *Console) Addr() string {
-	if c.ln == nil {
+	if c.srv == nil {
 		return ""
 	}
-	return c.ln.Addr().String()
+	return c.srv.Addr()
 }
 
-// Serve serves the own listener, if any, until Close.
-func (c *Console) Serve() {
-	if c.srv != nil {
-		go func() { _ = c.srv.Serve(c.ln) }()
-	}
-}
-
-// Close stops the own listener, letting requests in flight finish for a
-// second.
-func (c *Console) Close() {
+// Start serves the own listener, if any, until Stop or ctx ends (a
+// startstop.Service).
+func (c *Console) Start(ctx context.Context) error {
 	if c.srv == nil {
-		return
+		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	_ = c.srv.Shutdown(ctx)
+	return c.srv.Start(ctx)
+}
+
+// Stop stops the own listener, letting requests in flight finish for a
+// second.
+func (c *Console) Stop() {
+	if c.srv != nil {
+		c.srv.Stop()
+	}
 }

@@ -58,7 +58,7 @@ func setup(t *testing.T, opts ...setupOption) *bundle {
 	mux.Handle(Prefix, b.con.Handler())
 	b.srv = httptest.NewServer(mux)
 	t.Cleanup(b.srv.Close)
-	t.Cleanup(b.con.Close)
+	t.Cleanup(b.con.Stop)
 	return b
 }
 

@@ -5,16 +5,15 @@ import (
 	"time"
 
 	"github.com/wlproj/wlproj/internal/bounds"
+	"github.com/wlproj/wlproj/outbox"
+	"github.com/wlproj/wlproj/projection"
 )
 
 // Defaults of Config. The CLI's flags take their defaults from here.
 const (
-	BulkSizeDefault        = 500
-	ConcurrencyDefault     = 2
 	PollIntervalDefault    = time.Second
 	LeaseDefault           = 60 * time.Second
 	ReclaimIntervalDefault = 5 * time.Second
-	MaxProcessingDefault   = 300 * time.Second
 	MaxAttemptsDefault     = 10
 	BaseBackoffDefault     = time.Second
 	MaxBackoffDefault      = 300 * time.Second
@@ -24,13 +23,10 @@ const (
 
 // Accepted ranges of Config.
 var (
-	BulkSizeRange        = bounds.Range[int]{Min: 1, Max: 10000}
-	ConcurrencyRange     = bounds.Range[int]{Min: 1, Max: 64}
 	MaxAttemptsRange     = bounds.Range[int]{Min: 1, Max: 1000}
 	PollIntervalRange    = bounds.Range[time.Duration]{Min: 10 * time.Millisecond, Max: 5 * time.Minute}
 	LeaseRange           = bounds.Range[time.Duration]{Min: time.Second, Max: time.Hour}
 	ReclaimIntervalRange = bounds.Range[time.Duration]{Min: 100 * time.Millisecond, Max: time.Hour}
-	MaxProcessingRange   = bounds.Range[time.Duration]{Min: time.Second, Max: 24 * time.Hour}
 	BaseBackoffRange     = bounds.Range[time.Duration]{Min: 10 * time.Millisecond, Max: time.Hour}
 	MaxBackoffRange      = bounds.Range[time.Duration]{Min: 10 * time.Millisecond, Max: 24 * time.Hour}
 	ShutdownGraceRange   = bounds.Range[time.Duration]{Min: time.Second, Max: 10 * time.Minute}
@@ -77,12 +73,12 @@ type Config struct {
 
 // WithDefaults fills zero fields.
 func (c Config) WithDefaults() Config {
-	c.BulkSize = cmp.Or(c.BulkSize, BulkSizeDefault)
-	c.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
+	c.BulkSize = cmp.Or(c.BulkSize, projection.BulkSizeDefault)
+	c.Concurrency = cmp.Or(c.Concurrency, projection.ConcurrencyDefault)
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
 	c.Lease = cmp.Or(c.Lease, LeaseDefault)
 	c.ReclaimInterval = cmp.Or(c.ReclaimInterval, ReclaimIntervalDefault)
-	c.MaxProcessing = cmp.Or(c.MaxProcessing, MaxProcessingDefault)
+	c.MaxProcessing = cmp.Or(c.MaxProcessing, outbox.MaxProcessingDefault)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
 	c.BaseBackoff = cmp.Or(c.BaseBackoff, BaseBackoffDefault)
 	c.MaxBackoff = cmp.Or(c.MaxBackoff, MaxBackoffDefault)
@@ -95,13 +91,13 @@ func (c Config) WithDefaults() Config {
 // *bounds.FieldError for the first that is not.
 func (c Config) Validate() error {
 	return bounds.First(
-		bounds.Check("BulkSize", c.BulkSize, BulkSizeRange),
-		bounds.Check("Concurrency", c.Concurrency, ConcurrencyRange),
+		bounds.Check("BulkSize", c.BulkSize, projection.BulkSizeRange),
+		bounds.Check("Concurrency", c.Concurrency, projection.ConcurrencyRange),
 		bounds.Check("MaxAttempts", c.MaxAttempts, MaxAttemptsRange),
 		bounds.Check("PollInterval", c.PollInterval, PollIntervalRange),
 		bounds.Check("Lease", c.Lease, LeaseRange),
 		bounds.Check("ReclaimInterval", c.ReclaimInterval, ReclaimIntervalRange),
-		bounds.Check("MaxProcessing", c.MaxProcessing, MaxProcessingRange),
+		bounds.Check("MaxProcessing", c.MaxProcessing, outbox.MaxProcessingRange),
 		bounds.Check("BaseBackoff", c.BaseBackoff, BaseBackoffRange),
 		bounds.Check("MaxBackoff", c.MaxBackoff, MaxBackoffRange),
 		bounds.Check("ShutdownGrace", c.ShutdownGrace, ShutdownGraceRange),

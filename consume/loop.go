@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -29,7 +31,10 @@ type Loop struct {
 	// (projection.LatestOnly): only their events are dropped as stale, and
 	// only their applied events move the ledger.
 	latest map[string]bool
-	log    zerolog.Logger
+	// latestNames is latest as the claim takes it: the ledger is read for
+	// these projections' events only.
+	latestNames []string
+	log         zerolog.Logger
 	// order is the current term's; Run starts a new one.
 	order *order
 
@@ -48,7 +53,9 @@ func NewLoop(cfg Config, store *outbox.Store, handlers projection.Registry, log 
 		names = append(names, name)
 	}
 	initCounters(names)
-	return &Loop{cfg: cfg, store: store, pool: store.Pool, handlers: handlers, latest: handlers.LatestOnly(), order: newOrder(),
+	latest := handlers.LatestOnly()
+	return &Loop{cfg: cfg, store: store, pool: store.Pool, handlers: handlers, latest: latest,
+		latestNames: slices.Sorted(maps.Keys(latest)), order: newOrder(),
 		log: log.With().Str("service", "consume").Logger(), inflight: map[int64]struct{}{}}, nil
 }
 
@@ -82,7 +89,7 @@ func (l *Loop) handle(ctx context.Context, epoch int64, f *flight) (BatchResult,
 func (l *Loop) claim(ctx context.Context, epoch int64) (*flight, error) {
 	f, err := l.order.claim(func() ([]outbox.Event, error) {
 		start := time.Now()
-		events, err := l.store.Claim(ctx, epoch, l.cfg.BulkSize, l.cfg.Lease)
+		events, err := l.store.Claim(ctx, epoch, l.cfg.BulkSize, l.cfg.Lease, l.latestNames)
 		claimDuration.Observe(time.Since(start).Seconds())
 		return events, err
 	})
@@ -392,7 +399,7 @@ func decide(byID map[int64]outbox.Event, results []projection.Result, cfg Config
 		f := outbox.Failure{ID: r.ID, Class: string(ce.Class), Reason: ce.Reason, Message: ce.Message}
 		f.Terminal = ce.Class == classify.Deterministic || ev.Attempts+1 >= cfg.MaxAttempts
 		if !f.Terminal {
-			f.RetryIn = Backoff(ev.Attempts, cfg.BaseBackoff, cfg.MaxBackoff, ce.RetryAfter)
+			f.RetryIn = classify.Backoff(ev.Attempts, cfg.BaseBackoff, cfg.MaxBackoff, ce.RetryAfter)
 		}
 		out.failures = append(out.failures, f)
 	}

@@ -73,7 +73,7 @@ func TestPrunerKeepsATombstoneForAnOlderUpsertWrittenAfterRetention(t *testing.T
 	require.Equal(t, PruneResult{Done: 2}, pruned, "the done rows go, the tombstone stays")
 
 	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version) VALUES ('book', '1', 'upsert', 4)`)
-	events, err := b.Store.Claim(context.Background(), 1, 10, time.Minute)
+	events, err := b.Store.Claim(context.Background(), 1, 10, time.Minute, []string{projection.SearchName})
 	require.NoError(t, err)
 	require.Len(t, events, 1)
 	require.Equal(t, &outbox.Applied{Version: 6, EventID: 2, Deleted: true}, events[0].Applied)

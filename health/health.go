@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/pprof"
 	"strconv"
@@ -18,9 +17,10 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/wlproj/wlproj/classify"
-	"github.com/wlproj/wlproj/consume"
 	"github.com/wlproj/wlproj/internal/bounds"
+	"github.com/wlproj/wlproj/internal/httpserve"
 	"github.com/wlproj/wlproj/internal/metrichelp"
+	"github.com/wlproj/wlproj/internal/startstop"
 	"github.com/wlproj/wlproj/leader"
 	"github.com/wlproj/wlproj/outbox"
 )
@@ -85,14 +85,15 @@ type Deps struct {
 	Routes map[string]http.Handler
 }
 
-// Server is the replica's HTTP surface.
+// Server is the replica's HTTP surface, a startstop.Service.
 type Server struct {
-	cfg       Config
-	deps      Deps
-	servers   []*http.Server
-	listeners []net.Listener
-	ready     *metrics.Gauge
-	gauges    struct{ lag, oldest, inflight, stuck *metrics.Gauge }
+	cfg     Config
+	deps    Deps
+	servers []*httpserve.Server
+	ready   *metrics.Gauge
+	gauges  struct{ lag, oldest, inflight, stuck *metrics.Gauge }
+	// refresher keeps the gauges fresh between Start and Stop.
+	refresher startstop.Runner
 }
 
 func init() {
@@ -105,21 +106,32 @@ func pausedGauge(projection string) *metrics.Gauge {
 	return metrics.GetOrCreateGauge(fmt.Sprintf(`outbox_projection_paused{projection=%q}`, projection), nil)
 }
 
+func (c Config) withDefaults() Config {
+	c.Addr = cmp.Or(c.Addr, AddrDefault)
+	c.MetricsPort = cmp.Or(c.MetricsPort, c.HTTPPort)
+	c.StaleAfter = cmp.Or(c.StaleAfter, staleAfterDefault)
+	c.CheckTimeout = cmp.Or(c.CheckTimeout, checkTimeoutDefault)
+	c.GaugeInterval = cmp.Or(c.GaugeInterval, gaugeIntervalDefault)
+	c.StandbyGaugeInterval = cmp.Or(c.StandbyGaugeInterval, standbyGaugeIntervalDefault)
+	c.MaxProcessing = cmp.Or(c.MaxProcessing, outbox.MaxProcessingDefault)
+	return c
+}
+
+// Validate checks the ports as given; a range error is a
+// *bounds.FieldError. A MetricsPort of 0 means the HTTP port.
+func (c Config) Validate() error {
+	return bounds.First(
+		bounds.Check("HTTPPort", c.HTTPPort, PortRange),
+		bounds.Check("MetricsPort", c.MetricsPort, bounds.Range[int]{Min: 0, Max: PortRange.Max}),
+	)
+}
+
 // New validates cfg and binds the listeners, so a port conflict fails fast.
 func New(cfg Config, deps Deps) (*Server, error) {
-	cfg.Addr = cmp.Or(cfg.Addr, AddrDefault)
-	cfg.MetricsPort = cmp.Or(cfg.MetricsPort, cfg.HTTPPort)
-	cfg.StaleAfter = cmp.Or(cfg.StaleAfter, staleAfterDefault)
-	cfg.CheckTimeout = cmp.Or(cfg.CheckTimeout, checkTimeoutDefault)
-	cfg.GaugeInterval = cmp.Or(cfg.GaugeInterval, gaugeIntervalDefault)
-	cfg.StandbyGaugeInterval = cmp.Or(cfg.StandbyGaugeInterval, standbyGaugeIntervalDefault)
-	cfg.MaxProcessing = cmp.Or(cfg.MaxProcessing, consume.MaxProcessingDefault)
-	if err := bounds.First(
-		bounds.Check("HTTPPort", cfg.HTTPPort, PortRange),
-		bounds.Check("MetricsPort", cfg.MetricsPort, PortRange),
-	); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	s := &Server{cfg: cfg, deps: deps}
 	s.ready = metrics.GetOrCreateGauge(`outbox_ready`, nil)
 	s.gauges.lag = metrics.GetOrCreateGauge(`outbox_lag_events`, nil)
@@ -137,24 +149,24 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		api.Handle(pattern, h)
 	}
 	if cfg.MetricsPort == cfg.HTTPPort {
-		api.HandleFunc("/metrics", serveMetrics)
-		s.servePprof(api)
+		s.serveMetrics(api)
 		return s, s.listen(api, cfg.HTTPPort)
 	}
 	m := http.NewServeMux()
-	m.HandleFunc("/metrics", serveMetrics)
-	s.servePprof(m)
+	s.serveMetrics(m)
 	if err := s.listen(api, cfg.HTTPPort); err != nil {
 		return nil, err
 	}
 	if err := s.listen(m, cfg.MetricsPort); err != nil {
-		s.Close()
+		s.Stop()
 		return nil, err
 	}
 	return s, nil
 }
 
-func (s *Server) servePprof(m *http.ServeMux) {
+// serveMetrics adds /metrics to m, and Go's /debug/pprof/ with Pprof.
+func (s *Server) serveMetrics(m *http.ServeMux) {
+	m.HandleFunc("/metrics", serveMetrics)
 	if !s.cfg.Pprof {
 		return
 	}
@@ -166,29 +178,32 @@ func (s *Server) servePprof(m *http.ServeMux) {
 }
 
 func (s *Server) listen(h http.Handler, port int) error {
-	ln, err := net.Listen("tcp", net.JoinHostPort(s.cfg.Addr, strconv.Itoa(port)))
+	srv, err := httpserve.Listen(s.cfg.Addr, port, &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}, nil)
 	if err != nil {
 		return err
 	}
-	s.listeners = append(s.listeners, ln)
-	s.servers = append(s.servers, &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second})
+	s.servers = append(s.servers, srv)
 	return nil
 }
 
-// Serve serves until Close; it also keeps the outbox gauges fresh until ctx ends.
-func (s *Server) Serve(ctx context.Context) {
-	for i, srv := range s.servers {
-		go func() { _ = srv.Serve(s.listeners[i]) }()
+// Start serves the listeners and keeps the outbox gauges fresh until Stop
+// or ctx ends.
+func (s *Server) Start(ctx context.Context) error {
+	for _, srv := range s.servers {
+		if err := srv.Start(ctx); err != nil {
+			return err
+		}
 	}
-	go s.refreshGauges(ctx)
+	s.refresher.Run(ctx, s.refreshGauges)
+	return nil
 }
 
-// Close stops the listeners.
-func (s *Server) Close() {
+// Stop stops the gauges and the listeners, letting requests in flight
+// finish for a second.
+func (s *Server) Stop() {
+	s.refresher.Stop()
 	for _, srv := range s.servers {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = srv.Shutdown(ctx)
-		cancel()
+		srv.Stop()
 	}
 }
 

@@ -56,9 +56,8 @@ func start(t *testing.T, pool *pgxpool.Pool, dbURL string, change func(*Config))
 			return nil
 		}})
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	f.srv.Serve(ctx)
-	t.Cleanup(func() { cancel(); f.srv.Close() })
+	require.NoError(t, f.srv.Start(context.Background()))
+	t.Cleanup(f.srv.Stop)
 	return f
 }
 
@@ -207,5 +206,15 @@ func TestNewRefusesPortsOutOfRange(t *testing.T) {
 		require.EqualError(t, err, "HTTPPort=70000 is out of range [1, 65535]")
 	}
 	_, err := New(Config{HTTPPort: 8080, MetricsPort: -1}, Deps{})
-	require.EqualError(t, err, "MetricsPort=-1 is out of range [1, 65535]")
+	require.EqualError(t, err, "MetricsPort=-1 is out of range [0, 65535]")
+}
+
+// Validate checks the ports as given, before any default: a zero HTTP port
+// is refused, a zero metrics port means the HTTP port.
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, Config{HTTPPort: 8080}.Validate())
+	require.EqualError(t, Config{}.Validate(), "HTTPPort=0 is out of range [1, 65535]")
+	require.EqualError(t, Config{HTTPPort: 8080, MetricsPort: 70000}.Validate(), "MetricsPort=70000 is out of range [0, 65535]")
+	require.Equal(t, 8080, Config{HTTPPort: 8080}.withDefaults().MetricsPort)
 }

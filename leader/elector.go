@@ -17,6 +17,7 @@ import (
 
 	"github.com/wlproj/wlproj/internal/bounds"
 	"github.com/wlproj/wlproj/internal/metrichelp"
+	"github.com/wlproj/wlproj/internal/startstop"
 	"github.com/wlproj/wlproj/outbox"
 )
 
@@ -149,9 +150,10 @@ type Elector struct {
 	// and the systemd watchdog hang off it.
 	OnTick func()
 
-	mu    sync.Mutex
-	state State
-	tick  atomic.Int64
+	mu     sync.Mutex
+	state  State
+	tick   atomic.Int64
+	runner startstop.Runner
 }
 
 // New validates cfg and returns an Elector that runs services while leader.
@@ -196,6 +198,17 @@ func (e *Elector) ticked() {
 		e.OnTick()
 	}
 }
+
+// Start runs Run in the background (a startstop.Service): the elector
+// campaigns until Stop or ctx ends.
+func (e *Elector) Start(ctx context.Context) error {
+	e.runner.Run(ctx, e.Run)
+	return nil
+}
+
+// Stop ends the campaign as a cancelled ctx does and returns once a
+// leader's services have drained and the lock is released.
+func (e *Elector) Stop() { e.runner.Stop() }
 
 // Run campaigns until ctx is cancelled. Cancelling ctx is a graceful
 // shutdown: a leader drains its services, then releases the lock.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -51,6 +52,26 @@ func TestLedgerMovesForwardWithTheAckAndNeverBack(t *testing.T) {
 	require.Equal(t, &outbox.Applied{Version: 3, EventID: 2, Deleted: true}, events[0].Applied, "the claim carries the entry")
 	require.True(t, events[0].Stale())
 	require.Equal(t, &outbox.Applied{Version: 3, EventID: 2, Deleted: true}, b.ledger(t, "r1"))
+}
+
+// The claim reads the ledger only for the projections that keep one (the
+// loop passes them from its registry): the chronicle's events, which keep
+// every version, come without an entry even when one exists.
+func TestClaimReadsTheLedgerOnlyForLatestOnlyProjections(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.Lead(t, 1)
+	b.Exec(t, `INSERT INTO outbox_applied (projection, entity_type, entity_id, version, deleted, event_id, applied_at) VALUES
+		('search', 'book', 'r1', 7, false, 1, now()), ('chronicle', 'book', 'r1', 7, false, 1, now())`)
+	b.Exec(t, `INSERT INTO outbox_events (projection, entity_type, entity_id, op, event_version) VALUES
+		('search', 'book', 'r1', 'upsert', 3), ('chronicle', 'book', 'r1', 'upsert', 3)`)
+	events, err := b.Store.Claim(context.Background(), 1, 10, time.Minute, []string{"search"})
+	require.NoError(t, err)
+	require.Len(t, events, 2)
+	require.Equal(t, "search", events[0].Projection)
+	require.Equal(t, &outbox.Applied{Version: 7, EventID: 1}, events[0].Applied)
+	require.Equal(t, "chronicle", events[1].Projection)
+	require.Nil(t, events[1].Applied, "the chronicle keeps no ledger: none is read for it")
 }
 
 func TestFencedAckMovesNoLedgerEntry(t *testing.T) {

@@ -47,7 +47,8 @@ func (b bundle) explain(t *testing.T, settings []string) string {
 		}
 	}
 	rows, err := tx.Query(ctx, "EXPLAIN "+outbox.ClaimSQL, pgx.NamedArgs{
-		"owner": "w1", "epoch": 1, "leader": "test", "limit": 500, "lease_secs": 30.0, "claim": 1})
+		"owner": "w1", "epoch": 1, "leader": "test", "limit": 500, "lease_secs": 30.0, "claim": 1,
+		"latest": []string{"search"}})
 	require.NoError(t, err)
 	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/wlproj/wlproj/internal/bounds"
 )
 
 // Querier is what *pgxpool.Pool, *pgx.Conn and pgx.Tx have in common, so the
@@ -168,6 +170,15 @@ func lockOf(name string) string {
                   AND k.database = (SELECT oid FROM pg_database WHERE datname = current_database())
                   AND ((k.classid::bigint << 32) | k.objid::bigint) = ` + fmt.Sprintf(lockKey, name)
 }
+
+// MaxProcessingDefault is how long a row may stay in processing, whatever
+// its lease, before it counts as stuck: the reclaim takes it back and the
+// status, the console and the gauges count it. consume.Config, the console,
+// health and the CLI take it from here.
+const MaxProcessingDefault = 300 * time.Second
+
+// MaxProcessingRange is what the stuck cap accepts.
+var MaxProcessingRange = bounds.Range[time.Duration]{Min: time.Second, Max: 24 * time.Hour}
 
 // TakeSnapshot reads the outbox state with an estimated done count.
 func TakeSnapshot(ctx context.Context, db Querier, maxProcessing time.Duration) (Snapshot, error) {

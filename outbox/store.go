@@ -23,11 +23,6 @@ type Store struct {
 	Pool       *pgxpool.Pool
 	Owner      string
 	LeaderName string
-	// NoLedger leaves the applied-version ledger out of Claim and AckDone,
-	// for the benchmark's comparison only (`make bench`, step pg): without
-	// the ledger a late replay of an older upsert can bring a deleted
-	// document back, so no replica sets it.
-	NoLedger bool
 
 	// claims numbers this replica's claims. With the epoch it makes each
 	// claim's token unique, so an ack of a batch whose rows were reclaimed
@@ -39,14 +34,16 @@ type Store struct {
 // epoch of this leader name.
 const leaderGuard = `EXISTS (SELECT 1 FROM outbox_leader WHERE name = @leader AND epoch = @epoch)`
 
-// claimHead is the claim up to its last column, the document's ledger entry.
-// Rows of paused projections (outbox_projection_state) are walked past, not
+// claimSQL claims the due pending rows, each with its document's ledger
+// entry when its projection keeps one (@latest, projection.LatestOnly): the
+// chronicle's events need none, so the claim reads none for them. Rows of
+// paused projections (outbox_projection_state) are walked past, not
 // claimed: NOT IN over the tiny state table is a hashed subplan, read once
 // per statement, that keeps the pending index walk in id order (0.6-1.6 ms
 // a claim on 100k pending rows). "<> ALL (ARRAY(...))" looked as cheap but
 // made the planner estimate one row and sort the whole table (270-600 ms).
 // projection is NOT NULL, so NOT IN has no NULL trap.
-const claimHead = `
+const claimSQL = `
 UPDATE outbox_events e
    SET status = 'processing', locked_by = @owner, claim_token = @epoch, claim_seq = @claim,
        lease_until = now() + make_interval(secs => @lease_secs),
@@ -58,29 +55,27 @@ UPDATE outbox_events e
                  FOR UPDATE SKIP LOCKED)
    AND ` + leaderGuard + `
 RETURNING e.id, e.projection, e.entity_type, e.entity_id, e.op, e.event_version,
-          e.payload, e.scope_key, e.attempts, e.created_at, e.repair, `
-
-const claimSQL = claimHead + `
-          (SELECT ARRAY[a.version, a.event_id, a.deleted::int] FROM outbox_applied a
-            WHERE a.projection = e.projection AND a.entity_type = e.entity_type AND a.entity_id = e.entity_id)`
-
-// claimNoLedgerSQL is the claim without the ledger read (Store.NoLedger).
-const claimNoLedgerSQL = claimHead + `NULL::bigint[]`
+          e.payload, e.scope_key, e.attempts, e.created_at, e.repair,
+          CASE WHEN e.projection = ANY(@latest::text[]) THEN
+            (SELECT ARRAY[a.version, a.event_id, a.deleted::int] FROM outbox_applied a
+              WHERE a.projection = e.projection AND a.entity_type = e.entity_type AND a.entity_id = e.entity_id)
+          END`
 
 // Claim moves up to limit due pending rows, in id order, to processing under
-// this owner, epoch and a claim number of their own (Event.Claim), each with
+// this owner, epoch and a claim number of their own (Event.Claim), each
+// event of a projection named in latest (the ones that keep a ledger) with
 // its document's ledger entry.
-func (s *Store) Claim(ctx context.Context, epoch int64, limit int, lease time.Duration) ([]Event, error) {
-	sql := claimSQL
-	if s.NoLedger {
-		sql = claimNoLedgerSQL
+func (s *Store) Claim(ctx context.Context, epoch int64, limit int, lease time.Duration, latest []string) ([]Event, error) {
+	if latest == nil {
+		latest = []string{}
 	}
 	claim := s.claims.Add(1)
 	batch := &pgx.Batch{}
 	for _, stmt := range claimPlan {
 		batch.Queue(stmt)
 	}
-	batch.Queue(sql, s.args(epoch, map[string]any{"limit": limit, "lease_secs": lease.Seconds(), "claim": claim}))
+	batch.Queue(claimSQL, s.args(epoch, map[string]any{"limit": limit, "lease_secs": lease.Seconds(), "claim": claim,
+		"latest": latest}))
 	batch.Queue("COMMIT")
 	br := s.Pool.SendBatch(ctx, batch)
 	defer br.Close()
@@ -140,7 +135,11 @@ func scanClaimed(br pgx.BatchResults, claim int64) ([]Event, error) {
 // forward for the applied ones: the newest (version, id) per document, and
 // never backwards. A fenced ack changes no row, so it moves no ledger entry.
 const ackDoneSQL = `
-WITH acked AS (` + ackDoneUpdate + `
+WITH acked AS (
+  UPDATE outbox_events
+     SET status = 'done', processed_at = now(), updated_at = now(), lease_until = NULL
+   WHERE id = ANY(@ids) AND status = 'processing' AND locked_by = @owner AND claim_token = @epoch
+     AND claim_seq = @claim AND ` + leaderGuard + `
   RETURNING id, projection, entity_type, entity_id, op, coalesce(event_version, id) AS version,
             extract(epoch FROM processed_at - created_at) AS secs
 ), newest AS (
@@ -157,17 +156,6 @@ WITH acked AS (` + ackDoneUpdate + `
 )
 SELECT id, secs FROM acked`
 
-// ackDoneUpdate marks the rows done, under the fencing guard.
-const ackDoneUpdate = `
-  UPDATE outbox_events
-     SET status = 'done', processed_at = now(), updated_at = now(), lease_until = NULL
-   WHERE id = ANY(@ids) AND status = 'processing' AND locked_by = @owner AND claim_token = @epoch
-     AND claim_seq = @claim AND ` + leaderGuard
-
-// ackDoneNoLedgerSQL is the ack without the ledger write (Store.NoLedger).
-const ackDoneNoLedgerSQL = ackDoneUpdate + `
-  RETURNING id, extract(epoch FROM processed_at - created_at) AS secs`
-
 // AckDone marks rows of one claim done and records the applied ones (a
 // subset of ids: not superseded) in the ledger. It returns, per row actually
 // changed, the seconds from insert to ack; rows missing from the result
@@ -179,11 +167,7 @@ func (s *Store) AckDone(ctx context.Context, epoch, claim int64, ids, applied []
 	if applied == nil {
 		applied = []int64{}
 	}
-	sql, args := ackDoneSQL, map[string]any{"ids": ids, "applied": applied, "claim": claim}
-	if s.NoLedger {
-		sql, args = ackDoneNoLedgerSQL, map[string]any{"ids": ids, "claim": claim}
-	}
-	rows, err := s.Pool.Query(ctx, sql, s.args(epoch, args))
+	rows, err := s.Pool.Query(ctx, ackDoneSQL, s.args(epoch, map[string]any{"ids": ids, "applied": applied, "claim": claim}))
 	if err != nil {
 		return nil, fmt.Errorf("ack done: %w", err)
 	}

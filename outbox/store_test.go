@@ -43,7 +43,7 @@ func (b bundle) statuses(t *testing.T) map[string]int {
 // failing the test on an error.
 func (b bundle) claim(t *testing.T, epoch int64, limit int) []outbox.Event {
 	t.Helper()
-	events, err := b.Store.Claim(context.Background(), epoch, limit, time.Minute)
+	events, err := b.Store.Claim(context.Background(), epoch, limit, time.Minute, []string{"search"})
 	require.NoError(t, err)
 	return events
 }

@@ -73,6 +73,20 @@ func timeoutOf(c *elastic.Client) time.Duration {
 	return TimeoutDefault
 }
 
+// The bulk requests the engine is sent, by the leader's loop and by the
+// rebuild: documents per request and requests in flight at once. Their
+// defaults and ranges are those of consume.Config and rebuild.Config, and of
+// the CLI's flags.
+const (
+	BulkSizeDefault    = 500
+	ConcurrencyDefault = 2
+)
+
+var (
+	BulkSizeRange    = bounds.Range[int]{Min: 1, Max: 10000}
+	ConcurrencyRange = bounds.Range[int]{Min: 1, Max: 64}
+)
+
 // TimeoutDefault is ElasticOptions.Timeout's default; the CLI's flag takes
 // it from here, and TimeoutRange is what it accepts.
 const TimeoutDefault = 30 * time.Second

@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/olivere/elastic/v7"
 
-	"github.com/wlproj/wlproj/consume"
 	"github.com/wlproj/wlproj/internal/bounds"
 	"github.com/wlproj/wlproj/projection"
 )
@@ -28,8 +27,6 @@ const (
 
 // Ranges Config accepts.
 var (
-	BulkSizeRange       = bounds.Range[int]{Min: 1, Max: 10000}
-	ConcurrencyRange    = bounds.Range[int]{Min: 1, Max: 64}
 	EmitRateRange       = bounds.Range[int]{Min: 1, Max: 1_000_000}
 	EmitBacklogRange    = bounds.Range[int]{Min: 1, Max: 1_000_000}
 	ConfirmTimeoutRange = bounds.Range[time.Duration]{Min: time.Second, Max: time.Hour}
@@ -86,8 +83,8 @@ func (c Config) withDefaults() Config {
 	c.Projection = cmp.Or(c.Projection, projection.SearchName)
 	c.EmitRate = cmp.Or(c.EmitRate, EmitRateDefault)
 	c.EmitBacklog = cmp.Or(c.EmitBacklog, EmitBacklogDefault)
-	c.BulkSize = cmp.Or(c.BulkSize, consume.BulkSizeDefault)
-	c.Concurrency = cmp.Or(c.Concurrency, consume.ConcurrencyDefault)
+	c.BulkSize = cmp.Or(c.BulkSize, projection.BulkSizeDefault)
+	c.Concurrency = cmp.Or(c.Concurrency, projection.ConcurrencyDefault)
 	c.ConfirmTimeout = cmp.Or(c.ConfirmTimeout, ConfirmTimeoutDefault)
 	c.AbortGrace = cmp.Or(c.AbortGrace, AbortGraceDefault)
 	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, projection.MaxPayloadBytesDefault)
@@ -123,8 +120,8 @@ func (c Config) Validate() error {
 		return err
 	}
 	return bounds.First(
-		bounds.Check("BulkSize", c.BulkSize, BulkSizeRange),
-		bounds.Check("Concurrency", c.Concurrency, ConcurrencyRange),
+		bounds.Check("BulkSize", c.BulkSize, projection.BulkSizeRange),
+		bounds.Check("Concurrency", c.Concurrency, projection.ConcurrencyRange),
 		bounds.Check("EmitRate", c.EmitRate, EmitRateRange),
 		bounds.Check("EmitBacklog", c.EmitBacklog, EmitBacklogRange),
 		bounds.Check("ConfirmTimeout", c.ConfirmTimeout, ConfirmTimeoutRange),

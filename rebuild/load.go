@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/wlproj/wlproj/classify"
-	"github.com/wlproj/wlproj/consume"
 	"github.com/wlproj/wlproj/internal/serviceutil"
 	"github.com/wlproj/wlproj/outbox"
 	"github.com/wlproj/wlproj/projection"
@@ -221,7 +220,7 @@ func (l *loader) send(ctx context.Context, c *chunk, inFlight chan struct{}) {
 			}
 		}
 		events = retry
-		if len(events) > 0 && serviceutil.Sleep(ctx, consume.Backoff(try, loadBackoffBase, loadBackoffMax, retryAfter)) != nil {
+		if len(events) > 0 && serviceutil.Sleep(ctx, classify.Backoff(try, loadBackoffBase, loadBackoffMax, retryAfter)) != nil {
 			c.err = ctx.Err()
 			return
 		}

@@ -92,8 +92,7 @@ func (c Config) Validate() error {
 	err := bounds.First(
 		c.Consume.Validate(),
 		c.leader().Validate(),
-		bounds.Check("HTTPPort", c.Health.HTTPPort, health.PortRange),
-		bounds.Check("MetricsPort", c.Health.MetricsPort, bounds.Range[int]{Min: 0, Max: health.PortRange.Max}),
+		c.Health.Validate(),
 		bounds.Check("Timeout", c.Elastic.Timeout, projection.TimeoutRange),
 		bounds.Check("MaxPayloadBytes", c.MaxPayloadBytes, projection.MaxPayloadBytesRange),
 		bounds.Check("ChronicleMaxPayloadBytes", c.ChronicleMaxPayloadBytes, projection.ChronicleMaxPayloadBytesRange),

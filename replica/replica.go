@@ -12,6 +12,7 @@ import (
 	"github.com/wlproj/wlproj/console"
 	"github.com/wlproj/wlproj/health"
 	"github.com/wlproj/wlproj/internal/pgpool"
+	"github.com/wlproj/wlproj/internal/startstop"
 	"github.com/wlproj/wlproj/leader"
 	"github.com/wlproj/wlproj/projection"
 )
@@ -77,18 +78,22 @@ func (r *Replica) consoleRoutes() map[string]http.Handler {
 
 // Run serves health, metrics and the console and races for leadership
 // until ctx ends; then it drains the leader's services (readiness fails
-// meanwhile) and closes everything.
+// meanwhile), stops the servers and closes the pool. Each piece has the one
+// Start/Stop shape (startstop.Service): started in order, stopped last
+// first.
 func (r *Replica) Run(ctx context.Context) {
-	defer r.close()
+	defer r.pool.Close()
 	go func() {
 		<-ctx.Done()
 		r.draining.Store(true)
 		notifyStopping()
 	}()
-	r.serveConsole()
-	srvCtx, stopSrv := context.WithCancel(context.Background())
-	defer stopSrv()
-	r.health.Serve(srvCtx)
+	// The servers outlive ctx: readiness says "draining" until the
+	// leader's services have stopped.
+	servers := r.servers()
+	_ = startstop.StartAll(context.WithoutCancel(ctx), servers...)
+	defer startstop.StopAll(servers...)
+	r.logConsole()
 	notifyReady()
 	r.log.Info().Str("addr", r.cfg.Health.Addr).Int("http_port", r.cfg.Health.HTTPPort).Str("leader_name", r.cfg.Leader.Name).
 		Msg("replica started")
@@ -97,14 +102,24 @@ func (r *Replica) Run(ctx context.Context) {
 		_, _ = r.parts.index.Ensure(ctx)
 		r.parts.engine.WarnGCDeletes(ctx, r.log, r.cfg.Index, projection.WriteLifetime(r.cfg.Elastic.Timeout))
 	}()
-	r.elector.Run(ctx)
+	_ = r.elector.Start(ctx)
+	<-ctx.Done()
+	r.elector.Stop()
 }
 
-func (r *Replica) serveConsole() {
+// servers are the replica's listeners: the console's, if it is on, then
+// health and metrics.
+func (r *Replica) servers() []startstop.Service {
+	if r.console == nil {
+		return []startstop.Service{r.health}
+	}
+	return []startstop.Service{r.console, r.health}
+}
+
+func (r *Replica) logConsole() {
 	if r.console == nil {
 		return
 	}
-	r.console.Serve()
 	where := "http://" + r.cfg.Health.Addr + ":" + strconv.Itoa(r.cfg.Health.HTTPPort) + console.Prefix
 	if addr := r.console.Addr(); addr != "" {
 		where = addr
@@ -112,13 +127,14 @@ func (r *Replica) serveConsole() {
 	r.log.Info().Str("console", where).Msg("operator console on")
 }
 
-// close stops the listeners and closes the pool.
+// close releases what New built when New fails: a health server or console
+// that never started only holds a listener.
 func (r *Replica) close() {
 	if r.health != nil {
-		r.health.Close()
+		r.health.Stop()
 	}
 	if r.console != nil {
-		r.console.Close()
+		r.console.Stop()
 	}
 	r.pool.Close()
 }

@@ -25,7 +25,9 @@
 //
 //  3. Postgres path alone: the daemon's consume loop, in process, with a
 //     projection that acknowledges without sending, with the
-//     applied-version ledger and without it (outbox.Store.NoLedger); next
+//     applied-version ledger (a projection that keeps one version per
+//     document, projection.LatestOnly, as the index does) and without it
+//     (one that keeps every event, as the chronicle does); next
 //     to a bare SQL loop (claim -bare-batch rows FOR UPDATE SKIP LOCKED,
 //     mark them done, one transaction each). The three drain the same
 //     backlog in turn, -pg-rounds times, the order reversed every other

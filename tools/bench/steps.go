@@ -380,12 +380,18 @@ func peakRSS(pid int) (int64, error) {
 
 // ackSink acknowledges every event without sending it anywhere, and counts
 // them.
-type ackSink struct{ handled atomic.Int64 }
+type ackSink struct {
+	handled atomic.Int64
+	// latestOnly makes the sink stand in for the search index, which keeps
+	// one version per document: the loop reads and moves the ledger for
+	// its events as for the index's. Without it the sink keeps every event,
+	// as the chronicle does, and the loop neither reads nor writes the
+	// ledger for it.
+	latestOnly bool
+}
 
-// LatestOnly says that ackSink stands in for the search index, which keeps
-// one version per document: the loop reads and moves the ledger for its
-// events as for the index's (projection.LatestOnly).
-func (*ackSink) LatestOnly() bool { return true }
+// LatestOnly implements projection.LatestOnly.
+func (s *ackSink) LatestOnly() bool { return s.latestOnly }
 
 func (s *ackSink) Handle(_ context.Context, events []outbox.Event) []projection.Result {
 	s.handled.Add(int64(len(events)))
@@ -568,16 +574,17 @@ func (b *bench) bareLoop(ctx context.Context) error {
 
 // daemonLoop runs the daemon's consume loop in process, as leader of a
 // name of its own, with the ackSink projection, until the outbox is empty;
-// noLedger leaves the ledger's read and write out of the claim and the ack.
+// noLedger makes the sink a projection that keeps every event, for which the
+// loop neither reads nor writes the ledger.
 func (b *bench) daemonLoop(ctx context.Context, batch int, noLedger bool) error {
 	const name = "bench-pg"
 	if _, err := b.pool.Exec(ctx, `INSERT INTO outbox_leader (name, holder, epoch) VALUES ($1, $1, 1)`, name); err != nil {
 		return err
 	}
-	store := &outbox.Store{Pool: b.pool, Owner: name, LeaderName: name, NoLedger: noLedger}
-	sink := &ackSink{}
+	store := &outbox.Store{Pool: b.pool, Owner: name, LeaderName: name}
+	sink := &ackSink{latestOnly: !noLedger}
 	loop, err := consume.NewLoop(consume.Config{BulkSize: batch, Concurrency: b.cfg.Concurrency},
-		store, projection.Registry{"search": sink}, zerolog.Nop())
+		store, projection.Registry{projection.SearchName: sink}, zerolog.Nop())
 	if err != nil {
 		return err
 	}
@@ -779,7 +786,7 @@ func (b *bench) claimMedian(ctx context.Context, history bool) (median float64, 
 	var times []float64
 	for range b.cfg.ClaimSamples {
 		start := time.Now()
-		events, err := store.Claim(ctx, 1, b.cfg.Batch, time.Minute)
+		events, err := store.Claim(ctx, 1, b.cfg.Batch, time.Minute, []string{projection.SearchName})
 		elapsed := time.Since(start)
 		if err != nil {
 			return 0, 0, err

@@ -36,7 +36,7 @@ func TestOutboxLeadMovesTheEpoch(t *testing.T) {
 	require.Zero(t, o.Int(t, `SELECT count(*) FROM outbox_leader`), "no one leads until Lead")
 	o.Lead(t, 1)
 	o.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', '1', 'upsert')`)
-	events, err := o.Store.Claim(context.Background(), 1, 10, time.Minute)
+	events, err := o.Store.Claim(context.Background(), 1, 10, time.Minute, nil)
 	require.NoError(t, err)
 	require.Len(t, events, 1, "w1 claims as the leader of epoch 1")
 

@@ -1,14 +1,13 @@
-package consume
+package classify
 
 import (
 	"math/rand/v2"
 	"time"
-
-	"github.com/wlproj/wlproj/classify"
 )
 
-// Backoff is the delay before the next try of an event that has failed
-// attempts times before this failure: min(max, base·2^attempts) with equal
+// Backoff is the delay before the next try of a transient failure (the
+// consume loop's events, the rebuild's loads) that has failed attempts
+// times before this one: min(max, base·2^attempts) with equal
 // jitter, i.e. a uniformly random delay in [d/2, d]. Equal jitter spreads a
 // burst of retries over half the step yet never retries sooner than half of
 // the exponential schedule, which full jitter would (down to zero).
@@ -22,7 +21,7 @@ func Backoff(attempts int, base, max, retryAfter time.Duration) time.Duration {
 	}
 	half := d / 2
 	d = half + rand.N(d-half+1)
-	retryAfter = min(retryAfter, classify.RetryAfterMax)
+	retryAfter = min(retryAfter, RetryAfterMax)
 	if retryAfter > d {
 		d = retryAfter
 	}
