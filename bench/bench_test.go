@@ -155,7 +155,7 @@ func TestBenchSmoke(t *testing.T) {
 		require.Positive(t, con.Pages[page].MedianMs, page)
 	}
 
-	require.Len(t, rep.Targets, 15+2*6, "six targets per sustained run")
+	require.Len(t, rep.Targets, 15+2*6+3, "six targets per sustained run, three of the verify step")
 	profile, err := os.Stat(cfg.CPUProfile)
 	require.NoError(t, err, "the leader's CPU profile")
 	require.Positive(t, profile.Size())
