@@ -280,16 +280,15 @@ type run struct {
 
 // suspect is a document that differed when first read.
 type suspect struct {
-	id       string
-	key      key
-	hasKey   bool
-	snapshot state
+	id     string
+	key    key
+	hasKey bool
 }
 
 // key is a document's (entity_type, entity_id).
 type key struct{ Type, ID string }
 
-// compare runs steps 1 to 3 of the package doc.
+// compare runs steps 0 to 3 of the package doc.
 func (v *run) compare(ctx context.Context) error {
 	if v.table != "" && !v.cfg.Documents {
 		// Step 0: a clean index is proven by one read of each side.
@@ -349,7 +348,7 @@ func (v *run) scanIndex(ctx context.Context, db database) error {
 			v.rep.Checked++
 			s := state{index: h.Version, source: f.source, ledger: f.ledger}
 			if _, drifted := judge(v.table != "", s); drifted {
-				if err := v.suspect(ctx, suspect{id: h.ID, key: f.key, hasKey: f.hasKey, snapshot: s}); err != nil {
+				if err := v.suspect(ctx, suspect{id: h.ID, key: f.key, hasKey: f.hasKey}); err != nil {
 					return err
 				}
 			}
@@ -383,13 +382,7 @@ func (v *run) walkDatabase(ctx context.Context, db database) error {
 				continue // judged in step 1
 			}
 			v.rep.Checked++
-			s := state{index: -1}
-			if v.table != "" {
-				s.source = &SourceRow{Version: r.version}
-			} else {
-				s.ledger = &Entry{Version: r.version}
-			}
-			if err := v.suspect(ctx, suspect{id: ids[i], key: r.key, hasKey: true, snapshot: s}); err != nil {
+			if err := v.suspect(ctx, suspect{id: ids[i], key: r.key, hasKey: true}); err != nil {
 				return err
 			}
 		}

@@ -463,3 +463,24 @@ func (d *drill) backlog(ctx context.Context) (int64, error) {
 	})
 	return n, err
 }
+
+// verifyIndex ends the run as an operator would: wlproj verify compares
+// the index with the applied-version ledger (the drill's producers keep no
+// source table) and must find it clean.
+func (d *drill) verifyIndex(ctx context.Context) {
+	cmd := exec.CommandContext(ctx, d.s.Bin, "verify", "--json")
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+d.s.DB.URL, "ELASTIC_URL="+d.cfg.ElasticURL, "ELASTIC_INDEX="+d.s.Index)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	out = bytes.TrimSpace(out)
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		d.say("wlproj verify: clean: %s", out)
+	case errors.As(err, &exit) && exit.ExitCode() == 4:
+		d.rep.Problem("wlproj verify found drift: " + string(out))
+	default:
+		d.rep.Problem(fmt.Sprintf("wlproj verify: %v: %s", err, bytes.TrimSpace(stderr.Bytes())))
+	}
+}

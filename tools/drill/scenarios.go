@@ -415,6 +415,7 @@ func (d *drill) finish(ctx context.Context) {
 	if !v.OK() {
 		d.rep.Problem("verify: " + v.String())
 	}
+	d.verifyIndex(ctx)
 	if v.Events == 0 {
 		d.rep.Problem("no events were produced")
 	}
