@@ -12,6 +12,7 @@ import (
 	"github.com/wlproj/wlproj/classify"
 	"github.com/wlproj/wlproj/internal/bounds"
 	"github.com/wlproj/wlproj/internal/pgpool"
+	"github.com/wlproj/wlproj/outbox"
 	"github.com/wlproj/wlproj/rebuild"
 	"github.com/wlproj/wlproj/replay"
 	"github.com/wlproj/wlproj/verify"
@@ -65,10 +66,12 @@ func codeOf(err error) int {
 		busy    *rebuild.BusyError
 		repair  *verify.RefusedError
 		url     *pgpool.URLError
+		unknown *outbox.UnknownProjectionError
 	)
 	switch {
 	case errors.Is(err, replay.ErrAuditRequired), errors.Is(err, replay.ErrNoSelector),
-		errors.As(err, &usage), errors.As(err, &field), errors.As(err, &input), errors.As(err, &url):
+		errors.As(err, &usage), errors.As(err, &field), errors.As(err, &input), errors.As(err, &url),
+		errors.As(err, &unknown):
 		return exitUsage
 	case errors.As(err, &refused), errors.As(err, &rebuilt), errors.As(err, &busy), errors.As(err, &repair):
 		return exitRefused
@@ -81,7 +84,10 @@ func operatorWords(cmd any, err error) error {
 	var refused *replay.RefusedError
 	var audit *replay.AuditRequiredError
 	var repair *verify.RefusedError
+	var unknown *outbox.UnknownProjectionError
 	switch {
+	case errors.As(err, &unknown):
+		return fmt.Errorf("--projection: %w", unknown)
 	case errors.As(err, &audit):
 		return fmt.Errorf("--by and --why are required: say who is %s and why", audit.Doing)
 	case errors.Is(err, replay.ErrNoSelector):

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"slices"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -35,13 +33,9 @@ func (c *pauseCmd) Run(g *globals) error { return c.set(g, true) }
 func (c *resumeCmd) Run(g *globals) error { return c.set(g, false) }
 
 func (f pauseFlags) set(g *globals, paused bool) error {
-	name := strings.TrimSpace(f.Projection)
-	if known := replica.ProjectionNames(); name != "" && !slices.Contains(known, name) {
-		return commandError(f, usagef("--projection: unknown projection %q; this wlproj knows %s; nothing changed",
-			name, strings.Join(known, ", ")))
-	}
 	return opsRun(f, func(ctx context.Context, conn *pgx.Conn) error {
-		res, err := outbox.SetPaused(ctx, conn, outbox.PauseRequest{Projection: name, Paused: paused, By: f.By, Why: f.Why})
+		res, err := outbox.SetPaused(ctx, conn, outbox.PauseRequest{Projection: f.Projection, Paused: paused, By: f.By, Why: f.Why,
+			Known: replica.ProjectionNames()})
 		if err != nil {
 			return err
 		}

@@ -239,7 +239,7 @@ func TestPauseAndResume(t *testing.T) {
 	require.Contains(t, r.body, "Say why")
 	r = c.post(Prefix+"projections/pause", url.Values{"projection": {"serach"}, "op": {"pause"}, "why": {"x"}})
 	require.Equal(t, http.StatusBadRequest, r.code)
-	require.Contains(t, html.UnescapeString(r.body), `Unknown projection "serach"`)
+	require.Contains(t, html.UnescapeString(r.body), `unknown projection "serach"; this wlproj knows search, chronicle; nothing changed`)
 
 	r = c.post(Prefix+"projections/pause", url.Values{"projection": {"search"}, "op": {"pause"}, "why": {"engine upgrade (CHG-9)"}})
 	require.Equal(t, http.StatusSeeOther, r.code)

@@ -255,7 +255,7 @@ func sortField(cur string) field {
 
 type eventView struct {
 	Event  replay.EventDetail
-	Audits []replay.AuditEntry
+	Audits []outbox.AuditEntry
 	// CanAct offers replay and discard, CanRestore restore.
 	CanAct, CanRestore bool
 }
@@ -293,7 +293,7 @@ func (c *Console) event(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
-	audits, err := replay.AuditLog(r.Context(), c.deps.Pool, replay.AuditFilter{EventID: id, Limit: 100})
+	audits, err := outbox.AuditLog(r.Context(), c.deps.Pool, outbox.AuditFilter{EventID: id, Limit: 100})
 	if err != nil {
 		c.fail(w, r, err)
 		return
@@ -311,7 +311,7 @@ var auditFields = []string{"action", "by", "text", "since", "until", "event", "b
 
 type auditView struct {
 	Fields  []field
-	Entries []replay.AuditEntry
+	Entries []outbox.AuditEntry
 	Older   string
 	First   string
 }
@@ -327,7 +327,7 @@ func (c *Console) audit(w http.ResponseWriter, r *http.Request) {
 	// One row past the page tells whether there are older ones.
 	limit := f.Limit
 	f.Limit++
-	entries, err := replay.AuditLog(r.Context(), c.deps.Pool, f)
+	entries, err := outbox.AuditLog(r.Context(), c.deps.Pool, f)
 	if err != nil {
 		c.fail(w, r, err)
 		return
@@ -354,8 +354,8 @@ func (c *Console) audit(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, http.StatusOK, "audit", "Audit log", v)
 }
 
-func parseAuditQuery(raw url.Values, now time.Time) (replay.AuditFilter, error) {
-	f := replay.AuditFilter{Limit: replay.PageSizeDefault}
+func parseAuditQuery(raw url.Values, now time.Time) (outbox.AuditFilter, error) {
+	f := outbox.AuditFilter{Limit: outbox.AuditLimitDefault}
 	for k, vals := range raw {
 		if !slices.Contains(auditFields, k) {
 			return f, badf("unknown filter %q: the audit log filters by %s", k, strings.Join(auditFields[:6], ", "))
@@ -403,7 +403,7 @@ func auditForm(raw url.Values) []field {
 }
 
 type auditEntryView struct {
-	Entry replay.AuditEntry
+	Entry outbox.AuditEntry
 	// Shown are the ids listed one by one, when few enough to link.
 	Shown []int64
 }
@@ -414,7 +414,7 @@ func (c *Console) auditEntry(w http.ResponseWriter, r *http.Request) {
 		c.refuse(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
-	a, err := replay.Audit(r.Context(), c.deps.Pool, id)
+	a, err := outbox.ReadAudit(r.Context(), c.deps.Pool, id)
 	switch {
 	case errors.Is(err, replay.ErrNotFound):
 		c.renderError(w, r, http.StatusNotFound, "message", "Not found", nil, "There is no audit row "+strconv.FormatInt(id, 10)+".")

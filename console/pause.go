@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 
 	"github.com/wlproj/wlproj/internal/bounds"
@@ -25,22 +24,17 @@ func (c *Console) pause(w http.ResponseWriter, r *http.Request) {
 	case op != "pause" && op != "resume":
 		c.refuse(w, r, http.StatusBadRequest, "Say pause or resume. Nothing changed.")
 		return
-	case !slices.Contains(c.deps.Projections, projection):
-		// Only the binary knows its projections (outbox.SetPaused leaves the
-		// check to its caller): a typo must not pause nothing.
-		c.refuse(w, r, http.StatusBadRequest, fmt.Sprintf("Unknown projection %q: this replica knows %s. Nothing changed.",
-			projection, strings.Join(c.deps.Projections, ", ")))
-		return
 	case why == "":
 		c.refuse(w, r, http.StatusBadRequest, "Say why: the reason goes to the audit row with your name. Nothing changed.")
 		return
 	}
 	u := requestOf(r).user
 	res, err := outbox.SetPaused(r.Context(), c.deps.Pool, outbox.PauseRequest{Projection: projection, Paused: op == "pause",
-		By: u.Name, Why: why})
+		By: u.Name, Why: why, Known: c.deps.Projections})
 	var field *bounds.FieldError
+	var unknown *outbox.UnknownProjectionError
 	switch {
-	case errors.As(err, &field):
+	case errors.As(err, &field), errors.As(err, &unknown):
 		c.refuse(w, r, http.StatusBadRequest, err.Error())
 		return
 	case err != nil:

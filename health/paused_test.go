@@ -25,7 +25,7 @@ func TestReadyzListsPausedProjections(t *testing.T) {
 	require.Empty(t, r.body.Paused)
 	require.NotContains(t, r.raw, `"paused"`)
 
-	_, err := outbox.SetPaused(context.Background(), db.Pool, outbox.PauseRequest{Projection: name, Paused: true, By: "alice", Why: "INC-7"})
+	_, err := outbox.SetPaused(context.Background(), db.Pool, outbox.PauseRequest{Projection: name, Paused: true, By: "alice", Why: "INC-7", Known: []string{name}})
 	require.NoError(t, err)
 	r = f.get(f.port, "/readyz")
 	require.Equal(t, http.StatusOK, r.code, "a pause does not fail readiness: %s", r.raw)
@@ -37,7 +37,7 @@ func TestReadyzListsPausedProjections(t *testing.T) {
 	require.WithinDuration(t, time.Now(), p.Since, time.Minute)
 	require.Equal(t, 1.0, pausedValue(t, name))
 
-	_, err = outbox.SetPaused(context.Background(), db.Pool, outbox.PauseRequest{Projection: name, Paused: false, By: "bob", Why: "fixed"})
+	_, err = outbox.SetPaused(context.Background(), db.Pool, outbox.PauseRequest{Projection: name, Paused: false, By: "bob", Why: "fixed", Known: []string{name}})
 	require.NoError(t, err)
 	r = f.get(f.port, "/readyz")
 	require.Empty(t, r.body.Paused, r.raw)

@@ -1,13 +1,21 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/wlproj/wlproj/internal/bounds"
 )
+
+// The audit log, outbox_replay_audit, is written and read here: every
+// operator action that changes state writes one row in its own transaction
+// (WriteAudit); the console and the auto-replay's budget read them.
 
 // Audit is one row of outbox_replay_audit, the trail of every operator
 // action that changes state (replay, discard, archive, restore, pause,
@@ -42,4 +50,138 @@ func WriteAudit(ctx context.Context, tx pgx.Tx, a Audit) (int64, time.Time, erro
 		return 0, time.Time{}, fmt.Errorf("audit: %w", err)
 	}
 	return id, at, nil
+}
+
+// The page of AuditLog.
+const AuditLimitDefault = 50
+
+// AuditLimitRange is what AuditFilter.Limit accepts.
+var AuditLimitRange = bounds.Range[int]{Min: 1, Max: 1000}
+
+// ErrNotFound is an id that names no row.
+var ErrNotFound = errors.New("not found")
+
+// AuditEntry is one row of outbox_replay_audit: one action by one person
+// (or policy) on a set of rows.
+type AuditEntry struct {
+	ID     int64     `json:"id"`
+	Action string    `json:"action"`
+	By     string    `json:"by"`
+	Why    string    `json:"why"`
+	At     time.Time `json:"at"`
+	Count  int       `json:"count"`
+	IDs    []int64   `json:"ids"`
+	// Selector is what was asked for, as stored: the resolved selector and,
+	// under "given", what the person typed.
+	Selector json.RawMessage `json:"selector"`
+}
+
+// AuditFilter selects audit rows; zero fields do not filter.
+type AuditFilter struct {
+	Action string
+	By     string
+	// Text matches rows whose why contains it, ignoring case.
+	Text string
+	// Since (inclusive) and Until (exclusive) bound the time of the action.
+	Since, Until time.Time
+	// EventID selects the actions that took this row.
+	EventID int64
+	// Before pages back: only rows with a smaller id.
+	Before int64
+	// Limit caps the rows. Defaults to AuditLimitDefault.
+	Limit int
+}
+
+const auditListSQL = `
+SELECT id, action, replayed_by, reason, replayed_at, event_count, event_ids, selector
+  FROM outbox_replay_audit
+ WHERE ($1::text IS NULL OR action = $1)
+   AND ($2::text IS NULL OR replayed_by = $2)
+   AND ($3::text IS NULL OR strpos(lower(reason), lower($3)) > 0)
+   AND ($4::timestamptz IS NULL OR replayed_at >= $4)
+   AND ($5::timestamptz IS NULL OR replayed_at < $5)
+   AND ($6::bigint IS NULL OR event_ids @> ARRAY[$6::bigint])
+   AND ($7::bigint IS NULL OR id < $7)
+ ORDER BY id DESC
+ LIMIT $8`
+
+// AuditLog lists audit rows matching f, newest first.
+func AuditLog(ctx context.Context, db Querier, f AuditFilter) ([]AuditEntry, error) {
+	f.Limit = cmp.Or(f.Limit, AuditLimitDefault)
+	if err := bounds.Check("Limit", f.Limit, AuditLimitRange); err != nil {
+		return nil, err
+	}
+	var eventID, before any
+	if f.EventID != 0 {
+		eventID = f.EventID
+	}
+	if f.Before != 0 {
+		before = f.Before
+	}
+	rows, err := db.Query(ctx, auditListSQL, nullIfZero(f.Action), nullIfZero(f.By), nullIfZero(f.Text),
+		nullIfZero(f.Since), nullIfZero(f.Until), eventID, before, f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("audit log: %w", err)
+	}
+	entries, err := pgx.CollectRows(rows, scanAudit)
+	if err != nil {
+		return nil, fmt.Errorf("audit log: %w", err)
+	}
+	return entries, nil
+}
+
+// ReadAudit reads one audit row; ErrNotFound if there is none.
+func ReadAudit(ctx context.Context, db Querier, id int64) (AuditEntry, error) {
+	rows, err := db.Query(ctx, `
+SELECT id, action, replayed_by, reason, replayed_at, event_count, event_ids, selector
+  FROM outbox_replay_audit WHERE id = $1`, id)
+	if err != nil {
+		return AuditEntry{}, fmt.Errorf("audit %d: %w", id, err)
+	}
+	a, err := pgx.CollectExactlyOneRow(rows, scanAudit)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return a, fmt.Errorf("audit %d: %w", id, ErrNotFound)
+	case err != nil:
+		return a, fmt.Errorf("audit %d: %w", id, err)
+	}
+	return a, nil
+}
+
+func scanAudit(r pgx.CollectableRow) (AuditEntry, error) {
+	var a AuditEntry
+	var sel []byte
+	err := r.Scan(&a.ID, &a.Action, &a.By, &a.Why, &a.At, &a.Count, &a.IDs, &sel)
+	a.Selector = sel
+	return a, err
+}
+
+const auditedSinceSQL = `
+SELECT coalesce(sum(event_count), 0) FROM outbox_replay_audit
+ WHERE replayed_by = $1 AND replayed_at > now() - make_interval(secs => $2)`
+
+// AuditedSince is how many events the actions of by took within the last
+// window: the auto-replay's spent budget.
+func AuditedSince(ctx context.Context, db Querier, by string, window time.Duration) (int, error) {
+	var n int
+	if err := db.QueryRow(ctx, auditedSinceSQL, by, window.Seconds()).Scan(&n); err != nil {
+		return 0, fmt.Errorf("audited since: %w", err)
+	}
+	return n, nil
+}
+
+// nullIfZero is v, or NULL for an empty string or a zero time: an unset
+// filter.
+func nullIfZero(v any) any {
+	switch x := v.(type) {
+	case string:
+		if x == "" {
+			return nil
+		}
+	case time.Time:
+		if x.IsZero() {
+			return nil
+		}
+	}
+	return v
 }

@@ -4,4 +4,6 @@ package outbox
 var (
 	ClaimSQL  = claimSQL
 	ClaimPlan = claimPlan
+
+	AuditedSinceSQL = auditedSinceSQL
 )

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,6 +35,21 @@ type PauseRequest struct {
 	Paused     bool
 	// By and Why are recorded in the state row and the audit row. Required.
 	By, Why string
+	// Known are the projections the binary knows: the outbox cannot tell a
+	// typo from a projection with no events yet, and a typo must not pause
+	// nothing. Required.
+	Known []string
+}
+
+// UnknownProjectionError is a pause or resume of a projection the binary
+// does not know; nothing changed.
+type UnknownProjectionError struct {
+	Name  string
+	Known []string
+}
+
+func (e *UnknownProjectionError) Error() string {
+	return fmt.Sprintf("unknown projection %q; this wlproj knows %s; nothing changed", e.Name, strings.Join(e.Known, ", "))
 }
 
 // PauseResult is what SetPaused did.
@@ -73,16 +89,21 @@ SELECT projection, paused, changed_by, why, changed_at FROM outbox_projection_st
 
 // SetPaused pauses or resumes a projection in one transaction with its
 // audit row (action pause or resume). The leader stops claiming a paused
-// projection's events at its next claim; a resume wakes it. The caller
-// checks that the projection exists: only the binary knows its projections.
+// projection's events at its next claim; a resume wakes it. A projection
+// outside req.Known is an *UnknownProjectionError.
 func SetPaused(ctx context.Context, db Beginner, req PauseRequest) (PauseResult, error) {
 	req.Projection, req.By, req.Why = strings.TrimSpace(req.Projection), strings.TrimSpace(req.By), strings.TrimSpace(req.Why)
 	action, doing := "resume", "resuming"
 	if req.Paused {
 		action, doing = "pause", "pausing"
 	}
+	if err := required("Projection", req.Projection, "name the projection"); err != nil {
+		return PauseResult{}, err
+	}
+	if !slices.Contains(req.Known, req.Projection) {
+		return PauseResult{}, &UnknownProjectionError{Name: req.Projection, Known: req.Known}
+	}
 	if err := bounds.First(
-		required("Projection", req.Projection, "name the projection"),
 		required("By", req.By, "say who is "+doing),
 		required("Why", req.Why, "say why"),
 	); err != nil {

@@ -11,10 +11,13 @@ import (
 	"github.com/wlproj/wlproj/outbox"
 )
 
+// known are the projections the tests' binary would know.
+var known = []string{"chronicle", "search"}
+
 func (b bundle) setPaused(t *testing.T, projection string, paused bool) outbox.PauseResult {
 	t.Helper()
 	res, err := outbox.SetPaused(context.Background(), b.Pool,
-		outbox.PauseRequest{Projection: projection, Paused: paused, By: "alice", Why: "INC-7"})
+		outbox.PauseRequest{Projection: projection, Paused: paused, By: "alice", Why: "INC-7", Known: known})
 	require.NoError(t, err)
 	return res
 }
@@ -99,14 +102,30 @@ func TestPauseRequiresByAndWhy(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	for field, req := range map[string]outbox.PauseRequest{
-		"By":         {Projection: "search", Paused: true, Why: "x"},
-		"Why":        {Projection: "search", Paused: true, By: "alice", Why: "  "},
-		"Projection": {Paused: true, By: "alice", Why: "x"},
+		"By":         {Projection: "search", Paused: true, Why: "x", Known: known},
+		"Why":        {Projection: "search", Paused: true, By: "alice", Why: "  ", Known: known},
+		"Projection": {Paused: true, By: "alice", Why: "x", Known: known},
 	} {
 		_, err := outbox.SetPaused(context.Background(), b.Pool, req)
 		var fe *bounds.FieldError
 		require.ErrorAs(t, err, &fe, field)
 		require.Equal(t, field, fe.Field)
+	}
+	require.Zero(t, b.Int(t, `SELECT count(*) FROM outbox_projection_state`))
+	require.Zero(t, b.Int(t, `SELECT count(*) FROM outbox_replay_audit`))
+}
+
+// A projection the binary does not know is refused, whatever its spelling
+// (outbox names are case-sensitive): a typo must not pause nothing.
+func TestPauseRefusesAnUnknownProjection(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, name := range []string{"timeline", "Search"} {
+		_, err := outbox.SetPaused(context.Background(), b.Pool,
+			outbox.PauseRequest{Projection: name, Paused: true, By: "alice", Why: "x", Known: known})
+		var unknown *outbox.UnknownProjectionError
+		require.ErrorAs(t, err, &unknown, name)
+		require.EqualError(t, err, `unknown projection "`+name+`"; this wlproj knows chronicle, search; nothing changed`)
 	}
 	require.Zero(t, b.Int(t, `SELECT count(*) FROM outbox_projection_state`))
 	require.Zero(t, b.Int(t, `SELECT count(*) FROM outbox_replay_audit`))

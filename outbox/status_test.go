@@ -135,7 +135,7 @@ func TestSnapshotByProjection(t *testing.T) {
 		SELECT 'chronicle', 'book', g::text, 'upsert', now() - interval '10 minutes' FROM generate_series(1, 3) g;
 		INSERT INTO outbox_events (projection, entity_type, entity_id, op) VALUES ('retired', 'book', 'x', 'upsert')`)
 	require.NoError(t, err)
-	_, err = outbox.SetPaused(ctx, db.Pool, outbox.PauseRequest{Projection: "chronicle", Paused: true, By: "alice", Why: "INC-7"})
+	_, err = outbox.SetPaused(ctx, db.Pool, outbox.PauseRequest{Projection: "chronicle", Paused: true, By: "alice", Why: "INC-7", Known: []string{"chronicle"}})
 	require.NoError(t, err)
 
 	s, err := outbox.TakeSnapshot(ctx, db.Pool, time.Minute)

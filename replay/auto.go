@@ -16,6 +16,7 @@ import (
 	"github.com/wlproj/wlproj/internal/bounds"
 	"github.com/wlproj/wlproj/internal/metrichelp"
 	"github.com/wlproj/wlproj/leader"
+	"github.com/wlproj/wlproj/outbox"
 )
 
 // Defaults of AutoReplayerConfig. The CLI's flags take theirs from here.
@@ -114,10 +115,6 @@ type autoResult struct {
 // cannot collide with the leader's one-bigint lock key.
 const autoLockSQL = `SELECT pg_advisory_xact_lock(hashtext('wlproj.outbox'), hashtext('auto_replay'))`
 
-const autoSpentSQL = `
-SELECT coalesce(sum(event_count), 0) FROM outbox_replay_audit
- WHERE replayed_by = $1 AND replayed_at > now() - interval '1 minute'`
-
 // Oldest failure first. SKIP LOCKED: a row an operator is replaying right
 // now is theirs.
 const autoSelectSQL = `
@@ -142,8 +139,8 @@ func (a *AutoReplayer) runOnce(ctx context.Context) (autoResult, error) {
 	if _, err := tx.Exec(ctx, autoLockSQL); err != nil {
 		return res, fmt.Errorf("auto-replay: lock: %w", err)
 	}
-	var spent int
-	if err := tx.QueryRow(ctx, autoSpentSQL, AutoBy).Scan(&spent); err != nil {
+	spent, err := outbox.AuditedSince(ctx, tx, AutoBy, time.Minute)
+	if err != nil {
 		return res, fmt.Errorf("auto-replay: budget: %w", err)
 	}
 	res.Budget = max(a.cfg.PerMinute-spent, 0)

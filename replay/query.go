@@ -17,8 +17,9 @@ import (
 )
 
 // The reads a person paging through failed rows needs beyond List and
-// Stats: keyset pages in several orders, a count, one row with its payload
-// and history, and the audit log. The console uses them; the CLI may.
+// Stats: keyset pages in several orders, a count, and one row with its
+// payload and history. The console uses them; the CLI may. The audit log's
+// reads are outbox's, beside its writes.
 
 const (
 	// PageSizeDefault is the rows of a Page when PageRequest.Size is zero.
@@ -301,7 +302,7 @@ func Reasons(ctx context.Context, db outbox.Querier) ([]string, error) {
 }
 
 // ErrNotFound is an id that names no row.
-var ErrNotFound = errors.New("not found")
+var ErrNotFound = outbox.ErrNotFound
 
 // EventDetail is one row of the outbox or the dead letter, whole.
 type EventDetail struct {
@@ -377,101 +378,4 @@ func Event(ctx context.Context, db outbox.Querier, id int64) (EventDetail, error
 		return d, fmt.Errorf("event %d: error_history: %w", id, err)
 	}
 	return d, nil
-}
-
-// AuditEntry is one row of outbox_replay_audit: one action by one person
-// (or policy) on a set of rows.
-type AuditEntry struct {
-	ID     int64     `json:"id"`
-	Action string    `json:"action"`
-	By     string    `json:"by"`
-	Why    string    `json:"why"`
-	At     time.Time `json:"at"`
-	Count  int       `json:"count"`
-	IDs    []int64   `json:"ids"`
-	// Selector is what was asked for, as stored: the resolved selector and,
-	// under "given", what the person typed.
-	Selector json.RawMessage `json:"selector"`
-}
-
-// AuditFilter selects audit rows; zero fields do not filter.
-type AuditFilter struct {
-	Action string
-	By     string
-	// Text matches rows whose why contains it, ignoring case.
-	Text string
-	// Since (inclusive) and Until (exclusive) bound the time of the action.
-	Since, Until time.Time
-	// EventID selects the actions that took this row.
-	EventID int64
-	// Before pages back: only rows with a smaller id.
-	Before int64
-	// Limit caps the rows. Defaults to 50.
-	Limit int
-}
-
-const auditListSQL = `
-SELECT id, action, replayed_by, reason, replayed_at, event_count, event_ids, selector
-  FROM outbox_replay_audit
- WHERE ($1::text IS NULL OR action = $1)
-   AND ($2::text IS NULL OR replayed_by = $2)
-   AND ($3::text IS NULL OR strpos(lower(reason), lower($3)) > 0)
-   AND ($4::timestamptz IS NULL OR replayed_at >= $4)
-   AND ($5::timestamptz IS NULL OR replayed_at < $5)
-   AND ($6::bigint IS NULL OR event_ids @> ARRAY[$6::bigint])
-   AND ($7::bigint IS NULL OR id < $7)
- ORDER BY id DESC
- LIMIT $8`
-
-// AuditLog lists audit rows matching f, newest first.
-func AuditLog(ctx context.Context, db outbox.Querier, f AuditFilter) ([]AuditEntry, error) {
-	if f.Limit == 0 {
-		f.Limit = PageSizeDefault
-	}
-	if err := bounds.Check("Limit", f.Limit, PageSizeRange); err != nil {
-		return nil, err
-	}
-	var eventID, before any
-	if f.EventID != 0 {
-		eventID = f.EventID
-	}
-	if f.Before != 0 {
-		before = f.Before
-	}
-	rows, err := db.Query(ctx, auditListSQL, nullString(f.Action), nullString(f.By), nullString(f.Text),
-		nullTime(f.Since), nullTime(f.Until), eventID, before, f.Limit)
-	if err != nil {
-		return nil, fmt.Errorf("audit log: %w", err)
-	}
-	entries, err := pgx.CollectRows(rows, scanAudit)
-	if err != nil {
-		return nil, fmt.Errorf("audit log: %w", err)
-	}
-	return entries, nil
-}
-
-// Audit reads one audit row; ErrNotFound if there is none.
-func Audit(ctx context.Context, db outbox.Querier, id int64) (AuditEntry, error) {
-	rows, err := db.Query(ctx, `
-SELECT id, action, replayed_by, reason, replayed_at, event_count, event_ids, selector
-  FROM outbox_replay_audit WHERE id = $1`, id)
-	if err != nil {
-		return AuditEntry{}, fmt.Errorf("audit %d: %w", id, err)
-	}
-	a, err := pgx.CollectExactlyOneRow(rows, scanAudit)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return a, fmt.Errorf("audit %d: %w", id, ErrNotFound)
-	case err != nil:
-		return a, fmt.Errorf("audit %d: %w", id, err)
-	}
-	return a, nil
-}
-
-func scanAudit(r pgx.CollectableRow) (AuditEntry, error) {
-	var a AuditEntry
-	var sel []byte
-	err := r.Scan(&a.ID, &a.Action, &a.By, &a.Why, &a.At, &a.Count, &a.IDs, &sel)
-	a.Selector = sel
-	return a, err
 }

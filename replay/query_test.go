@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/wlproj/wlproj/outbox"
 )
 
 func TestListPageWalksEveryOrder(t *testing.T) {
@@ -194,55 +196,24 @@ func TestEventDetail(t *testing.T) {
 	require.False(t, d.ArchivedAt.IsZero())
 	require.Len(t, d.History, 2)
 
-	audits, err := AuditLog(b.ctx, b.db.Pool, AuditFilter{EventID: id[0]})
+	audits, err := outbox.AuditLog(b.ctx, b.db.Pool, outbox.AuditFilter{EventID: id[0]})
 	require.NoError(t, err)
 	require.Len(t, audits, 1)
 	require.Equal(t, rep.AuditID, audits[0].ID)
-	a, err := Audit(b.ctx, b.db.Pool, rep.AuditID)
+	a, err := outbox.ReadAudit(b.ctx, b.db.Pool, rep.AuditID)
 	require.NoError(t, err)
 	require.Equal(t, []any{"archive", "alice", "old", 1, id[:1]}, []any{a.Action, a.By, a.Why, a.Count, a.IDs})
 	var sel map[string]any
 	require.NoError(t, json.Unmarshal(a.Selector, &sel))
 	require.Equal(t, FormatIDs(id[:1]), sel["ids"])
 	require.Contains(t, sel, "until")
-	_, err = Audit(b.ctx, b.db.Pool, 999_999)
+	_, err = outbox.ReadAudit(b.ctx, b.db.Pool, 999_999)
 	require.True(t, errors.Is(err, ErrNotFound))
 }
 
 func withUTC(h HistoryEntry) HistoryEntry {
 	h.At = h.At.UTC()
 	return h
-}
-
-func TestAuditLogFilters(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	b.exec(t, `
-		INSERT INTO outbox_replay_audit (action, replayed_by, reason, selector, event_count, event_ids, replayed_at)
-		SELECT CASE WHEN g <= 4 THEN 'replay' ELSE 'discard' END, CASE WHEN g % 2 = 0 THEN 'bob' ELSE 'alice' END,
-		       'Ticket ' || g, '{}', 1, ARRAY[g::bigint, 100], now() - make_interval(hours => g)
-		  FROM generate_series(1, 6) g`)
-	for f, want := range map[AuditFilter][]int64{
-		{}:                       {6, 5, 4, 3, 2, 1},
-		{Action: "discard"}:      {6, 5},
-		{By: "bob"}:              {6, 4, 2},
-		{Text: "ticket 3"}:       {3},
-		{EventID: 100, Limit: 2}: {6, 5},
-		{EventID: 2}:             {2},
-		{Before: 3}:              {2, 1},
-		{Since: time.Now().Add(-150 * time.Minute)}: {2, 1},
-		{Until: time.Now().Add(-330 * time.Minute)}: {6},
-	} {
-		got, err := AuditLog(b.ctx, b.db.Pool, f)
-		require.NoError(t, err)
-		var gotIDs []int64
-		for _, a := range got {
-			gotIDs = append(gotIDs, a.ID)
-		}
-		require.Equal(t, want, gotIDs, "%+v", f)
-	}
-	_, err := AuditLog(b.ctx, b.db.Pool, AuditFilter{Limit: -1})
-	require.ErrorContains(t, err, "Limit")
 }
 
 func TestParseTime(t *testing.T) {
