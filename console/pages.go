@@ -152,18 +152,7 @@ func (c *Console) rows(w http.ResponseWriter, r *http.Request, archived bool) {
 		c.renderError(w, r, http.StatusBadRequest, name, title, v, qerr.Error())
 		return
 	}
-	v.Archivable = true
-	for f := range q.typed {
-		if !slices.Contains(archiveBy, f) {
-			v.Archivable = false
-		}
-	}
-	for _, f := range filterFields {
-		if s, ok := q.typed[f]; ok {
-			v.Typed = append(v.Typed, field{Name: f, Value: s})
-		}
-	}
-	v.Filter, v.HasFilter = q.typed.describe(), len(q.typed) > 0
+	v.describeFilter(q.typed, archiveBy)
 	var err error
 	if v.Count, err = replay.Count(ctx, c.deps.Pool, q.filter); err != nil {
 		c.fail(w, r, err)
@@ -176,6 +165,30 @@ func (c *Console) rows(w http.ResponseWriter, r *http.Request, archived bool) {
 		return
 	}
 	v.Events = page.Events
+	v.links(q, page)
+	c.render(w, r, http.StatusOK, name, title, v)
+}
+
+// describeFilter says what the typed filter selects, and whether archive
+// could take it as it is.
+func (v *failedView) describeFilter(typed typedFilter, archiveBy []string) {
+	v.Archivable = true
+	for f := range typed {
+		if !slices.Contains(archiveBy, f) {
+			v.Archivable = false
+		}
+	}
+	for _, f := range filterFields {
+		if s, ok := typed[f]; ok {
+			v.Typed = append(v.Typed, field{Name: f, Value: s})
+		}
+	}
+	v.Filter, v.HasFilter = typed.describe(), len(typed) > 0
+}
+
+// links are the page's: the first, previous and next pages, and each
+// column's sort.
+func (v *failedView) links(q failedQuery, page replay.Page) {
 	if q.after != nil || q.before != nil {
 		v.First = q.url()
 	}
@@ -197,7 +210,6 @@ func (c *Console) rows(w http.ResponseWriter, r *http.Request, archived bool) {
 		sq.sort = s
 		v.SortLinks[string(k)] = sq.url("sort", s.String())
 	}
-	c.render(w, r, http.StatusOK, name, title, v)
 }
 
 // filterForm is the failed page's filter form, filled with what was typed.

@@ -2,8 +2,6 @@ package replay
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -17,9 +15,8 @@ import (
 )
 
 // The reads a person paging through failed rows needs beyond List and
-// Stats: keyset pages in several orders, a count, and one row with its
-// payload and history. The console uses them; the CLI may. The audit log's
-// reads are outbox's, beside its writes.
+// Stats: keyset pages in several orders, a count, and the reasons to filter
+// by (one row whole is event.go's). The console uses them; the CLI may.
 
 const (
 	// PageSizeDefault is the rows of a Page when PageRequest.Size is zero.
@@ -299,83 +296,4 @@ func Reasons(ctx context.Context, db outbox.Querier) ([]string, error) {
 		return nil, fmt.Errorf("failed reasons: %w", err)
 	}
 	return reasons, nil
-}
-
-// ErrNotFound is an id that names no row.
-var ErrNotFound = outbox.ErrNotFound
-
-// EventDetail is one row of the outbox or the dead letter, whole.
-type EventDetail struct {
-	FailedEvent
-	EventVersion *int64
-	// Payload is the JSON payload, indented.
-	Payload             string
-	NextRetryAt         *time.Time
-	LockedBy            string
-	ClaimToken          *int64
-	LeaseUntil          *time.Time
-	ProcessingStartedAt *time.Time
-	ProcessedAt         *time.Time
-	CreatedAt           time.Time
-	// History is error_history, oldest first: each failed attempt, reclaim,
-	// replay, discard and restore, the newest outbox.HistoryKeep of them.
-	History []HistoryEntry
-}
-
-// HistoryEntry is one element of error_history. Which fields are set
-// depends on Event: empty for a failed attempt (Attempt, Class, Reason,
-// Error, Worker, Epoch), else replayed, discarded, restored (By, Why,
-// AuditID) or stuck_reclaimed (Why, Worker, ReclaimedBy).
-type HistoryEntry struct {
-	At            time.Time `json:"at"`
-	Event         string    `json:"event"`
-	Attempt       int       `json:"attempt"`
-	Class         string    `json:"class"`
-	Reason        string    `json:"reason"`
-	Error         string    `json:"error"`
-	Worker        string    `json:"worker"`
-	Epoch         int64     `json:"epoch"`
-	By            string    `json:"by"`
-	Why           string    `json:"why"`
-	AuditID       int64     `json:"audit_id"`
-	ResetAttempts bool      `json:"reset_attempts"`
-	ReclaimedBy   string    `json:"reclaimed_by"`
-}
-
-// The columns of a row that both tables have, in EventDetail's order; the
-// ones only outbox_events has are NULL for the dead letter.
-const eventDetailSQL = `
-SELECT id, projection, entity_type, entity_id, op, attempts,
-       coalesce(error_reason, ''), coalesce(error_class, ''), coalesce(last_error, ''), updated_at,
-       replay_count, coalesce(scope_key, ''), status, NULL::timestamptz,
-       event_version, jsonb_pretty(payload), next_retry_at, coalesce(locked_by, ''), claim_token,
-       lease_until, processing_started_at, processed_at, created_at, error_history
-  FROM outbox_events WHERE id = $1
-UNION ALL
-SELECT id, projection, entity_type, entity_id, op, attempts,
-       coalesce(error_reason, ''), coalesce(error_class, ''), coalesce(last_error, ''), updated_at,
-       replay_count, coalesce(scope_key, ''), status, archived_at,
-       event_version, jsonb_pretty(payload), NULL, '', NULL,
-       NULL, NULL, NULL, created_at, error_history
-  FROM outbox_dead_letter WHERE id = $1`
-
-// Event reads the row id from outbox_events or, archived, from the dead
-// letter; ErrNotFound if neither holds it.
-func Event(ctx context.Context, db outbox.Querier, id int64) (EventDetail, error) {
-	var d EventDetail
-	var history []byte
-	row := db.QueryRow(ctx, eventDetailSQL, id)
-	e, err := scanEvent(row, &d.EventVersion, &d.Payload, &d.NextRetryAt, &d.LockedBy, &d.ClaimToken,
-		&d.LeaseUntil, &d.ProcessingStartedAt, &d.ProcessedAt, &d.CreatedAt, &history)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return d, fmt.Errorf("event %d: %w", id, ErrNotFound)
-	case err != nil:
-		return d, fmt.Errorf("event %d: %w", id, err)
-	}
-	d.FailedEvent = e
-	if err := json.Unmarshal(history, &d.History); err != nil {
-		return d, fmt.Errorf("event %d: error_history: %w", id, err)
-	}
-	return d, nil
 }

@@ -1,0 +1,114 @@
+package consume
+
+import (
+	"context"
+	"time"
+
+	"github.com/wlproj/wlproj/outbox"
+)
+
+// The acks of a processed batch: the done rows, with the ledger moved for
+// the applied ones, and the failures, each under the fencing guard of the
+// claim it came from.
+
+// applied is the done rows that changed the projection: the ledger moves
+// forward for these.
+func (o outcome) applied() []int64 {
+	ids := make([]int64, 0, len(o.done))
+	for _, id := range o.done {
+		if o.superseded[id] == "" {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// ledgerEvents are the events of ids the ack actually changed.
+func ledgerEvents(byID map[int64]outbox.Event, acked map[int64]float64, ids []int64) []outbox.Event {
+	events := make([]outbox.Event, 0, len(ids))
+	for _, id := range ids {
+		if _, ok := acked[id]; ok {
+			events = append(events, byID[id])
+		}
+	}
+	return events
+}
+
+// ledgerIDs is the subset of applied of the projections that keep a ledger.
+func (l *Loop) ledgerIDs(byID map[int64]outbox.Event, applied []int64) []int64 {
+	ids := applied[:0:0]
+	for _, id := range applied {
+		if l.latest[byID[id].Projection] {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// ackDone marks the done rows and counts them; a row the fencing guard
+// refused counts as fenced. On a write error the lease brings them back.
+func (l *Loop) ackDone(ctx context.Context, epoch, claim int64, byID map[int64]outbox.Event, out outcome, res *BatchResult) {
+	ledger := l.ledgerIDs(byID, out.applied())
+	acked, err := l.store.AckDone(ctx, epoch, claim, out.done, ledger)
+	if err != nil {
+		l.log.Error().Err(err).Int("events", len(out.done)).Msg("ack done failed; the lease will bring them back")
+		return
+	}
+	l.untrack(out.done)
+	l.order.record(ledgerEvents(byID, acked, ledger))
+	for _, id := range out.done {
+		ev := byID[id]
+		secs, ok := acked[id]
+		if !ok {
+			res.Fenced++
+			continue
+		}
+		res.Done++
+		processedTotal(ev.Projection).Inc()
+		eventLatency.Observe(secs)
+		cause := out.superseded[id]
+		if cause != "" {
+			res.Superseded++
+			supersededTotal(ev.Projection, cause).Inc()
+		}
+		if e := l.log.Debug(); e.Enabled() {
+			logEvent(e, ev, ev.Attempts).Float64("latency_ms", secs*1000).Str("superseded", cause).Msg("event done")
+		}
+	}
+}
+
+// ackFailed records the failures (retry or terminal) and counts them.
+func (l *Loop) ackFailed(ctx context.Context, epoch, claim int64, byID map[int64]outbox.Event, failures []outbox.Failure, res *BatchResult) {
+	changed, err := l.store.AckFailed(ctx, epoch, claim, failures)
+	if err != nil {
+		l.log.Error().Err(err).Int("events", len(failures)).Msg("ack failed failed; the lease will bring them back")
+		return
+	}
+	ok := make(map[int64]bool, len(changed))
+	for _, id := range changed {
+		ok[id] = true
+	}
+	ids := make([]int64, len(failures))
+	for i, f := range failures {
+		ids[i] = f.ID
+		ev := byID[f.ID]
+		if !ok[f.ID] {
+			res.Fenced++
+			continue
+		}
+		failedTotal(ev.Projection, f.Reason).Inc()
+		if f.Terminal {
+			res.Failed++
+			terminalFailedTotal(ev.Projection, f.Reason).Inc()
+		} else {
+			res.Retried++
+			retryScheduledTotal(ev.Projection, f.Reason).Inc()
+		}
+		logEvent(l.log.Warn(), ev, ev.Attempts+1).
+			Str("error_class", f.Class).Str("error_reason", f.Reason).Str("error", f.Message).
+			Bool("terminal", f.Terminal).Dur("retry_in", f.RetryIn).
+			Float64("latency_ms", float64(time.Since(ev.CreatedAt).Microseconds())/1000).
+			Msg("event failed")
+	}
+	l.untrack(ids)
+}

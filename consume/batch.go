@@ -1,0 +1,168 @@
+package consume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/wlproj/wlproj/classify"
+	"github.com/wlproj/wlproj/outbox"
+	"github.com/wlproj/wlproj/projection"
+)
+
+// A claimed batch, once its turn comes: the events the ledger already holds
+// a newer version of are set aside, the rest go to their projections'
+// handlers, and each result becomes an outcome (done, retry, failed) that
+// ack.go writes.
+
+// BatchResult summarises one processed batch.
+type BatchResult struct {
+	Done, Superseded, Retried, Failed, Fenced int
+}
+
+// outcome is what a batch's results mean for its rows, before any write.
+type outcome struct {
+	done []int64
+	// superseded holds the cause of every done row that changed nothing:
+	// causeLedger (never sent) or causeProjection (the handler said so).
+	superseded map[int64]string
+	failures   []outbox.Failure
+}
+
+// Causes of a superseded event, the label of outbox_superseded_total.
+const (
+	causeLedger     = "ledger"
+	causeProjection = "projection"
+)
+
+// splitStale separates the events the ledger already holds a version of
+// (or a newer one) from those to send, and fails those that reuse the
+// ledger's version from another event. Only projections in latest keep one
+// version per document; the events of the others are all sent.
+func splitStale(events []outbox.Event, latest map[string]bool) (fresh []outbox.Event, stale []int64, reused []projection.Result) {
+	fresh = events[:0:0]
+	for _, e := range events {
+		switch {
+		case !latest[e.Projection]:
+			fresh = append(fresh, e)
+		case e.ReusesVersion():
+			reused = append(reused, projection.Result{ID: e.ID, Err: projection.VersionReused(e, e.Applied.EventID)})
+		case e.Stale():
+			stale = append(stale, e.ID)
+		default:
+			fresh = append(fresh, e)
+		}
+	}
+	return fresh, stale, reused
+}
+
+// process projects one claimed batch and records every outcome.
+func (l *Loop) process(ctx context.Context, epoch int64, events []outbox.Event) BatchResult {
+	start := time.Now()
+	fresh, stale, reused := splitStale(events, l.latest)
+	results := append(l.project(ctx, fresh), reused...)
+	if ctx.Err() != nil {
+		// Cancelled mid-flight: leadership lost or grace over. The rows stay
+		// tracked; the drain or the next leader puts them back.
+		return BatchResult{}
+	}
+	byID := make(map[int64]outbox.Event, len(events))
+	for _, e := range events {
+		byID[e.ID] = e
+	}
+	out := decide(byID, results, l.cfg)
+	for _, id := range stale {
+		out.done = append(out.done, id)
+		out.superseded[id] = causeLedger
+	}
+	var res BatchResult
+	claim := events[0].Claim // a batch is one claim
+	l.ackDone(ctx, epoch, claim, byID, out, &res)
+	l.ackFailed(ctx, epoch, claim, byID, out.failures, &res)
+	fencedAcksTotal.Add(res.Fenced)
+	elapsed := time.Since(start)
+	batchDuration.Observe(elapsed.Seconds())
+	l.log.Info().Int64("epoch", epoch).Int("events", len(events)).Int("done", res.Done).
+		Int("superseded", res.Superseded).Int("retried", res.Retried).Int("failed", res.Failed).
+		Int("fenced", res.Fenced).Float64("duration_ms", float64(elapsed.Microseconds())/1000).Msg("batch")
+	return res
+}
+
+// decide turns each result into done, or a failure with its class, reason
+// and next step: deterministic errors and the last attempt are terminal,
+// the rest retry after a backoff.
+func decide(byID map[int64]outbox.Event, results []projection.Result, cfg Config) outcome {
+	out := outcome{superseded: map[int64]string{}}
+	for _, r := range results {
+		if r.Err == nil {
+			out.done = append(out.done, r.ID)
+			if r.Superseded {
+				out.superseded[r.ID] = causeProjection
+			}
+			continue
+		}
+		ev := byID[r.ID]
+		ce := classify.Classify(r.Err)
+		f := outbox.Failure{ID: r.ID, Class: string(ce.Class), Reason: ce.Reason, Message: ce.Message}
+		f.Terminal = ce.Class == classify.Deterministic || ev.Attempts+1 >= cfg.MaxAttempts
+		if !f.Terminal {
+			f.RetryIn = classify.Backoff(ev.Attempts, cfg.BaseBackoff, cfg.MaxBackoff, ce.RetryAfter)
+		}
+		out.failures = append(out.failures, f)
+	}
+	return out
+}
+
+// project groups the batch by projection and calls each handler once.
+// Every event gets exactly one result.
+func (l *Loop) project(ctx context.Context, events []outbox.Event) []projection.Result {
+	groups := map[string][]outbox.Event{}
+	var order []string
+	for _, e := range events {
+		if _, ok := groups[e.Projection]; !ok {
+			order = append(order, e.Projection)
+		}
+		groups[e.Projection] = append(groups[e.Projection], e)
+	}
+	results := make([]projection.Result, 0, len(events))
+	for _, name := range order {
+		group := groups[name]
+		h, ok := l.handlers[name]
+		if !ok {
+			err := classify.New(classify.UnknownProjection, fmt.Sprintf("no handler registered for projection %q", name))
+			for _, e := range group {
+				results = append(results, projection.Result{ID: e.ID, Err: err})
+			}
+			continue
+		}
+		results = append(results, complete(group, h.Handle(ctx, group))...)
+	}
+	return results
+}
+
+// complete guards against a handler that forgets an event: the missing ones
+// fail as unknown (transient) rather than sit in processing until the lease.
+func complete(group []outbox.Event, results []projection.Result) []projection.Result {
+	seen := make(map[int64]bool, len(results))
+	for _, r := range results {
+		seen[r.ID] = true
+	}
+	for _, e := range group {
+		if !seen[e.ID] {
+			results = append(results, projection.Result{ID: e.ID, Err: errors.New("handler returned no result for this event")})
+		}
+	}
+	return results
+}
+
+func logEvent(e *zerolog.Event, ev outbox.Event, attempts int) *zerolog.Event {
+	e = e.Int64("event_id", ev.ID).Str("projection", ev.Projection).Str("entity_type", ev.EntityType).
+		Str("entity_id", ev.EntityID).Str("op", ev.Op).Int("attempts", attempts)
+	if ev.EventVersion != nil {
+		e = e.Int64("event_version", *ev.EventVersion)
+	}
+	return e
+}
