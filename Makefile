@@ -21,10 +21,20 @@ export ENGINE
 ENGINE_TEST_PKGS := ./e2e ./cli ./projection ./classify ./consume ./tools/drill ./internal/testkit/harness ./verify
 ENGINE_TEST_RUN := ^Test(Engine|Search|Identify|ItemResult|Captured|NewElasticClient|LateReplay|RetryAfterTheDelete|TLS|Replicas|Operate|DrillSmoke|DeleteIndex|Verify)
 
+# What `wlproj --version`, /metrics and the package say about the build
+# (scripts/version.sh: the nearest tag, else 0.0.0-g<commit>; -dirty with
+# changes). The commit is stamped too: Go records none in a git worktree.
+VERSION ?= $(shell scripts/version.sh)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+BUILD_DATE ?= $(shell date -u $${SOURCE_DATE_EPOCH:+-d @$$SOURCE_DATE_EPOCH} +%Y-%m-%dT%H:%M:%SZ)
+BUILDINFO := github.com/wlproj/wlproj/internal/buildinfo
+LDFLAGS := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).revision=$(REVISION) \
+	-X $(BUILDINFO).dirty=$(if $(filter %-dirty,$(VERSION)),true,false) -X $(BUILDINFO).buildDate=$(BUILD_DATE)
+
 .PHONY: build test test-go test-engine test-engines capture stack-up stack-down lint demo bench drill clean
 
 build:
-	$(GO) build -o bin/wlproj .
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/wlproj .
 
 stack-up:
 	@$(STACK) up

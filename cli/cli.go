@@ -10,8 +10,9 @@ import (
 )
 
 type globals struct {
-	LogFormat string `help:"Log format." enum:"json,console" default:"json" env:"LOG_FORMAT"`
-	LogLevel  string `help:"Log level." enum:"debug,info,warn,error" default:"info" env:"LOG_LEVEL"`
+	LogFormat string      `help:"Log format." enum:"json,console" default:"json" env:"LOG_FORMAT"`
+	LogLevel  string      `help:"Log level." enum:"debug,info,warn,error" default:"info" env:"LOG_LEVEL"`
+	Version   versionFlag `help:"Print the version, commit, Go version and build date, and exit."`
 
 	logger zerolog.Logger
 	stdout io.Writer
@@ -31,6 +32,7 @@ type commandLine struct {
 	Pause   pauseCmd   `cmd:"" help:"Pause a projection: its events stay pending while the others drain. Audited."`
 	Resume  resumeCmd  `cmd:"" help:"Resume a paused projection where it stopped. Audited."`
 	Verify  verifyCmd  `cmd:"" help:"Check that the search index holds what the source table (or the ledger) says; exit 4 on drift."`
+	Build   versionCmd `cmd:"" name:"version" help:"Print the version, commit, dirty flag, Go version and build date."`
 }
 
 func newLogger(format, level string, w io.Writer) zerolog.Logger {

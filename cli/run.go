@@ -13,6 +13,7 @@ import (
 	"github.com/wlproj/wlproj/consume"
 	"github.com/wlproj/wlproj/health"
 	"github.com/wlproj/wlproj/internal/bounds"
+	"github.com/wlproj/wlproj/internal/buildinfo"
 	"github.com/wlproj/wlproj/leader"
 	"github.com/wlproj/wlproj/replay"
 	"github.com/wlproj/wlproj/replica"
@@ -109,6 +110,8 @@ func (c *runCmd) Run(g *globals) error {
 	cfg := c.config()
 	cfg.WorkerID = cmp.Or(cfg.WorkerID, replica.WorkerIDDefault())
 	log := g.logger.With().Str("worker_id", cfg.WorkerID).Logger()
+	// The first line says which build runs, as `wlproj version --json` does.
+	log.Info().Interface("build", buildinfo.Get()).Msg("starting")
 	ctx, cancel := drainOnSignal(log)
 	defer cancel()
 	r, err := replica.New(ctx, cfg, log)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/wlproj/wlproj/internal/buildinfo"
 	"github.com/wlproj/wlproj/leader"
 )
 
@@ -67,6 +68,13 @@ func TestOverview(t *testing.T) {
 	for _, p := range []string{"search", "chronicle"} {
 		require.Contains(t, r.body, `id="projection-`+p+`"`)
 	}
+	bi := buildinfo.Get()
+	require.Contains(t, r.body, `<footer class="build" id="build">wlproj `+bi.Version+` · commit `+bi.ShortRevision(),
+		"the footer says which build this is")
+	require.Contains(t, r.body, bi.GoVersion)
+	signin := b.client(t).get(Prefix + "signin")
+	require.Equal(t, http.StatusOK, signin.code)
+	require.NotContains(t, signin.body, `id="build"`, "the build is not shown before sign-in")
 
 	// A standby says so and names the leader.
 	b.state = leader.State{Role: leader.RoleStandby, WorkerID: "replica-b"}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/wlproj/wlproj/internal/buildinfo"
 	"github.com/wlproj/wlproj/leader"
 	"github.com/wlproj/wlproj/outbox"
 	"github.com/wlproj/wlproj/replay"
@@ -49,7 +50,10 @@ var funcs = template.FuncMap{
 		return fmt.Sprint(*p)
 	},
 	"slice1": func(f field) []field { return []field{f} },
-	"int64":  func(n int) int64 { return int64(n) },
+	// build is the running binary's version, in every signed-in page's
+	// footer: which build an operator is looking at.
+	"build": buildinfo.Get,
+	"int64": func(n int) int64 { return int64(n) },
 	"dash": func(s string) string {
 		if s == "" {
 			return "-"

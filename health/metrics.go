@@ -3,12 +3,14 @@ package health
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/wlproj/wlproj/internal/buildinfo"
 	"github.com/wlproj/wlproj/internal/metrichelp"
 )
 
@@ -21,7 +23,11 @@ func init() {
 		"outbox_inflight_events":         "Outbox events in processing.",
 		"outbox_stuck_processing_events": "Processing events past their lease or the max-processing cap.",
 		"outbox_ready":                   "1 while this replica's readiness checks pass, else 0.",
+		"wlproj_build_info":              "Always 1; its labels say which build of wlproj this replica runs.",
 	})
+	bi := buildinfo.Get()
+	metrics.NewGauge(fmt.Sprintf(`wlproj_build_info{version=%q,revision=%q,goversion=%q}`, bi.Version, bi.Revision, bi.GoVersion),
+		func() float64 { return 1 })
 }
 
 // dropped are library series that promtool's linter rejects for their names
