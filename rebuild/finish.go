@@ -204,15 +204,8 @@ func Rollback(ctx context.Context, cfg Config) (Row, error) {
 		return Row{}, err
 	}
 	defer l.release()
-	rows, err := List(ctx, cfg.Pool, cfg.Projection)
+	row, err := newestRollbackable(ctx, cfg)
 	if err != nil {
-		return Row{}, err
-	}
-	if len(rows) == 0 {
-		return Row{}, refusedf("no rebuild of projection %q to roll back", cfg.Projection)
-	}
-	row := rows[0]
-	if err := rollbackable(row); err != nil {
 		return Row{}, err
 	}
 	eng := engine{client: cfg.Client}
@@ -257,6 +250,19 @@ func Rollback(ctx context.Context, cfg Config) (Row, error) {
 			"documents: rebuild again instead (the old index is kept until --cleanup)", err, row.OldIndex)
 	}
 	return row, err
+}
+
+// newestRollbackable is the projection's newest rebuild, which a rollback
+// takes, or why it cannot.
+func newestRollbackable(ctx context.Context, cfg Config) (Row, error) {
+	rows, err := List(ctx, cfg.Pool, cfg.Projection)
+	if err != nil {
+		return Row{}, err
+	}
+	if len(rows) == 0 {
+		return Row{}, refusedf("no rebuild of projection %q to roll back", cfg.Projection)
+	}
+	return rows[0], rollbackable(rows[0])
 }
 
 // rollbackable refuses a rollback of row, the newest rebuild, when it has
