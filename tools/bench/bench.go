@@ -369,3 +369,9 @@ func (b *bench) console(ctx context.Context) error {
 	b.say("console: %d failed rows, first screen p95 %.1f ms, worst filter p95 %.1f ms", rep.FailedRows, first.P95Ms, worstFilter(rep))
 	return b.reset(ctx)
 }
+
+// drainTimeout is generous: a machine slower than 200 events/s is broken,
+// not slow.
+func (b *bench) drainTimeout(n int) time.Duration {
+	return time.Minute + time.Duration(n)*5*time.Millisecond
+}

@@ -379,82 +379,14 @@ func (b *bench) runVerify(ctx context.Context) (int, int64, error) {
 // table, as the application does, so the scheduled run finds no drift.
 func (b *bench) verifyDrain(ctx context.Context, c VerifyConfig) (*VerifyDrain, error) {
 	d := &VerifyDrain{Rate: c.LiveRate, VerifyRate: verify.RateDefault}
-	n := 0
-	p := harness.Produce(ctx, harness.SourceWriter{DB: b.pool, Table: verifySource}, harness.ProducerConfig{Rate: c.LiveRate,
-		Next: func(count int) []harness.Event {
-			events := make([]harness.Event, count)
-			for i := range events {
-				// Version 2 on the first pass: the load wrote 1.
-				book, version := n%c.Docs, int64(n/c.Docs+2)
-				events[i] = harness.Event{EntityType: "book", EntityID: entityID(book), Op: "upsert", Version: version,
-					Payload: json.RawMessage(doc(book, b.cfg.DocBytes))}
-				n++
-			}
-			return events
-		}})
+	p := b.verifyProducer(ctx, c)
 	defer p.Stop()
-
-	base, err := b.startReplica(ctx, "verify-base")
+	from, to, err := b.baselineWindow(ctx, c)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := waitLeader(ctx, base); err != nil {
-		return nil, err
-	}
-	if err := harness.Sleep(ctx, time.Second); err != nil { // the backlog of the start
-		return nil, err
-	}
-	from, err := harness.Now(ctx, b.pool)
+	started, finished, err := b.scheduledWindow(ctx, c, d)
 	if err != nil {
-		return nil, err
-	}
-	if err := harness.Sleep(ctx, c.Window); err != nil {
-		return nil, err
-	}
-	to, err := harness.Now(ctx, b.pool)
-	if err != nil {
-		return nil, err
-	}
-	base.Stop(stepTimeout)
-
-	live, err := b.startReplica(ctx, "verify-live", "OUTBOX_VERIFY_INTERVAL=24h", "OUTBOX_VERIFY_FROM_TABLE="+verifySource)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := waitLeader(ctx, live); err != nil {
-		return nil, err
-	}
-	if err := harness.Sleep(ctx, time.Second); err != nil { // the backlog of the switch
-		return nil, err
-	}
-	started, err := harness.Now(ctx, b.pool)
-	if err != nil {
-		return nil, err
-	}
-	// The run takes about Docs / OUTBOX_VERIFY_RATE; a machine three times
-	// slower than that is broken.
-	timeout := time.Minute + 3*time.Duration(c.Docs)*time.Second/time.Duration(verify.RateDefault)
-	var finished time.Time
-	err = harness.Poll(ctx, timeout, "the scheduled verify to finish", func(ctx context.Context) (bool, error) {
-		err := b.pool.QueryRow(ctx, `SELECT finished_at, checked, missing + stale + extra + resurrected FROM outbox_verify_runs`).
-			Scan(&finished, &d.Checked, &d.Drift)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return false, nil
-		}
-		return err == nil, err
-	})
-	if err != nil {
-		return nil, err
-	}
-	// A run shorter than a second (smoke sizes) is measured over a second.
-	if finished.Before(started.Add(time.Second)) {
-		finished = started.Add(time.Second)
-	}
-	now, err := harness.Now(ctx, b.pool)
-	if err != nil {
-		return nil, err
-	}
-	if err := harness.Sleep(ctx, finished.Sub(now)); err != nil {
 		return nil, err
 	}
 	p.Stop()
@@ -478,6 +410,89 @@ func (b *bench) verifyDrain(ctx context.Context, c VerifyConfig) (*VerifyDrain, 
 		d.Ratio = harness.Round3(d.DuringP99ms / d.BaselineP99ms)
 	}
 	return d, nil
+}
+
+// verifyProducer updates the books at c.LiveRate through the source table.
+func (b *bench) verifyProducer(ctx context.Context, c VerifyConfig) *harness.Producer {
+	n := 0
+	return harness.Produce(ctx, harness.SourceWriter{DB: b.pool, Table: verifySource}, harness.ProducerConfig{Rate: c.LiveRate,
+		Next: func(count int) []harness.Event {
+			events := make([]harness.Event, count)
+			for i := range events {
+				// Version 2 on the first pass: the load wrote 1.
+				book, version := n%c.Docs, int64(n/c.Docs+2)
+				events[i] = harness.Event{EntityType: "book", EntityID: entityID(book), Op: "upsert", Version: version,
+					Payload: json.RawMessage(doc(book, b.cfg.DocBytes))}
+				n++
+			}
+			return events
+		}})
+}
+
+// baselineWindow runs a leader without a scheduled verify for c.Window and
+// returns the window, on the database's clock.
+func (b *bench) baselineWindow(ctx context.Context, c VerifyConfig) (from, to time.Time, err error) {
+	base, err := b.startReplica(ctx, "verify-base")
+	if err != nil {
+		return from, to, err
+	}
+	if _, err := waitLeader(ctx, base); err != nil {
+		return from, to, err
+	}
+	if err := harness.Sleep(ctx, time.Second); err != nil { // the backlog of the start
+		return from, to, err
+	}
+	if from, err = harness.Now(ctx, b.pool); err != nil {
+		return from, to, err
+	}
+	if err := harness.Sleep(ctx, c.Window); err != nil {
+		return from, to, err
+	}
+	to, err = harness.Now(ctx, b.pool)
+	base.Stop(stepTimeout)
+	return from, to, err
+}
+
+// scheduledWindow runs a leader whose scheduled verify starts with its
+// term, and returns the run's window once it has finished; the run's own
+// result goes to d.
+func (b *bench) scheduledWindow(ctx context.Context, c VerifyConfig, d *VerifyDrain) (started, finished time.Time, err error) {
+	live, err := b.startReplica(ctx, "verify-live", "OUTBOX_VERIFY_INTERVAL=24h", "OUTBOX_VERIFY_FROM_TABLE="+verifySource)
+	if err != nil {
+		return started, finished, err
+	}
+	if _, err := waitLeader(ctx, live); err != nil {
+		return started, finished, err
+	}
+	if err := harness.Sleep(ctx, time.Second); err != nil { // the backlog of the switch
+		return started, finished, err
+	}
+	if started, err = harness.Now(ctx, b.pool); err != nil {
+		return started, finished, err
+	}
+	// The run takes about Docs / OUTBOX_VERIFY_RATE; a machine three times
+	// slower than that is broken.
+	timeout := time.Minute + 3*time.Duration(c.Docs)*time.Second/time.Duration(verify.RateDefault)
+	err = harness.Poll(ctx, timeout, "the scheduled verify to finish", func(ctx context.Context) (bool, error) {
+		err := b.pool.QueryRow(ctx, `SELECT finished_at, checked, missing + stale + extra + resurrected FROM outbox_verify_runs`).
+			Scan(&finished, &d.Checked, &d.Drift)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	if err != nil {
+		return started, finished, err
+	}
+	// A run shorter than a second (smoke sizes) is measured over a second.
+	if finished.Before(started.Add(time.Second)) {
+		finished = started.Add(time.Second)
+	}
+	now, err := harness.Now(ctx, b.pool)
+	if err != nil {
+		return started, finished, err
+	}
+	return started, finished, harness.Sleep(ctx, finished.Sub(now))
 }
 
 // p99 is the count and the p99 insert-to-ack latency of the events
