@@ -163,11 +163,7 @@ func unfrozen(v any) any {
 // stops writing to the new index, and Cleanup deletes that index after
 // AbortGrace.
 func Abort(ctx context.Context, cfg Config) (Row, error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.Validate(); err != nil {
-		return Row{}, err
-	}
-	l, err := acquire(ctx, cfg.Pool, cfg.Projection)
+	cfg, l, err := begin(ctx, cfg)
 	if err != nil {
 		return Row{}, err
 	}
@@ -195,11 +191,7 @@ func Abort(ctx context.Context, cfg Config) (Row, error) {
 // both indexes (the old one may then miss events); it stops
 // (*UnconfirmedError) when the current leader does not confirm in time.
 func Rollback(ctx context.Context, cfg Config) (Row, error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.Validate(); err != nil {
-		return Row{}, err
-	}
-	l, err := acquire(ctx, cfg.Pool, cfg.Projection)
+	cfg, l, err := begin(ctx, cfg)
 	if err != nil {
 		return Row{}, err
 	}
@@ -309,11 +301,7 @@ type Cleaned struct {
 // by a Cleanup AbortGrace later, as is an aborted or rolled-back
 // rebuild's index. Nothing to clean is a *RefusedError.
 func Cleanup(ctx context.Context, cfg Config) ([]Cleaned, error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	l, err := acquire(ctx, cfg.Pool, cfg.Projection)
+	cfg, l, err := begin(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -56,11 +56,7 @@ func (d *drill) deposedLateWrite(ctx context.Context, sc *Scenario) error {
 	sc.HeldBytes = ptr(int64(len(held)))
 	// At once: the bulk's own deadline (ELASTIC_TIMEOUT_SECONDS) would
 	// otherwise cancel it, and reset the connection, before the kill.
-	t0, err := harness.Now(ctx, d.s.DB.Pool)
-	if err != nil {
-		return err
-	}
-	h, err := d.killLeader(ctx, sc, old, epoch, t0)
+	h, err := d.killLeaderNow(ctx, sc, old, epoch)
 	if err != nil {
 		return err
 	}

@@ -130,6 +130,15 @@ func (d *drill) killLeader(ctx context.Context, sc *Scenario, old *slot, epoch i
 	return d.takeover(ctx, sc, epoch, t0, t0)
 }
 
+// killLeaderNow is killLeader at once, by the database's clock.
+func (d *drill) killLeaderNow(ctx context.Context, sc *Scenario, old *slot, epoch int64) (handover, error) {
+	t0, err := harness.Now(ctx, d.s.DB.Pool)
+	if err != nil {
+		return handover{}, err
+	}
+	return d.killLeader(ctx, sc, old, epoch, t0)
+}
+
 func (d *drill) kill9(ctx context.Context, sc *Scenario) error {
 	for i := 1; i <= d.cfg.Kills; i++ {
 		old, epoch, t0, err := d.settled(ctx)
