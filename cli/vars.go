@@ -20,11 +20,20 @@ import (
 // listLimitDefault is how many events failed list shows unless told.
 const listLimitDefault = 100
 
+// A flag's default and range, from its package.
+type (
+	intVar struct {
+		def int
+		rng bounds.Range[int]
+	}
+	durationVar struct {
+		def time.Duration
+		rng bounds.Range[time.Duration]
+	}
+)
+
 // intVars are the ${name} and ${name_range} of the integer flags.
-var intVars = map[string]struct {
-	def int
-	rng bounds.Range[int]
-}{
+var intVars = map[string]intVar{
 	"bulk_size":                   {projection.BulkSizeDefault, projection.BulkSizeRange},
 	"concurrency":                 {projection.ConcurrencyDefault, projection.ConcurrencyRange},
 	"max_attempts":                {consume.MaxAttemptsDefault, consume.MaxAttemptsRange},
@@ -38,10 +47,7 @@ var intVars = map[string]struct {
 }
 
 // secondsVars are the ${name} and ${name_range} of the flags in seconds.
-var secondsVars = map[string]struct {
-	def time.Duration
-	rng bounds.Range[time.Duration]
-}{
+var secondsVars = map[string]durationVar{
 	"elastic_timeout":     {projection.TimeoutDefault, projection.TimeoutRange},
 	"poll_interval":       {consume.PollIntervalDefault, consume.PollIntervalRange},
 	"lease":               {consume.LeaseDefault, consume.LeaseRange},
@@ -59,10 +65,7 @@ var secondsVars = map[string]struct {
 
 // durationVars are the ${name} and ${name_range} of the flags that take a
 // Go duration (168h); a zero default leaves ${name} out.
-var durationVars = map[string]struct {
-	def time.Duration
-	rng bounds.Range[time.Duration]
-}{
+var durationVars = map[string]durationVar{
 	"retention":           {consume.RetentionDefault, consume.RetentionRange},
 	"tombstone_retention": {consume.TombstoneRetentionDefault, consume.TombstoneRetentionRange},
 	"archive_after":       {0, replay.ArchiveAfterRange},

@@ -52,10 +52,13 @@ func hangingHandler() (h funcHandler, entered <-chan struct{}) {
 
 // start runs the loop as leader of epoch 1 and returns a function that
 // drains it and waits for it to return.
-func start(t *testing.T, b bundle, cfg Config, handlers projection.Registry) (drainAndWait func()) {
+func start(t *testing.T, b bundle, cfg Config, handlers projection.Registry, opts ...func(*Loop)) (drainAndWait func()) {
 	t.Helper()
 	loop, err := NewLoop(cfg, b.Store, handlers, zerolog.Nop())
 	require.NoError(t, err)
+	for _, o := range opts {
+		o(loop)
+	}
 	drain := make(chan struct{})
 	done := make(chan struct{})
 	go func() { defer close(done); loop.Run(context.Background(), 1, drain) }()
@@ -148,12 +151,13 @@ func TestClaimsOneBatchAheadAndTheDrainReleasesIt(t *testing.T) {
 	b := setup(t)
 	h, entered := hangingHandler()
 	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) SELECT 'book', g::text, 'upsert' FROM generate_series(1, 20) g`)
+	waiting := make(chan struct{}, 1)
 	stop := start(t, b, Config{BulkSize: 5, Concurrency: 1, ShutdownGrace: time.Second, PollInterval: 20 * time.Millisecond},
-		projection.Registry{"search": h})
+		projection.Registry{"search": h}, func(l *Loop) { l.slotWait = waiting })
 	<-entered
-	// One batch in flight, the next claimed and waiting for the slot, no more.
-	harness.Eventually(t, 5*time.Second, "the next batch claimed", func() bool { return b.Count(t, `status = 'processing'`) == 10 })
-	time.Sleep(100 * time.Millisecond)
+	// One batch in flight, the next claimed and waiting for the slot: the
+	// loop claims no more until the slot frees.
+	<-waiting
 	require.Equal(t, 10, b.Count(t, `status = 'processing'`))
 	require.Equal(t, 10, b.Count(t, `status = 'pending'`))
 

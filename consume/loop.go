@@ -37,6 +37,12 @@ type Loop struct {
 
 	mu       sync.Mutex
 	inflight map[int64]struct{}
+
+	// slotWait, set by tests, hears (without blocking) each time the loop
+	// holds a claimed batch while every bulk slot is taken: it then claims
+	// nothing more until a slot frees, which tests wait for instead of
+	// sleeping.
+	slotWait chan<- struct{}
 }
 
 // NewLoop validates cfg (after defaults) and builds a loop.
@@ -129,6 +135,9 @@ func (l *Loop) Run(ctx context.Context, epoch int64, drain <-chan struct{}) {
 		// At most one batch waits so, within its lease like the others.
 		f, err := l.claim(ctx, epoch)
 		if f != nil {
+			if len(slots) == cap(slots) {
+				l.signal(l.slotWait)
+			}
 			select {
 			case slots <- struct{}{}:
 			case <-ctx.Done():
@@ -151,6 +160,17 @@ func (l *Loop) Run(ctx context.Context, epoch int64, drain <-chan struct{}) {
 			l.log.Error().Err(err).Msg("claim failed")
 		}
 		l.idle(ctx, poll, wake, drain)
+	}
+}
+
+// signal tells a test's channel, if any, without ever blocking the loop.
+func (l *Loop) signal(ch chan<- struct{}) {
+	if ch == nil {
+		return
+	}
+	select {
+	case ch <- struct{}{}:
+	default:
 	}
 }
 

@@ -29,16 +29,14 @@ func TestOrderMakesALaterBatchSeeWhatAnEarlierOneApplied(t *testing.T) {
 	upsert := claimOf(t, o, event(3, outbox.OpUpsert, 2))
 	require.Len(t, upsert.after, 1)
 
-	waited := make(chan error, 1)
-	go func() { waited <- o.wait(context.Background(), upsert) }()
-	select {
-	case <-waited:
-		t.Fatal("the later batch must wait for the earlier one")
-	case <-time.After(20 * time.Millisecond):
-	}
+	// While the earlier batch is in flight the later one can only wait: with
+	// its context ended, wait returns that instead of going ahead.
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.ErrorIs(t, o.wait(ended, upsert), context.Canceled, "the later batch must wait for the earlier one")
 	o.record(del.events)
 	o.finish(del)
-	require.NoError(t, <-waited)
+	require.NoError(t, o.wait(context.Background(), upsert))
 	require.Equal(t, &outbox.Applied{Version: 3, EventID: 2, Deleted: true}, upsert.events[0].Applied)
 	require.True(t, upsert.events[0].Stale())
 

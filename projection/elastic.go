@@ -144,26 +144,9 @@ func NewElasticClient(o ElasticOptions) (*elastic.Client, error) {
 		return nil, err
 	}
 
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConnsPerHost = idleConnsPerHost
-	dialer := &net.Dialer{Timeout: dialTimeout, KeepAlive: keepAlive, Control: boundWrites}
-	tr.DialContext = dialer.DialContext
-	// HTTP/1.1 only: a cancelled bulk then closes its own connection, and
-	// the abortive close discards what it had not sent. HTTP/2 would cancel
-	// a stream and keep the connection, whose kernel would still deliver
-	// the bulk's queued bytes. Elasticsearch speaks HTTP/1.1 alone anyway.
-	tr.Protocols = new(http.Protocols)
-	tr.Protocols.SetHTTP1(true)
-	if o.CAFile != "" {
-		pem, err := os.ReadFile(o.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("elastic: CA file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("elastic: CA file %s holds no PEM certificate", o.CAFile)
-		}
-		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	tr, err := transport(o.CAFile)
+	if err != nil {
+		return nil, err
 	}
 	hc := &http.Client{
 		Transport: &retryAfterTransport{next: tr},
@@ -187,6 +170,34 @@ func NewElasticClient(o ElasticOptions) (*elastic.Client, error) {
 	}
 	clientTimeouts.Store(client, o.Timeout)
 	return client, nil
+}
+
+// transport is the engine client's: few idle connections, writes bound by
+// the socket's timeouts (boundWrites), HTTP/1.1 only, and caFile's CAs for
+// https when given.
+func transport(caFile string) (*http.Transport, error) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = idleConnsPerHost
+	dialer := &net.Dialer{Timeout: dialTimeout, KeepAlive: keepAlive, Control: boundWrites}
+	tr.DialContext = dialer.DialContext
+	// HTTP/1.1 only: a cancelled bulk then closes its own connection, and
+	// the abortive close discards what it had not sent. HTTP/2 would cancel
+	// a stream and keep the connection, whose kernel would still deliver
+	// the bulk's queued bytes. Elasticsearch speaks HTTP/1.1 alone anyway.
+	tr.Protocols = new(http.Protocols)
+	tr.Protocols.SetHTTP1(true)
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("elastic: CA file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("elastic: CA file %s holds no PEM certificate", caFile)
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	return tr, nil
 }
 
 // reviveRetrier makes olivere send every request exactly once. After a failed

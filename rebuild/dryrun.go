@@ -19,11 +19,7 @@ type Plan struct {
 // rebuild) and says what Run would do. The engine checks a mapping only
 // when the index is created; Run stops there, changing nothing, if it refuses.
 func DryRun(ctx context.Context, cfg Config) (Plan, error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.Validate(); err != nil {
-		return Plan{}, err
-	}
-	l, err := acquire(ctx, cfg.Pool, cfg.Projection)
+	cfg, l, err := begin(ctx, cfg)
 	if err != nil {
 		return Plan{}, err
 	}

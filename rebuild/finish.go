@@ -163,11 +163,7 @@ func unfrozen(v any) any {
 // stops writing to the new index, and Cleanup deletes that index after
 // AbortGrace.
 func Abort(ctx context.Context, cfg Config) (Row, error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.Validate(); err != nil {
-		return Row{}, err
-	}
-	l, err := acquire(ctx, cfg.Pool, cfg.Projection)
+	cfg, l, err := begin(ctx, cfg)
 	if err != nil {
 		return Row{}, err
 	}
@@ -195,24 +191,13 @@ func Abort(ctx context.Context, cfg Config) (Row, error) {
 // both indexes (the old one may then miss events); it stops
 // (*UnconfirmedError) when the current leader does not confirm in time.
 func Rollback(ctx context.Context, cfg Config) (Row, error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.Validate(); err != nil {
-		return Row{}, err
-	}
-	l, err := acquire(ctx, cfg.Pool, cfg.Projection)
+	cfg, l, err := begin(ctx, cfg)
 	if err != nil {
 		return Row{}, err
 	}
 	defer l.release()
-	rows, err := List(ctx, cfg.Pool, cfg.Projection)
+	row, err := newestRollbackable(ctx, cfg)
 	if err != nil {
-		return Row{}, err
-	}
-	if len(rows) == 0 {
-		return Row{}, refusedf("no rebuild of projection %q to roll back", cfg.Projection)
-	}
-	row := rows[0]
-	if err := rollbackable(row); err != nil {
 		return Row{}, err
 	}
 	eng := engine{client: cfg.Client}
@@ -259,6 +244,19 @@ func Rollback(ctx context.Context, cfg Config) (Row, error) {
 	return row, err
 }
 
+// newestRollbackable is the projection's newest rebuild, which a rollback
+// takes, or why it cannot.
+func newestRollbackable(ctx context.Context, cfg Config) (Row, error) {
+	rows, err := List(ctx, cfg.Pool, cfg.Projection)
+	if err != nil {
+		return Row{}, err
+	}
+	if len(rows) == 0 {
+		return Row{}, refusedf("no rebuild of projection %q to roll back", cfg.Projection)
+	}
+	return rows[0], rollbackable(rows[0])
+}
+
 // rollbackable refuses a rollback of row, the newest rebuild, when it has
 // no old index the leader keeps writing.
 func rollbackable(row Row) error {
@@ -303,11 +301,7 @@ type Cleaned struct {
 // by a Cleanup AbortGrace later, as is an aborted or rolled-back
 // rebuild's index. Nothing to clean is a *RefusedError.
 func Cleanup(ctx context.Context, cfg Config) ([]Cleaned, error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	l, err := acquire(ctx, cfg.Pool, cfg.Projection)
+	cfg, l, err := begin(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}

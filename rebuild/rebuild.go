@@ -97,11 +97,7 @@ type runner struct {
 // *StoppedError.
 func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 	start := time.Now()
-	cfg = cfg.withDefaults()
-	if err := cfg.Validate(); err != nil {
-		return rep, err
-	}
-	l, err := acquire(ctx, cfg.Pool, cfg.Projection)
+	cfg, l, err := begin(ctx, cfg)
 	if err != nil {
 		return rep, err
 	}

@@ -182,6 +182,17 @@ type lock struct {
 }
 
 // acquire takes the lock, or returns a *BusyError naming its holder.
+// begin applies cfg's defaults, validates it and takes the projection's
+// rebuild lock: how every rebuild command starts.
+func begin(ctx context.Context, cfg Config) (Config, *lock, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return cfg, nil, err
+	}
+	l, err := acquire(ctx, cfg.Pool, cfg.Projection)
+	return cfg, l, err
+}
+
 func acquire(ctx context.Context, pool *pgxpool.Pool, projection string) (*lock, error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {

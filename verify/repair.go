@@ -130,83 +130,106 @@ RETURNING id`
 // fencing). Over Max without Yes, or on a dry run, nothing is queued. A
 // repair queues events, so it runs as a role that may insert them.
 func Repair(ctx context.Context, cfg Config, req RepairRequest) (RepairReport, error) {
-	rep := RepairReport{Queued: map[Kind]int64{}, Unrepairable: map[string]int64{}, DryRun: req.DryRun}
+	rp := &repairer{rep: RepairReport{Queued: map[Kind]int64{}, Unrepairable: map[string]int64{}, DryRun: req.DryRun}}
 	req.Max = cmp.Or(req.Max, RepairMaxDefault)
 	cfg = cfg.withDefaults()
-	switch {
-	case strings.TrimSpace(req.By) == "":
-		return rep, bounds.Invalid("By", "is required: say who is repairing")
-	case strings.TrimSpace(req.Why) == "":
-		return rep, bounds.Invalid("Why", "is required: say why")
+	if err := req.check(); err != nil {
+		return rp.rep, err
 	}
-	if err := bounds.Check("Max", req.Max, RepairMaxRange); err != nil {
-		return rep, err
-	}
-	var tx pgx.Tx
 	if !req.DryRun && cfg.Pool != nil {
 		var err error
-		if tx, err = cfg.Pool.Begin(ctx); err != nil {
-			return rep, fmt.Errorf("repair: %w", err)
+		if rp.tx, err = cfg.Pool.Begin(ctx); err != nil {
+			return rp.rep, fmt.Errorf("repair: %w", err)
 		}
-		defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit, a no-op
+		defer rp.tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit, a no-op
 	}
-	var ids []int64
-	cfg.Docs = true
-	cfg.OnDrift = func(ctx context.Context, drift []Drift) error {
-		var batch []repairEvent
-		for _, d := range drift {
-			ev, why := repairOf(d)
-			if why != "" {
-				rep.Unrepairable[why]++
-				continue
-			}
-			rep.Queued[ev.kind]++
-			batch = append(batch, ev)
-		}
-		if tx == nil || len(batch) == 0 {
-			return nil
-		}
-		got, err := queue(ctx, tx, cfg.Projection, batch)
-		if err != nil {
-			return err
-		}
-		for _, id := range got {
-			if rep.FirstEventID == 0 || id < rep.FirstEventID {
-				rep.FirstEventID = id
-			}
-			rep.LastEventID = max(rep.LastEventID, id)
-		}
-		if room := auditIDsMax - len(ids); room > 0 {
-			ids = append(ids, got[:min(room, len(got))]...)
-		}
-		return nil
-	}
+	rp.projection = cfg.Projection
+	cfg.Docs, cfg.OnDrift = true, rp.onDrift
 	var err error
-	if rep.Report, err = Run(ctx, cfg); err != nil {
-		return rep, err
+	if rp.rep.Report, err = Run(ctx, cfg); err != nil {
+		return rp.rep, err
 	}
 	for _, k := range Kinds {
-		rep.Queued[k] += 0 // every kind, zero or not
+		rp.rep.Queued[k] += 0 // every kind, zero or not
 	}
-	total := rep.QueuedTotal()
+	total := rp.rep.QueuedTotal()
 	if total > int64(req.Max) && !req.Yes {
-		rep.FirstEventID, rep.LastEventID = 0, 0
-		return rep, &RefusedError{Queued: total, Max: req.Max}
+		rp.rep.FirstEventID, rp.rep.LastEventID = 0, 0
+		return rp.rep, &RefusedError{Queued: total, Max: req.Max}
 	}
-	if tx == nil || total == 0 {
-		return rep, nil
+	if rp.tx == nil || total == 0 {
+		return rp.rep, nil
 	}
+	return rp.rep, rp.commit(ctx, req, total)
+}
+
+func (req RepairRequest) check() error {
+	switch {
+	case strings.TrimSpace(req.By) == "":
+		return bounds.Invalid("By", "is required: say who is repairing")
+	case strings.TrimSpace(req.Why) == "":
+		return bounds.Invalid("Why", "is required: say why")
+	}
+	return bounds.Check("Max", req.Max, RepairMaxRange)
+}
+
+// repairer queues a repair's events as the verify finds drift, in one
+// transaction (none on a dry run), and keeps the report.
+type repairer struct {
+	rep        RepairReport
+	tx         pgx.Tx
+	projection string
+	// ids are the first events queued, for the audit row.
+	ids []int64
+}
+
+// onDrift is the verify's Config.OnDrift: it counts each drifted document
+// by what a repair can do for it, and queues the repairable ones.
+func (rp *repairer) onDrift(ctx context.Context, drift []Drift) error {
+	var batch []repairEvent
+	for _, d := range drift {
+		ev, why := repairOf(d)
+		if why != "" {
+			rp.rep.Unrepairable[why]++
+			continue
+		}
+		rp.rep.Queued[ev.kind]++
+		batch = append(batch, ev)
+	}
+	if rp.tx == nil || len(batch) == 0 {
+		return nil
+	}
+	got, err := queue(ctx, rp.tx, rp.projection, batch)
+	if err != nil {
+		return err
+	}
+	for _, id := range got {
+		if rp.rep.FirstEventID == 0 || id < rp.rep.FirstEventID {
+			rp.rep.FirstEventID = id
+		}
+		rp.rep.LastEventID = max(rp.rep.LastEventID, id)
+	}
+	if room := auditIDsMax - len(rp.ids); room > 0 {
+		rp.ids = append(rp.ids, got[:min(room, len(got))]...)
+	}
+	return nil
+}
+
+// commit writes the audit row of total queued events and commits.
+func (rp *repairer) commit(ctx context.Context, req RepairRequest, total int64) error {
+	rep := &rp.rep
 	selector := map[string]any{"projection": rep.Projection, "index": rep.Index, "source_table": rep.SourceTable,
 		"drift": rep.Counts, "queued": rep.Queued, "unrepairable": rep.Unrepairable, "checked": rep.Checked,
-		"first_event_id": rep.FirstEventID, "last_event_id": rep.LastEventID, "event_ids_listed": len(ids)}
-	if rep.AuditID, _, err = outbox.WriteAudit(ctx, tx, outbox.Audit{Action: "repair", By: req.By, Why: req.Why,
-		Selector: selector, EventIDs: ids, Count: total}); err != nil {
-		return rep, err
+		"first_event_id": rep.FirstEventID, "last_event_id": rep.LastEventID, "event_ids_listed": len(rp.ids)}
+	var err error
+	if rep.AuditID, _, err = outbox.WriteAudit(ctx, rp.tx, outbox.Audit{Action: "repair", By: req.By, Why: req.Why,
+		Selector: selector, EventIDs: rp.ids, Count: total}); err != nil {
+		return err
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return rep, fmt.Errorf("repair: commit: %w", err)
+	if err := rp.tx.Commit(ctx); err != nil {
+		return fmt.Errorf("repair: commit: %w", err)
 	}
-	return rep, nil
+	return nil
 }
 
 // queue inserts a batch of repair events and returns their ids.

@@ -338,6 +338,19 @@ func (b *bench) waitDrained(ctx context.Context, timeout time.Duration) (last ti
 	return last, failed, err
 }
 
+// drained waits for the outbox to drain the n events produced, and fails
+// if any of them failed, with their reasons.
+func (b *bench) drained(ctx context.Context, n int) error {
+	_, failed, err := b.waitDrained(ctx, b.drainTimeout(n))
+	if err != nil || failed == 0 {
+		return err
+	}
+	var reasons string
+	_ = b.pool.QueryRow(ctx, `SELECT string_agg(DISTINCT error_reason || ': ' || left(last_error, 200), '; ')
+		FROM outbox_events WHERE status = 'failed'`).Scan(&reasons)
+	return fmt.Errorf("%d events failed: %s", failed, reasons)
+}
+
 func (b *bench) createIndex(ctx context.Context, name string) error {
 	return harness.CreateIndex(ctx, b.cfg.ElasticURL, name)
 }
@@ -368,4 +381,10 @@ func (b *bench) console(ctx context.Context) error {
 	first := rep.Pages["first_screen"]
 	b.say("console: %d failed rows, first screen p95 %.1f ms, worst filter p95 %.1f ms", rep.FailedRows, first.P95Ms, worstFilter(rep))
 	return b.reset(ctx)
+}
+
+// drainTimeout is generous: a machine slower than 200 events/s is broken,
+// not slow.
+func (b *bench) drainTimeout(n int) time.Duration {
+	return time.Minute + time.Duration(n)*5*time.Millisecond
 }

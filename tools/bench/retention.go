@@ -63,24 +63,9 @@ func (b *bench) retention(ctx context.Context) error {
 		return err
 	}
 	rt.Produced = p.Committed()
-	if _, failed, err := b.waitDrained(ctx, b.drainTimeout(int(rt.Produced))); err != nil {
-		return err
-	} else if failed > 0 {
-		return fmt.Errorf("%d events failed", failed)
-	}
-	done, pruned, err := b.doneAndPruned(ctx, r)
-	if err != nil {
+	if err := b.retentionTally(ctx, r, rt, vacuums0); err != nil {
 		return err
 	}
-	if done+pruned != rt.Produced+int64(cfg.RetentionSeed) {
-		return fmt.Errorf("%d rows done and %d pruned, %d produced and %d seeded", done, pruned, rt.Produced, cfg.RetentionSeed)
-	}
-	rt.Pruned = pruned
-	vacuums, err := b.autovacuums(ctx)
-	if err != nil {
-		return err
-	}
-	rt.Autovacuums = vacuums - vacuums0
 	b.stopReplicas()
 	rt.Verdict = verdict(rt.Samples, waits, acks)
 	b.rep.Retention = rt
@@ -88,6 +73,29 @@ func (b *bench) retention(ctx context.Context) error {
 		b.say("retention: rows last/middle third %.3f, bytes %.3f, claim p99 last/first third %.3f (%.1f / %.1f ms)",
 			v.RowsRatio, v.BytesRatio, v.ClaimWaitP99Ratio, v.ClaimWaitP99LastMs, v.ClaimWaitP99FirstMs)
 	}
+	return nil
+}
+
+// retentionTally waits for the drain, checks that every event produced or
+// seeded is done or pruned, and counts the pruned rows and the autovacuums
+// since vacuums0.
+func (b *bench) retentionTally(ctx context.Context, r *harness.Replica, rt *Retention, vacuums0 int64) error {
+	if err := b.drained(ctx, int(rt.Produced)); err != nil {
+		return err
+	}
+	done, pruned, err := b.doneAndPruned(ctx, r)
+	if err != nil {
+		return err
+	}
+	if done+pruned != rt.Produced+int64(b.cfg.RetentionSeed) {
+		return fmt.Errorf("%d rows done and %d pruned, %d produced and %d seeded", done, pruned, rt.Produced, b.cfg.RetentionSeed)
+	}
+	rt.Pruned = pruned
+	vacuums, err := b.autovacuums(ctx)
+	if err != nil {
+		return err
+	}
+	rt.Autovacuums = vacuums - vacuums0
 	return nil
 }
 

@@ -267,17 +267,8 @@ func timed(f func() (int, error)) (float64, int, error) {
 // verify's scroll does (the same page size, filter and order), and nothing
 // else.
 func (b *bench) bareScan(ctx context.Context) (int, error) {
-	type page struct {
-		ScrollID string `json:"_scroll_id"`
-		Hits     struct {
-			Hits []struct {
-				ID      string `json:"_id"`
-				Version int64  `json:"_version"`
-			} `json:"hits"`
-		} `json:"hits"`
-	}
 	filter := url.QueryEscape("_scroll_id,hits.hits._id,hits.hits._version")
-	var p page
+	var p harness.VersionPage
 	body, _ := json.Marshal(map[string]any{"size": verify.PageDefault, "sort": []string{"_doc"}, "_source": false, "version": true})
 	if err := harness.ES(ctx, b.cfg.ElasticURL, http.MethodPost, "/"+b.index+"/_search?scroll=10m&filter_path="+filter, body, &p); err != nil {
 		return 0, err
@@ -287,7 +278,7 @@ func (b *bench) bareScan(ctx context.Context) (int, error) {
 		n += len(p.Hits.Hits)
 		id := p.ScrollID
 		body, _ := json.Marshal(map[string]any{"scroll": "10m", "scroll_id": id})
-		p = page{}
+		p = harness.VersionPage{}
 		if err := harness.ES(ctx, b.cfg.ElasticURL, http.MethodPost, "/_search/scroll?filter_path="+filter, body, &p); err != nil {
 			return n, err
 		}
@@ -379,92 +370,22 @@ func (b *bench) runVerify(ctx context.Context) (int, int64, error) {
 // table, as the application does, so the scheduled run finds no drift.
 func (b *bench) verifyDrain(ctx context.Context, c VerifyConfig) (*VerifyDrain, error) {
 	d := &VerifyDrain{Rate: c.LiveRate, VerifyRate: verify.RateDefault}
-	n := 0
-	p := harness.Produce(ctx, harness.SourceWriter{DB: b.pool, Table: verifySource}, harness.ProducerConfig{Rate: c.LiveRate,
-		Next: func(count int) []harness.Event {
-			events := make([]harness.Event, count)
-			for i := range events {
-				// Version 2 on the first pass: the load wrote 1.
-				book, version := n%c.Docs, int64(n/c.Docs+2)
-				events[i] = harness.Event{EntityType: "book", EntityID: entityID(book), Op: "upsert", Version: version,
-					Payload: json.RawMessage(doc(book, b.cfg.DocBytes))}
-				n++
-			}
-			return events
-		}})
+	p := b.verifyProducer(ctx, c)
 	defer p.Stop()
-
-	base, err := b.startReplica(ctx, "verify-base")
+	from, to, err := b.baselineWindow(ctx, c)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := waitLeader(ctx, base); err != nil {
-		return nil, err
-	}
-	if err := harness.Sleep(ctx, time.Second); err != nil { // the backlog of the start
-		return nil, err
-	}
-	from, err := harness.Now(ctx, b.pool)
+	started, finished, err := b.scheduledWindow(ctx, c, d)
 	if err != nil {
-		return nil, err
-	}
-	if err := harness.Sleep(ctx, c.Window); err != nil {
-		return nil, err
-	}
-	to, err := harness.Now(ctx, b.pool)
-	if err != nil {
-		return nil, err
-	}
-	base.Stop(stepTimeout)
-
-	live, err := b.startReplica(ctx, "verify-live", "OUTBOX_VERIFY_INTERVAL=24h", "OUTBOX_VERIFY_FROM_TABLE="+verifySource)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := waitLeader(ctx, live); err != nil {
-		return nil, err
-	}
-	if err := harness.Sleep(ctx, time.Second); err != nil { // the backlog of the switch
-		return nil, err
-	}
-	started, err := harness.Now(ctx, b.pool)
-	if err != nil {
-		return nil, err
-	}
-	// The run takes about Docs / OUTBOX_VERIFY_RATE; a machine three times
-	// slower than that is broken.
-	timeout := time.Minute + 3*time.Duration(c.Docs)*time.Second/time.Duration(verify.RateDefault)
-	var finished time.Time
-	err = harness.Poll(ctx, timeout, "the scheduled verify to finish", func(ctx context.Context) (bool, error) {
-		err := b.pool.QueryRow(ctx, `SELECT finished_at, checked, missing + stale + extra + resurrected FROM outbox_verify_runs`).
-			Scan(&finished, &d.Checked, &d.Drift)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return false, nil
-		}
-		return err == nil, err
-	})
-	if err != nil {
-		return nil, err
-	}
-	// A run shorter than a second (smoke sizes) is measured over a second.
-	if finished.Before(started.Add(time.Second)) {
-		finished = started.Add(time.Second)
-	}
-	now, err := harness.Now(ctx, b.pool)
-	if err != nil {
-		return nil, err
-	}
-	if err := harness.Sleep(ctx, finished.Sub(now)); err != nil {
 		return nil, err
 	}
 	p.Stop()
 	if err := p.Err(); err != nil {
 		return nil, err
 	}
-	if _, failed, err := b.waitDrained(ctx, b.drainTimeout(int(p.Committed()))); err != nil {
+	if err := b.drained(ctx, int(p.Committed())); err != nil {
 		return nil, err
-	} else if failed > 0 {
-		return nil, fmt.Errorf("%d events failed", failed)
 	}
 	b.stopReplicas()
 	d.DuringSeconds = harness.Round3(finished.Sub(started).Seconds())
@@ -478,6 +399,89 @@ func (b *bench) verifyDrain(ctx context.Context, c VerifyConfig) (*VerifyDrain, 
 		d.Ratio = harness.Round3(d.DuringP99ms / d.BaselineP99ms)
 	}
 	return d, nil
+}
+
+// verifyProducer updates the books at c.LiveRate through the source table.
+func (b *bench) verifyProducer(ctx context.Context, c VerifyConfig) *harness.Producer {
+	n := 0
+	return harness.Produce(ctx, harness.SourceWriter{DB: b.pool, Table: verifySource}, harness.ProducerConfig{Rate: c.LiveRate,
+		Next: func(count int) []harness.Event {
+			events := make([]harness.Event, count)
+			for i := range events {
+				// Version 2 on the first pass: the load wrote 1.
+				book, version := n%c.Docs, int64(n/c.Docs+2)
+				events[i] = harness.Event{EntityType: "book", EntityID: entityID(book), Op: "upsert", Version: version,
+					Payload: json.RawMessage(doc(book, b.cfg.DocBytes))}
+				n++
+			}
+			return events
+		}})
+}
+
+// settledLeader starts a replica, waits for it to lead and for the backlog
+// of the switch to drain (a second), and returns it with the time then, on
+// the database's clock.
+func (b *bench) settledLeader(ctx context.Context, name string, env ...string) (*harness.Replica, time.Time, error) {
+	r, err := b.startReplica(ctx, name, env...)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	if _, err := waitLeader(ctx, r); err != nil {
+		return nil, time.Time{}, err
+	}
+	if err := harness.Sleep(ctx, time.Second); err != nil {
+		return nil, time.Time{}, err
+	}
+	at, err := harness.Now(ctx, b.pool)
+	return r, at, err
+}
+
+// baselineWindow runs a leader without a scheduled verify for c.Window and
+// returns the window, on the database's clock.
+func (b *bench) baselineWindow(ctx context.Context, c VerifyConfig) (from, to time.Time, err error) {
+	base, from, err := b.settledLeader(ctx, "verify-base")
+	if err != nil {
+		return from, to, err
+	}
+	if err := harness.Sleep(ctx, c.Window); err != nil {
+		return from, to, err
+	}
+	to, err = harness.Now(ctx, b.pool)
+	base.Stop(stepTimeout)
+	return from, to, err
+}
+
+// scheduledWindow runs a leader whose scheduled verify starts with its
+// term, and returns the run's window once it has finished; the run's own
+// result goes to d.
+func (b *bench) scheduledWindow(ctx context.Context, c VerifyConfig, d *VerifyDrain) (started, finished time.Time, err error) {
+	if _, started, err = b.settledLeader(ctx, "verify-live", "OUTBOX_VERIFY_INTERVAL=24h",
+		"OUTBOX_VERIFY_FROM_TABLE="+verifySource); err != nil {
+		return started, finished, err
+	}
+	// The run takes about Docs / OUTBOX_VERIFY_RATE; a machine three times
+	// slower than that is broken.
+	timeout := time.Minute + 3*time.Duration(c.Docs)*time.Second/time.Duration(verify.RateDefault)
+	err = harness.Poll(ctx, timeout, "the scheduled verify to finish", func(ctx context.Context) (bool, error) {
+		err := b.pool.QueryRow(ctx, `SELECT finished_at, checked, missing + stale + extra + resurrected FROM outbox_verify_runs`).
+			Scan(&finished, &d.Checked, &d.Drift)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	if err != nil {
+		return started, finished, err
+	}
+	// A run shorter than a second (smoke sizes) is measured over a second.
+	if finished.Before(started.Add(time.Second)) {
+		finished = started.Add(time.Second)
+	}
+	now, err := harness.Now(ctx, b.pool)
+	if err != nil {
+		return started, finished, err
+	}
+	return started, finished, harness.Sleep(ctx, finished.Sub(now))
 }
 
 // p99 is the count and the p99 insert-to-ack latency of the events

@@ -56,36 +56,14 @@ func (d *drill) deposedLateWrite(ctx context.Context, sc *Scenario) error {
 	sc.HeldBytes = ptr(int64(len(held)))
 	// At once: the bulk's own deadline (ELASTIC_TIMEOUT_SECONDS) would
 	// otherwise cancel it, and reset the connection, before the kill.
-	t0, err := harness.Now(ctx, d.s.DB.Pool)
+	h, err := d.killLeaderNow(ctx, sc, old, epoch)
 	if err != nil {
 		return err
 	}
-	h, err := d.killLeader(ctx, sc, old, epoch, t0)
-	if err != nil {
+	if err := d.applyThenDelete(ctx, upsert); err != nil {
 		return err
 	}
-	if err := d.waitDone(ctx, upsert); err != nil {
-		return err
-	}
-	del, err := d.writeLate(ctx, "delete", lateDelete, map[string]any{})
-	if err != nil {
-		return err
-	}
-	if err := d.waitDone(ctx, del); err != nil {
-		return err
-	}
-	if err := harness.ForgetDeletes(ctx, d.cfg.ElasticURL, d.s.Index, stepTimeout); err != nil {
-		return err
-	}
-	rel := old.engine.Release()
-	switch {
-	case rel.Dropped > 0 && rel.Delivered == 0:
-		sc.HeldOutcome = "dropped"
-	case rel.Delivered > 0 && rel.Dropped == 0:
-		sc.HeldOutcome = "delivered"
-	default:
-		sc.HeldOutcome = fmt.Sprintf("%d connections dropped, %d delivered", rel.Dropped, rel.Delivered)
-	}
+	sc.HeldOutcome = heldOutcome(old.engine.Release())
 	d.say("deposed-leader-late-write: %s's bulk held (%d bytes), %s killed; %s applied v%d and deleted it at v%d; the engine forgot the delete; the held bytes were %s",
 		old.name, len(held), old.name, h.next.name, lateUpsert, lateDelete, sc.HeldOutcome)
 	if err := harness.Sleep(ctx, lateArrival); err != nil {
@@ -104,6 +82,34 @@ func (d *drill) deposedLateWrite(ctx context.Context, sc *Scenario) error {
 		return err
 	}
 	return d.waitStandby(ctx, old)
+}
+
+// applyThenDelete waits for the new leader to apply the upsert, then
+// deletes the book at a higher version and has the engine forget the
+// delete, as index.gc_deletes would.
+func (d *drill) applyThenDelete(ctx context.Context, upsert int64) error {
+	if err := d.waitDone(ctx, upsert); err != nil {
+		return err
+	}
+	del, err := d.writeLate(ctx, "delete", lateDelete, map[string]any{})
+	if err != nil {
+		return err
+	}
+	if err := d.waitDone(ctx, del); err != nil {
+		return err
+	}
+	return harness.ForgetDeletes(ctx, d.cfg.ElasticURL, d.s.Index, stepTimeout)
+}
+
+// heldOutcome says what became of the held connections' bytes.
+func heldOutcome(rel holdproxy.Released) string {
+	switch {
+	case rel.Dropped > 0 && rel.Delivered == 0:
+		return "dropped"
+	case rel.Delivered > 0 && rel.Dropped == 0:
+		return "delivered"
+	}
+	return fmt.Sprintf("%d connections dropped, %d delivered", rel.Dropped, rel.Delivered)
 }
 
 // writeLate writes one event of the scenario's book and returns its id.

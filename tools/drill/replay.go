@@ -168,11 +168,7 @@ func (d *drill) replayAfterDelete(ctx context.Context, sc *Scenario) error {
 	sc.Replayed, sc.ReplayedBehind = ptr(len(ids)), ptr(behind)
 
 	// At once, so that the replayed rows are in flight, or not yet claimed.
-	t0, err := harness.Now(ctx, d.s.DB.Pool)
-	if err != nil {
-		return err
-	}
-	h, err := d.killLeader(ctx, sc, old, epoch, t0)
+	h, err := d.killLeaderNow(ctx, sc, old, epoch)
 	if err != nil {
 		return err
 	}

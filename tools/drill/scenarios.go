@@ -130,6 +130,15 @@ func (d *drill) killLeader(ctx context.Context, sc *Scenario, old *slot, epoch i
 	return d.takeover(ctx, sc, epoch, t0, t0)
 }
 
+// killLeaderNow is killLeader at once, by the database's clock.
+func (d *drill) killLeaderNow(ctx context.Context, sc *Scenario, old *slot, epoch int64) (handover, error) {
+	t0, err := harness.Now(ctx, d.s.DB.Pool)
+	if err != nil {
+		return handover{}, err
+	}
+	return d.killLeader(ctx, sc, old, epoch, t0)
+}
+
 func (d *drill) kill9(ctx context.Context, sc *Scenario) error {
 	for i := 1; i <= d.cfg.Kills; i++ {
 		old, epoch, t0, err := d.settled(ctx)
@@ -220,30 +229,27 @@ func (d *drill) catchUp(ctx context.Context, sc *Scenario, t0 time.Time) error {
 	if err := d.s.DB.Pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM outbox_events`).Scan(&lastID); err != nil {
 		return err
 	}
-	for {
-		if err := d.sampleBacklog(ctx, sc); err != nil {
-			return err
-		}
-		var n int64
-		if err := d.s.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE id <= $1 AND status IN ('pending', 'processing')`, lastID).Scan(&n); err != nil {
-			return err
-		}
-		if sc.FirstAckSeconds == nil {
-			if at, ok, err := harness.AckedAfter(ctx, d.s.DB.Pool, t0, ""); err == nil && ok {
-				sc.FirstAckSeconds = ptr(harness.Round3(at.Sub(t0).Seconds()))
+	var n int64
+	err := harness.PollAt(ctx, 100*time.Millisecond, catchUpTimeout, "the events from before the engine came back to be done",
+		func(ctx context.Context) (bool, error) {
+			if err := d.sampleBacklog(ctx, sc); err != nil {
+				return false, harness.Fatal(err)
 			}
-		}
-		if sc.FirstAckSeconds != nil && n == 0 {
-			sc.CatchUpSeconds = ptr(harness.Elapsed(back))
-			return nil
-		}
-		if time.Since(back) > catchUpTimeout {
-			return fmt.Errorf("%d events from before the engine came back still not done after %s", n, catchUpTimeout)
-		}
-		if err := harness.Sleep(ctx, 100*time.Millisecond); err != nil {
-			return err
-		}
+			if err := d.s.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE id <= $1 AND status IN ('pending', 'processing')`, lastID).Scan(&n); err != nil {
+				return false, harness.Fatal(err)
+			}
+			if sc.FirstAckSeconds == nil {
+				if at, ok, err := harness.AckedAfter(ctx, d.s.DB.Pool, t0, ""); err == nil && ok {
+					sc.FirstAckSeconds = ptr(harness.Round3(at.Sub(t0).Seconds()))
+				}
+			}
+			return sc.FirstAckSeconds != nil && n == 0, nil
+		})
+	if err != nil {
+		return fmt.Errorf("%d events still not done: %w", n, err)
 	}
+	sc.CatchUpSeconds = ptr(harness.Elapsed(back))
+	return nil
 }
 
 func (d *drill) pgRestart(ctx context.Context, sc *Scenario) error {

@@ -238,10 +238,7 @@ func reset(w http.ResponseWriter) {
 	if err != nil {
 		return
 	}
-	if tc, ok := conn.(*net.TCPConn); ok {
-		_ = tc.SetLinger(0)
-	}
-	_ = conn.Close()
+	testkit.Reset(conn)
 }
 
 // Error bodies as Elasticsearch 7.x sends them, so that clients parse and

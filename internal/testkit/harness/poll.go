@@ -32,6 +32,12 @@ func Fatal(err error) error { return fatal{err} }
 // retried (Postgres may be restarting) and quoted if the wait times out,
 // unless it is wrapped by Fatal.
 func Poll(ctx context.Context, timeout time.Duration, what string, cond func(ctx context.Context) (bool, error)) error {
+	return PollAt(ctx, PollEvery, timeout, what, cond)
+}
+
+// PollAt is Poll checking every every: slower, where a check costs what is
+// being measured (a scrape of the leader under a benchmark).
+func PollAt(ctx context.Context, every, timeout time.Duration, what string, cond func(ctx context.Context) (bool, error)) error {
 	deadline := time.Now().Add(timeout)
 	var last error
 	for {
@@ -54,7 +60,7 @@ func Poll(ctx context.Context, timeout time.Duration, what string, cond func(ctx
 			}
 			return fmt.Errorf("timed out after %s waiting for %s", timeout, what)
 		}
-		if err := Sleep(ctx, PollEvery); err != nil {
+		if err := Sleep(ctx, every); err != nil {
 			return fmt.Errorf("waiting for %s: %w", what, err)
 		}
 	}

@@ -217,6 +217,17 @@ func Verified(t testing.TB, pool *pgxpool.Pool, index string, expected ...Failur
 	return v
 }
 
+// VersionPage is one page of a scroll over an index's ids and versions.
+type VersionPage struct {
+	ScrollID string `json:"_scroll_id"`
+	Hits     struct {
+		Hits []struct {
+			ID      string `json:"_id"`
+			Version int64  `json:"_version"`
+		} `json:"hits"`
+	} `json:"hits"`
+}
+
 // versions reads every document's _version with a scroll; no index means
 // nothing was ever written.
 func versions(ctx context.Context, base, index string) (map[string]int64, error) {
@@ -228,15 +239,7 @@ func versions(ctx context.Context, base, index string) (map[string]int64, error)
 		}
 		return nil, err
 	}
-	var page struct {
-		ScrollID string `json:"_scroll_id"`
-		Hits     struct {
-			Hits []struct {
-				ID      string `json:"_id"`
-				Version int64  `json:"_version"`
-			} `json:"hits"`
-		} `json:"hits"`
-	}
+	var page VersionPage
 	path, body := "/"+index+"/_search?scroll=1m", []byte(`{"size":5000,"version":true,"_source":false,"query":{"match_all":{}}}`)
 	for {
 		page.Hits.Hits = nil

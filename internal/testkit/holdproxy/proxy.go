@@ -147,12 +147,9 @@ func Start(t testing.TB, target string) *Proxy {
 // New starts a proxy to target (host:port) on a free loopback port. The
 // caller must Close it.
 func New(target string) (*Proxy, error) {
-	if _, _, err := net.SplitHostPort(target); err != nil {
-		return nil, fmt.Errorf("holdproxy: target %q: %w", target, err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := testkit.ListenFor("holdproxy", target)
 	if err != nil {
-		return nil, fmt.Errorf("holdproxy: listen: %w", err)
+		return nil, err
 	}
 	p := &Proxy{target: target, ln: ln, conns: map[*conn]struct{}{}}
 	p.changed = sync.NewCond(&p.mu)
@@ -250,13 +247,9 @@ func (p *Proxy) Close() error {
 func (p *Proxy) accept() {
 	defer p.wg.Done()
 	for {
-		nc, err := p.ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-			continue
+		nc, ok := testkit.Accept(p.ln)
+		if !ok {
+			return
 		}
 		p.mu.Lock()
 		if p.closed {
@@ -427,10 +420,11 @@ func (p *Proxy) closeConn(c *conn, reset bool) {
 		if nc == nil {
 			continue
 		}
-		if tc, ok := nc.(*net.TCPConn); ok && reset {
-			_ = tc.SetLinger(0)
+		if reset {
+			testkit.Reset(nc)
+		} else {
+			_ = nc.Close()
 		}
-		_ = nc.Close()
 	}
 	p.changed.Broadcast()
 }

@@ -23,7 +23,6 @@ package tcpproxy
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -68,12 +67,9 @@ func Start(t testing.TB, target string) *Proxy {
 // New starts a proxy to target (host:port) on a free loopback port. The caller
 // must Close it.
 func New(target string) (*Proxy, error) {
-	if _, _, err := net.SplitHostPort(target); err != nil {
-		return nil, fmt.Errorf("tcpproxy: target %q: %w", target, err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := testkit.ListenFor("tcpproxy", target)
 	if err != nil {
-		return nil, fmt.Errorf("tcpproxy: listen: %w", err)
+		return nil, err
 	}
 	open := make(chan struct{})
 	close(open)
@@ -117,7 +113,7 @@ func (p *Proxy) DropUpstream() {
 		up := c.upstream
 		c.mu.Unlock()
 		if up != nil {
-			resetConn(up)
+			testkit.Reset(up)
 		}
 	}
 }
@@ -160,13 +156,9 @@ func (p *Proxy) snapshot() []*pair {
 func (p *Proxy) accept() {
 	defer p.wg.Done()
 	for {
-		conn, err := p.ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-			continue
+		conn, ok := testkit.Accept(p.ln)
+		if !ok {
+			return
 		}
 		c := &pair{client: conn, done: make(chan struct{})}
 		p.mu.Lock()
@@ -278,17 +270,10 @@ func (c *pair) close(reset bool) {
 				continue
 			}
 			if reset {
-				resetConn(conn)
+				testkit.Reset(conn)
 			} else {
 				_ = conn.Close()
 			}
 		}
 	})
-}
-
-func resetConn(conn net.Conn) {
-	if tc, ok := conn.(*net.TCPConn); ok {
-		_ = tc.SetLinger(0)
-	}
-	_ = conn.Close()
 }

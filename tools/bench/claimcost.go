@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/wlproj/wlproj/internal/testkit/harness"
+	"github.com/wlproj/wlproj/outbox"
+	"github.com/wlproj/wlproj/projection"
+)
+
+// 6. Median claim time with only the pending rows, then with history.
+func (b *bench) claimCost(ctx context.Context) error {
+	cc := &ClaimCost{Batch: b.cfg.Batch, Samples: b.cfg.ClaimSamples, DoneRows: b.cfg.DoneRows, FailedRows: b.cfg.FailedRows}
+	var err error
+	if cc.EmptyMedianMs, _, err = b.claimMedian(ctx, false); err != nil {
+		return err
+	}
+	if cc.ScaleMedianMs, cc.LedgerRows, err = b.claimMedian(ctx, true); err != nil {
+		return err
+	}
+	if err := b.pool.QueryRow(ctx, `SELECT pg_total_relation_size('outbox_events')`).Scan(&cc.TableBytes); err != nil {
+		return err
+	}
+	cc.Ratio = harness.Round3(cc.ScaleMedianMs / cc.EmptyMedianMs)
+	b.rep.ClaimCost = cc
+	b.say("claim cost: median %.2f ms empty, %.2f ms with %d done and %d failed rows: ratio %.2f",
+		cc.EmptyMedianMs, cc.ScaleMedianMs, cc.DoneRows, cc.FailedRows, cc.Ratio)
+	return nil
+}
+
+// claimMedian is the median time of one claim, and the ledger entries of
+// the history.
+func (b *bench) claimMedian(ctx context.Context, history bool) (median float64, ledger int64, err error) {
+	const name = "bench-claim"
+	if err := b.reset(ctx); err != nil {
+		return 0, 0, err
+	}
+	if history {
+		if ledger, err = b.loadHistory(ctx); err != nil {
+			return 0, 0, err
+		}
+	}
+	pending := b.cfg.ClaimSamples * b.cfg.Batch
+	if err := b.loadEvents(ctx, 0, pending); err != nil {
+		return 0, 0, err
+	}
+	if err := b.vacuum(ctx); err != nil {
+		return 0, 0, err
+	}
+	if _, err := b.pool.Exec(ctx, `INSERT INTO outbox_leader (name, holder, epoch) VALUES ($1, $1, 1)`, name); err != nil {
+		return 0, 0, err
+	}
+	store := &outbox.Store{Pool: b.pool, Owner: name, LeaderName: name}
+	var times []float64
+	for range b.cfg.ClaimSamples {
+		start := time.Now()
+		events, err := store.Claim(ctx, 1, b.cfg.Batch, time.Minute, []string{projection.SearchName})
+		elapsed := time.Since(start)
+		if err != nil {
+			return 0, 0, err
+		}
+		if len(events) != b.cfg.Batch {
+			return 0, 0, fmt.Errorf("claimed %d events, want %d", len(events), b.cfg.Batch)
+		}
+		times = append(times, elapsed.Seconds()*1000)
+		ids := make([]int64, len(events))
+		for i, e := range events {
+			ids[i] = e.ID
+		}
+		if _, err := store.AckDone(ctx, 1, events[0].Claim, ids, ids); err != nil {
+			return 0, 0, err
+		}
+	}
+	return harness.NewStats(times).Median, ledger, nil
+}
+
+// loadHistory writes the done and failed rows a long-running outbox keeps,
+// with payloads of the same size as the live ones, in chunks so progress
+// shows and no single transaction grows huge.
+func (b *bench) loadHistory(ctx context.Context) (ledger int64, err error) {
+	const chunk = 250_000
+	reps := max(1, b.cfg.DocBytes/33)
+	for _, part := range []struct {
+		status string
+		rows   int
+	}{{"done", b.cfg.DoneRows}, {"failed", b.cfg.FailedRows}} {
+		for from := 0; from < part.rows; from += chunk {
+			to := min(from+chunk, part.rows)
+			if _, err := b.pool.Exec(ctx, `
+				INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload, status, attempts,
+				                           processed_at, error_class, error_reason, last_error, created_at, updated_at)
+				SELECT 'book', 'h' || g, 'upsert', 1,
+				       jsonb_build_object('kind', 'book', 'title', 'Book ' || g, 'body', repeat(md5(g::text) || ' ', $3)),
+				       $4, 1,
+				       CASE WHEN $4 = 'done' THEN now() END,
+				       CASE WHEN $4 = 'failed' THEN 'deterministic' END,
+				       CASE WHEN $4 = 'failed' THEN 'mapping_error' END,
+				       CASE WHEN $4 = 'failed' THEN 'strict_dynamic_mapping_exception: mapping set to strict' END,
+				       now() - interval '1 day', now() - interval '1 day'
+				  FROM generate_series($1::int, $2::int - 1) g`, from, to, reps, part.status); err != nil {
+				return 0, err
+			}
+			b.say("claim cost: %d of %d %s rows written", to, part.rows, part.status)
+		}
+	}
+	// The claim reads each document's ledger entry: a real outbox's history
+	// comes with one per document applied, as the ledger's backfill writes
+	// them (the claimed documents are new: no entry, in both table states).
+	tag, err := b.pool.Exec(ctx, `
+		INSERT INTO outbox_applied (projection, entity_type, entity_id, version, deleted, event_id, applied_at)
+		SELECT projection, entity_type, entity_id, coalesce(event_version, id), op = 'delete', id, processed_at
+		  FROM outbox_events WHERE status = 'done'`)
+	return tag.RowsAffected(), err
+}

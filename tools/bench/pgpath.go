@@ -1,0 +1,239 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+
+	"github.com/rs/zerolog"
+
+	"github.com/wlproj/wlproj/consume"
+	"github.com/wlproj/wlproj/internal/testkit/harness"
+	"github.com/wlproj/wlproj/outbox"
+	"github.com/wlproj/wlproj/projection"
+)
+
+// ackSink acknowledges every event without sending it anywhere, and counts
+// them.
+type ackSink struct {
+	handled atomic.Int64
+	// latestOnly makes the sink stand in for the search index, which keeps
+	// one version per document: the loop reads and moves the ledger for
+	// its events as for the index's. Without it the sink keeps every event,
+	// as the chronicle does, and the loop neither reads nor writes the
+	// ledger for it.
+	latestOnly bool
+}
+
+// LatestOnly implements projection.LatestOnly.
+func (s *ackSink) LatestOnly() bool { return s.latestOnly }
+
+func (s *ackSink) Handle(_ context.Context, events []outbox.Event) []projection.Result {
+	s.handled.Add(int64(len(events)))
+	results := make([]projection.Result, len(events))
+	for i, e := range events {
+		results[i].ID = e.ID
+	}
+	return results
+}
+
+// The variants of step 3, as the report names them.
+const (
+	pgBare     = "bare"
+	pgLedger   = "ledger"
+	pgNoLedger = "no_ledger"
+)
+
+// 3. What the daemon's claim and ack cost, with the ledger and without it,
+// next to a bare SQL loop: the three in turn, every other round in reverse
+// order, then the daemon once more at the bare loop's batch.
+func (b *bench) postgresPath(ctx context.Context) error {
+	pg := &PostgresPath{Batch: b.cfg.Batch, BareBatch: b.cfg.BareBatch,
+		Bare: &Variant{Batch: b.cfg.BareBatch}, Ledger: &Variant{Batch: b.cfg.Batch}, NoLedger: &Variant{Batch: b.cfg.Batch}}
+	variants := map[string]*Variant{pgBare: pg.Bare, pgLedger: pg.Ledger, pgNoLedger: pg.NoLedger}
+	for round := range b.cfg.PGRounds {
+		order := []string{pgBare, pgLedger, pgNoLedger}
+		if round%2 == 1 {
+			slices.Reverse(order)
+		}
+		got := map[string]*Throughput{}
+		for _, v := range order {
+			run, err := b.pgRun(ctx, v, b.cfg.Batch)
+			if err != nil {
+				return err
+			}
+			variants[v].Runs = append(variants[v].Runs, run)
+			pg.Order = append(pg.Order, v)
+			got[v] = run
+		}
+		rate := func(v string) float64 { return got[v].EventsPerSec }
+		r := PGRound{LedgerToNoLedger: harness.Round3(rate(pgLedger) / rate(pgNoLedger)),
+			LedgerToBare: harness.Round3(rate(pgLedger) / rate(pgBare)), NoLedgerToBare: harness.Round3(rate(pgNoLedger) / rate(pgBare)),
+			LedgerDatabaseCPU: ratio(got[pgLedger].DatabaseCPUSeconds, got[pgNoLedger].DatabaseCPUSeconds)}
+		pg.Rounds = append(pg.Rounds, r)
+		b.say("postgres path, round %d: bare %.0f, daemon with ledger %.0f, without %.0f events/s: with/without %.3f, with/bare %.3f; database CPU with/without %.3f",
+			round+1, rate(pgBare), rate(pgLedger), rate(pgNoLedger), r.LedgerToNoLedger, r.LedgerToBare, r.LedgerDatabaseCPU)
+	}
+	for _, v := range variants {
+		v.finish()
+	}
+	if b.cfg.BareBatch != b.cfg.Batch {
+		run, err := b.pgRun(ctx, pgLedger, b.cfg.BareBatch)
+		if err != nil {
+			return err
+		}
+		pg.AtBareBatch = run
+	}
+	b.rep.PostgresPath = pg
+	return nil
+}
+
+// pgRun drains the backlog once with one variant of step 3, and checks that
+// the ledger was written by the daemon with it and only then.
+func (b *bench) pgRun(ctx context.Context, variant string, batch int) (*Throughput, error) {
+	drain := b.bareLoop
+	if variant != pgBare {
+		drain = func(ctx context.Context) error { return b.daemonLoop(ctx, batch, variant == pgNoLedger) }
+	}
+	run, err := b.drainWith(ctx, drain)
+	if err != nil {
+		return nil, fmt.Errorf("%s, batch %d: %w", variant, batch, err)
+	}
+	var entries int
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_applied`).Scan(&entries); err != nil {
+		return nil, err
+	}
+	if want := map[bool]int{true: b.cfg.Docs, false: 0}[variant == pgLedger]; entries != want {
+		return nil, fmt.Errorf("%s, batch %d: %d ledger entries after the drain, want %d", variant, batch, entries, want)
+	}
+	if variant == pgBare {
+		batch = b.cfg.BareBatch
+	}
+	run.Batch = batch
+	b.say("postgres path: %s, batch %d: %.0f events/s", variant, batch, run.EventsPerSec)
+	return run, nil
+}
+
+// drainWith loads the documents as pending events and times drain until
+// every one is done, from Postgres' clock before it to the last processed_at.
+func (b *bench) drainWith(ctx context.Context, drain func(context.Context) error) (*Throughput, error) {
+	if err := b.backlog(ctx); err != nil {
+		return nil, err
+	}
+	cpu0 := sampleCPU()
+	db0, err := b.sampleDBCPU(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t0, err := harness.Now(ctx, b.pool)
+	if err != nil {
+		return nil, err
+	}
+	if err := drain(ctx); err != nil {
+		return nil, err
+	}
+	last, failed, err := b.waitDrained(ctx, b.drainTimeout(b.cfg.Docs))
+	if err != nil {
+		return nil, err
+	}
+	cpu := sampleCPU().since(cpu0)
+	db, err := b.sampleDBCPU(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var done int
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE status = 'done'`).Scan(&done); err != nil {
+		return nil, err
+	}
+	if failed > 0 || done != b.cfg.Docs {
+		return nil, fmt.Errorf("%d events done and %d failed, want %d done", done, failed, b.cfg.Docs)
+	}
+	secs := last.Sub(t0).Seconds()
+	t := newThroughput(b.cfg.Docs, secs, cpu)
+	t.DatabaseCPUSeconds = db.since(db0)
+	return t, nil
+}
+
+// bareLoop is the reference: one connection, one transaction per batch
+// that claims rows FOR UPDATE SKIP LOCKED (reading what a projection
+// needs) and marks them done.
+func (b *bench) bareLoop(ctx context.Context) error {
+	conn, err := b.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	for {
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `
+			SELECT id, projection, entity_type, entity_id, op, event_version, payload, scope_key, attempts, created_at
+			  FROM outbox_events WHERE status = 'pending' AND next_retry_at <= now()
+			 ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`, b.cfg.BareBatch)
+		if err != nil {
+			_ = tx.Rollback(ctx)
+			return err
+		}
+		var ids []int64
+		for rows.Next() {
+			var e outbox.Event
+			var payload []byte
+			if err := rows.Scan(&e.ID, &e.Projection, &e.EntityType, &e.EntityID, &e.Op, &e.EventVersion,
+				&payload, &e.ScopeKey, &e.Attempts, &e.CreatedAt); err != nil {
+				rows.Close()
+				_ = tx.Rollback(ctx)
+				return err
+			}
+			ids = append(ids, e.ID)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			_ = tx.Rollback(ctx)
+			return err
+		}
+		if len(ids) == 0 {
+			return tx.Rollback(ctx)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE outbox_events SET status = 'done', processed_at = now(), updated_at = now()
+		                            WHERE id = ANY($1)`, ids); err != nil {
+			_ = tx.Rollback(ctx)
+			return err
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// daemonLoop runs the daemon's consume loop in process, as leader of a
+// name of its own, with the ackSink projection, until the outbox is empty;
+// noLedger makes the sink a projection that keeps every event, for which the
+// loop neither reads nor writes the ledger.
+func (b *bench) daemonLoop(ctx context.Context, batch int, noLedger bool) error {
+	const name = "bench-pg"
+	if _, err := b.pool.Exec(ctx, `INSERT INTO outbox_leader (name, holder, epoch) VALUES ($1, $1, 1)`, name); err != nil {
+		return err
+	}
+	store := &outbox.Store{Pool: b.pool, Owner: name, LeaderName: name}
+	sink := &ackSink{latestOnly: !noLedger}
+	loop, err := consume.NewLoop(consume.Config{BulkSize: batch, Concurrency: b.cfg.Concurrency},
+		store, projection.Registry{projection.SearchName: sink}, zerolog.Nop())
+	if err != nil {
+		return err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); loop.Run(runCtx, 1, nil) }()
+	err = harness.Poll(ctx, b.drainTimeout(b.cfg.Docs), "the sink to see every event", func(context.Context) (bool, error) {
+		return sink.handled.Load() >= int64(b.cfg.Docs), nil
+	})
+	if err == nil {
+		_, _, err = b.waitDrained(ctx, stepTimeout)
+	}
+	stop()
+	<-done
+	return err
+}
