@@ -31,10 +31,29 @@ BUILDINFO := github.com/wlproj/wlproj/internal/buildinfo
 LDFLAGS := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).revision=$(REVISION) \
 	-X $(BUILDINFO).dirty=$(if $(filter %-dirty,$(VERSION)),true,false) -X $(BUILDINFO).buildDate=$(BUILD_DATE)
 
-.PHONY: build test test-go test-engine test-engines capture stack-up stack-down lint demo bench drill clean
+# make deb writes $(DEB_DIR)/wlproj_$(DEB_VERSION)_$(DEB_ARCH).deb
+# (deploy/deb/nfpm.yaml says what is in it). DEB_ARCH is Go's GOARCH, which
+# names amd64 and arm64 as Debian does.
+DEB_DIR ?= bin
+DEB_VERSION ?= $(shell scripts/version.sh --deb)
+DEB_ARCH ?= $(shell $(GO) env GOARCH)
+DEB_STAGE := $(DEB_DIR)/deb-stage
+
+.PHONY: build deb test test-go test-engine test-engines capture stack-up stack-down lint demo bench drill clean
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/wlproj .
+
+# The package's binary links no C library (CGO_ENABLED=0: it runs on any
+# glibc), is position-independent (ASLR, and lintian's static-binary check
+# passes) and stripped, as Debian wants; its Go build info stays readable.
+deb:
+	@mkdir -p $(DEB_STAGE)
+	CGO_ENABLED=0 GOARCH=$(DEB_ARCH) $(GO) build -buildmode=pie -trimpath -ldflags '$(LDFLAGS) -s -w' -o $(DEB_STAGE)/wlproj .
+	gzip -9n < deploy/deb/changelog > $(DEB_STAGE)/changelog.gz
+	@nfpm=$$(scripts/tools.sh nfpm) && DEB_VERSION=$(DEB_VERSION) DEB_ARCH=$(DEB_ARCH) DEB_STAGE=$(DEB_STAGE) \
+		$$nfpm package --config deploy/deb/nfpm.yaml --packager deb --target $(DEB_DIR)/wlproj_$(DEB_VERSION)_$(DEB_ARCH).deb
+	@rm -rf $(DEB_STAGE)
 
 stack-up:
 	@$(STACK) up

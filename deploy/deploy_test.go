@@ -55,6 +55,7 @@ var allowedMetrics = map[string]bool{
 	"outbox_event_latency_seconds_sum":     true,
 	"outbox_event_latency_seconds_count":   true,
 	"outbox_verify_drift_documents":        true,
+	"wlproj_build_info":                    true,
 	"up":                                   true,
 }
 
@@ -412,12 +413,13 @@ func TestSystemdUnitDirectives(t *testing.T) {
 		"Type":            "notify",
 		"NotifyAccess":    "main",
 		"WatchdogSec":     "10s",
-		"ExecStart":       "/usr/local/bin/wlproj run",
+		"ExecStart":       "/usr/bin/wlproj run",
 		"EnvironmentFile": "/etc/wlproj/%i.env",
 		"Restart":         "always",
 		"RestartSec":      "1",
 		"KillSignal":      "SIGTERM",
 
+		"User":                    "wlproj",
 		"DynamicUser":             "yes",
 		"NoNewPrivileges":         "yes",
 		"ProtectSystem":           "strict",
@@ -483,7 +485,7 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 	text := readUnit(t)
 	// verify checks that ExecStart exists and is executable, so point it at
 	// the real binary; everything else is verified as shipped.
-	const execStart = "ExecStart=/usr/local/bin/wlproj run"
+	const execStart = "ExecStart=/usr/bin/wlproj run"
 	require.Contains(t, text, execStart)
 	text = strings.Replace(text, execStart, "ExecStart="+harness.Binary(t)+" run", 1)
 	require.Empty(t, verifyUnit(t, text), "systemd-analyze verify complains about the unit")

@@ -1,12 +1,38 @@
 #!/usr/bin/env bash
 # Installs the programs the tests call, from Debian, when missing: promtool
-# (prometheus), systemd-analyze (systemd) and chromium for the console's
-# browser tests. Only Debian's chromium: the tests never download a browser
-# build of their own.
+# (prometheus), systemd-analyze (systemd), lintian and dpkg-deb for the
+# package test, and chromium for the console's browser tests. Only Debian's
+# chromium: the tests never download a browser build of their own. Then
+# nFPM, as `scripts/tools.sh nfpm` alone does.
+#
+# `scripts/tools.sh nfpm` installs nFPM, the packager of `make deb`, with go
+# install into .cache/ (never onto the machine's PATH) and prints its path.
+# nFPM because it builds a .deb from a list of files without debhelper, a
+# debian/ tree or a Debian build chroot, and is a Go module like wlproj.
+# Pinned: v2.45.2 is the newest release that builds with the project's Go
+# (1.26); a newer one needs a newer toolchain.
 set -euo pipefail
+cd "$(dirname "$0")/.."
+NFPM_VERSION=v2.45.2
+nfpm() {
+	local bin=.cache/nfpm/$NFPM_VERSION/nfpm
+	if [ ! -x "$bin" ]; then
+		echo "tools: go install nfpm@$NFPM_VERSION" >&2
+		GOBIN="$PWD/${bin%/nfpm}" GOFLAGS=-mod=mod go install "github.com/goreleaser/nfpm/v2/cmd/nfpm@$NFPM_VERSION" >&2
+	fi
+	echo "$PWD/$bin"
+}
+if [ "${1:-}" = nfpm ]; then
+	nfpm
+	exit 0
+fi
+nfpm >/dev/null
+
 lean=() # installed without their recommends
 command -v promtool >/dev/null || lean+=(prometheus)
 command -v systemd-analyze >/dev/null || lean+=(systemd)
+command -v lintian >/dev/null || lean+=(lintian)
+command -v dpkg-deb >/dev/null || lean+=(dpkg)
 full=() # chromium wants its recommended fonts to render pages
 [ -x /usr/bin/chromium ] || full+=(chromium)
 [ ${#lean[@]} = 0 ] && [ ${#full[@]} = 0 ] && exit 0
@@ -33,4 +59,4 @@ if [ ! -e "$policy" ]; then
 fi
 [ ${#lean[@]} = 0 ] || "${apt[@]}" install -y -qq --no-install-recommends "${lean[@]}" >/dev/null
 [ ${#full[@]} = 0 ] || "${apt[@]}" install -y -qq "${full[@]}" >/dev/null
-command -v promtool >/dev/null && command -v systemd-analyze >/dev/null && [ -x /usr/bin/chromium ]
+command -v promtool >/dev/null && command -v systemd-analyze >/dev/null && command -v lintian >/dev/null && [ -x /usr/bin/chromium ]
