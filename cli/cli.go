@@ -93,7 +93,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		}
 		c.logger = newLogger(c.LogFormat, c.LogLevel, stderr)
 		c.stdout = stdout
-		if err := kctx.Run(&c.globals); err != nil {
+		if err := runTraced(kctx, &c.globals); err != nil {
 			fmt.Fprintln(stderr, "wlproj:", err)
 			code = 1
 			var ee *exitError

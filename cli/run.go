@@ -112,6 +112,11 @@ func (c *runCmd) Run(g *globals) error {
 	log := g.logger.With().Str("worker_id", cfg.WorkerID).Logger()
 	// The first line says which build runs, as `wlproj version --json` does.
 	log.Info().Interface("build", buildinfo.Get()).Msg("starting")
+	stopTracing, err := startTracing(log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	ctx, cancel := drainOnSignal(log)
 	defer cancel()
 	r, err := replica.New(ctx, cfg, log)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wlproj/wlproj/classify"
 	"github.com/wlproj/wlproj/outbox"
@@ -80,8 +81,12 @@ func (l *Loop) process(ctx context.Context, epoch int64, events []outbox.Event) 
 	}
 	var res BatchResult
 	claim := events[0].Claim // a batch is one claim
-	l.ackDone(ctx, epoch, claim, byID, out, &res)
-	l.ackFailed(ctx, epoch, claim, byID, out.failures, &res)
+	ackCtx, ack := tracer.Start(ctx, spanAck)
+	l.ackDone(ackCtx, epoch, claim, byID, out, &res)
+	l.ackFailed(ackCtx, epoch, claim, byID, out.failures, &res)
+	ack.SetAttributes(resultAttributes(res)...)
+	ack.End()
+	trace.SpanFromContext(ctx).SetAttributes(resultAttributes(res)...)
 	fencedAcksTotal.Add(res.Fenced)
 	elapsed := time.Since(start)
 	batchDuration.Observe(elapsed.Seconds())
@@ -138,7 +143,10 @@ func (l *Loop) project(ctx context.Context, events []outbox.Event) []projection.
 			}
 			continue
 		}
-		results = append(results, complete(group, h.Handle(ctx, group))...)
+		bulkCtx, span := startBulk(ctx, name, len(group))
+		rs := complete(group, h.Handle(bulkCtx, group))
+		endBulk(span, rs)
+		results = append(results, rs...)
 	}
 	return results
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wlproj/wlproj/outbox"
 	"github.com/wlproj/wlproj/projection"
@@ -82,6 +83,10 @@ func (l *Loop) runOnce(ctx context.Context, epoch int64) (BatchResult, error) {
 // a document are done, and lets the ones behind it go on.
 func (l *Loop) handle(ctx context.Context, epoch int64, f *flight) (BatchResult, error) {
 	defer l.order.finish(f)
+	if f.span != nil {
+		defer f.span.End()
+		ctx = trace.ContextWithSpan(ctx, f.span)
+	}
 	if err := l.order.wait(ctx, f); err != nil {
 		return BatchResult{}, err
 	}
@@ -90,14 +95,17 @@ func (l *Loop) handle(ctx context.Context, epoch int64, f *flight) (BatchResult,
 
 // claim takes the next batch, in order with the batches of this term.
 func (l *Loop) claim(ctx context.Context, epoch int64) (*flight, error) {
+	var start, end time.Time
 	f, err := l.order.claim(func() ([]outbox.Event, error) {
-		start := time.Now()
+		start = time.Now()
 		events, err := l.store.Claim(ctx, epoch, l.cfg.BulkSize, l.cfg.Lease, l.latestNames)
-		claimDuration.Observe(time.Since(start).Seconds())
+		end = time.Now()
+		claimDuration.Observe(end.Sub(start).Seconds())
 		return events, err
 	})
 	if f != nil {
 		l.track(f.events)
+		f.span = startBatch(ctx, epoch, f.events, start, end)
 	}
 	return f, err
 }

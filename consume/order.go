@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/wlproj/wlproj/outbox"
 )
 
@@ -19,6 +21,8 @@ type flight struct {
 	// share a document with this one.
 	after []chan struct{}
 	done  chan struct{}
+	// span is the batch's trace span, from its claim to its last ack.
+	span trace.Span
 }
 
 // order keeps a term's batches of one document in claim order. The loop

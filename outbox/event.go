@@ -23,6 +23,9 @@ type Event struct {
 	Repair bool
 	// Claim numbers the claim that took the event; its acks name it.
 	Claim int64
+	// Traceparent is the W3C trace context the producer wrote, if any: the
+	// batch's span links to it.
+	Traceparent string
 	// Applied is the ledger's entry for the event's document when the event
 	// was claimed, nil if the projection never applied one.
 	Applied *Applied

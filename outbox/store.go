@@ -55,7 +55,7 @@ UPDATE outbox_events e
                  FOR UPDATE SKIP LOCKED)
    AND ` + leaderGuard + `
 RETURNING e.id, e.projection, e.entity_type, e.entity_id, e.op, e.event_version,
-          e.payload, e.scope_key, e.attempts, e.created_at, e.repair,
+          e.payload, e.scope_key, e.attempts, e.created_at, e.repair, e.traceparent,
           CASE WHEN e.projection = ANY(@latest::text[]) THEN
             (SELECT ARRAY[a.version, a.event_id, a.deleted::int] FROM outbox_applied a
               WHERE a.projection = e.projection AND a.entity_type = e.entity_type AND a.entity_id = e.entity_id)
@@ -114,11 +114,15 @@ func scanClaimed(br pgx.BatchResults, claim int64) ([]Event, error) {
 		var e Event
 		var payload []byte
 		var applied []int64
+		var traceparent *string
 		if err := rows.Scan(&e.ID, &e.Projection, &e.EntityType, &e.EntityID, &e.Op, &e.EventVersion,
-			&payload, &e.ScopeKey, &e.Attempts, &e.CreatedAt, &e.Repair, &applied); err != nil {
+			&payload, &e.ScopeKey, &e.Attempts, &e.CreatedAt, &e.Repair, &traceparent, &applied); err != nil {
 			return nil, fmt.Errorf("claim: %w", err)
 		}
 		e.Payload, e.Claim = payload, claim
+		if traceparent != nil {
+			e.Traceparent = *traceparent
+		}
 		if len(applied) == 3 {
 			e.Applied = &Applied{Version: applied[0], EventID: applied[1], Deleted: applied[2] == 1}
 		}
