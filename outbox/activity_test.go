@@ -83,8 +83,19 @@ func TestReplicasAndLeaderOf(t *testing.T) {
 		cfg.RuntimeParams["application_name"] = app
 		conn, err := pgx.ConnectConfig(ctx, cfg)
 		require.NoError(t, err)
-		t.Cleanup(func() { conn.Close(context.Background()) })
-		go func() { _, _ = conn.Exec(ctx, outbox.LockSQL, name) }()
+		// A connection is not safe for concurrent use: the lock's Exec ends
+		// (cancelled) before the connection is closed.
+		lockCtx, cancel := context.WithCancel(ctx)
+		locked := make(chan struct{})
+		go func() {
+			defer close(locked)
+			_, _ = conn.Exec(lockCtx, outbox.LockSQL, name)
+		}()
+		t.Cleanup(func() {
+			cancel()
+			<-locked
+			conn.Close(context.Background())
+		})
 		return conn
 	}
 	lock("holder-a", "test")
