@@ -1,7 +1,9 @@
 // Package faultproxy is an HTTP reverse proxy that sits in front of the real
 // search engine and, on command, makes it misbehave: answer 429 or 503 with
 // the engine's own error body, delay, reset the connection, or stop listening.
-// Tests and drills use it so that every failure they exercise comes from a
+// Independently of the fault it can add network latency (SetDelay): a fixed
+// and a jittered delay on the way in and on the way out of every request.
+// Tests, drills and the bench use it so that every failure they exercise comes from a
 // real client talking to a real server, with only the fault injected.
 package faultproxy
 
@@ -10,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -51,6 +54,22 @@ type Fault struct {
 	PathSuffix string
 }
 
+// Direction is which way a latency delays: the request on its way to the
+// engine, the response on its way back, or both.
+type Direction int
+
+const (
+	Requests Direction = 1 << iota
+	Responses
+	Both = Requests | Responses
+)
+
+// latency is the network delay SetDelay configures.
+type latency struct {
+	fixed, jitter time.Duration
+	dir           Direction
+}
+
 // Proxy forwards to one engine, injecting the current Fault.
 type Proxy struct {
 	addr      string // fixed after the first listen so URL survives Refuse
@@ -60,7 +79,8 @@ type Proxy struct {
 
 	mu        sync.Mutex
 	fault     Fault
-	remaining int          // requests left when fault.Times > 0
+	remaining int // requests left when fault.Times > 0
+	latency   latency
 	srv       *http.Server // nil while refusing or closed
 	closed    bool
 	done      chan struct{}
@@ -130,8 +150,36 @@ func (p *Proxy) Set(f Fault) {
 	}
 }
 
-// Clear forwards every following request unchanged.
+// Clear forwards every following request unchanged, but for the latency
+// SetDelay added, which stays until SetDelay(0, 0).
 func (p *Proxy) Clear() { p.Set(Fault{}) }
+
+// SetDelay adds a one-way network delay to every following request, in
+// both directions: fixed plus a uniformly random part in [0, jitter], drawn
+// anew for the request and for its response, so a round trip takes at least
+// 2×fixed more. It applies to faulted requests too, and is not changed by Set
+// or Clear: the network stays slow while the engine misbehaves.
+// SetDelay(0, 0) removes it.
+func (p *Proxy) SetDelay(fixed, jitter time.Duration) { p.SetDelayOn(Both, fixed, jitter) }
+
+// SetDelayOn is SetDelay in the directions dir only.
+func (p *Proxy) SetDelayOn(dir Direction, fixed, jitter time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.latency = latency{fixed: max(fixed, 0), jitter: max(jitter, 0), dir: dir}
+}
+
+// delay is one direction's latency for one request, 0 if dir is not delayed.
+func (l latency) delay(dir Direction) time.Duration {
+	if l.dir&dir == 0 {
+		return 0
+	}
+	d := l.fixed
+	if l.jitter > 0 {
+		d += rand.N(l.jitter + 1)
+	}
+	return d
+}
 
 // Requests is the number of requests the proxy has received, faulted or not.
 func (p *Proxy) Requests() int64 { return p.requests.Load() }
@@ -178,13 +226,14 @@ func (p *Proxy) relisten() {
 	panic(fmt.Sprintf("faultproxy: listen again on %s: %v", p.addr, err))
 }
 
-// take returns the fault for one request and counts it against Times.
-func (p *Proxy) take(path string) (Fault, bool) {
+// take returns the fault for one request, counted against Times, and the
+// latency.
+func (p *Proxy) take(path string) (Fault, bool, latency) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	f := p.fault
+	f, l := p.fault, p.latency
 	if f == (Fault{}) || f.Refuse || !strings.HasSuffix(path, f.PathSuffix) {
-		return Fault{}, false
+		return Fault{}, false, l
 	}
 	if f.Times > 0 {
 		p.remaining--
@@ -192,12 +241,18 @@ func (p *Proxy) take(path string) (Fault, bool) {
 			p.fault = Fault{}
 		}
 	}
-	return f, true
+	return f, true, l
 }
 
 func (p *Proxy) handle(w http.ResponseWriter, r *http.Request) {
 	p.requests.Add(1)
-	f, ok := p.take(r.URL.Path)
+	f, ok, l := p.take(r.URL.Path)
+	if d := l.delay(Requests); d > 0 && !sleep(r.Context(), p.done, d) {
+		return
+	}
+	if d := l.delay(Responses); d > 0 {
+		w = &delayedWriter{ResponseWriter: w, delay: d, ctx: r.Context(), done: p.done}
+	}
 	if !ok {
 		p.rp.ServeHTTP(w, r)
 		return
@@ -228,13 +283,39 @@ func sleep(ctx context.Context, done <-chan struct{}, d time.Duration) bool {
 	}
 }
 
+// delayedWriter holds the response back by delay before its first byte
+// leaves, as a slow network does: the engine has answered, the client has
+// not heard yet.
+type delayedWriter struct {
+	http.ResponseWriter
+	delay time.Duration
+	ctx   context.Context
+	done  <-chan struct{}
+	once  sync.Once
+}
+
+func (w *delayedWriter) wait() { w.once.Do(func() { sleep(w.ctx, w.done, w.delay) }) }
+
+func (w *delayedWriter) WriteHeader(status int) {
+	w.wait()
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *delayedWriter) Write(b []byte) (int, error) {
+	w.wait()
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController (the reverse proxy's flushes, the
+// reset's hijack) reach the connection's own writer.
+func (w *delayedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 // reset closes the client's connection with an RST and no response.
 func reset(w http.ResponseWriter) {
-	hj, ok := w.(http.Hijacker)
-	if !ok {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if errors.Is(err, http.ErrNotSupported) {
 		panic(errors.New("faultproxy: response writer cannot hijack"))
 	}
-	conn, _, err := hj.Hijack()
 	if err != nil {
 		return
 	}

@@ -258,3 +258,87 @@ func TestNewAndClose(t *testing.T) {
 	_, err = do(t, c, http.MethodGet, p.URL()+"/", "")
 	require.ErrorIs(t, err, syscall.ECONNREFUSED)
 }
+
+// timedGet is one GET through c and how long it took.
+func timedGet(t *testing.T, c *http.Client, url string) (response, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	r := get(t, c, url)
+	return r, time.Since(start)
+}
+
+// latencySlack is what a request may take beyond the delay added: the
+// engine's own answer and a busy shared machine.
+const latencySlack = 150 * time.Millisecond
+
+func TestLatencyBothWays(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const fixed, jitter = 60 * time.Millisecond, 40 * time.Millisecond
+	requireEngine(t, get(t, b.client, b.proxy.URL()+"/")) // a pooled connection, so dialing is not timed
+
+	b.proxy.SetDelay(fixed, jitter)
+	for range 5 {
+		r, took := timedGet(t, b.client, b.proxy.URL()+"/")
+		requireEngine(t, r)
+		require.GreaterOrEqual(t, took, 2*fixed, "the request and the response each wait at least fixed")
+		require.LessOrEqual(t, took, 2*(fixed+jitter)+latencySlack)
+	}
+}
+
+func TestLatencyOneWay(t *testing.T) {
+	t.Parallel()
+	const fixed = 200 * time.Millisecond
+	for _, dir := range []faultproxy.Direction{faultproxy.Requests, faultproxy.Responses} {
+		b := setup(t)
+		requireEngine(t, get(t, b.client, b.proxy.URL()+"/"))
+		b.proxy.SetDelayOn(dir, fixed, 0)
+		r, took := timedGet(t, b.client, b.proxy.URL()+"/")
+		requireEngine(t, r)
+		require.GreaterOrEqual(t, took, fixed, "direction %d", dir)
+		require.Less(t, took, fixed+latencySlack, "direction %d: one way only", dir)
+	}
+}
+
+func TestLatencyJitterVaries(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const jitter = 100 * time.Millisecond
+	requireEngine(t, get(t, b.client, b.proxy.URL()+"/"))
+	b.proxy.SetDelay(0, jitter)
+	var lo, hi time.Duration
+	for i := range 10 {
+		_, took := timedGet(t, b.client, b.proxy.URL()+"/")
+		require.LessOrEqual(t, took, 2*jitter+latencySlack)
+		if i == 0 || took < lo {
+			lo = took
+		}
+		hi = max(hi, took)
+	}
+	// Ten sums of two uniform draws over [0, 100 ms] all within 20 ms of
+	// each other: about one chance in 10^10.
+	require.Greater(t, hi-lo, 20*time.Millisecond, "jitter is drawn per request")
+}
+
+func TestLatencyOutlivesFaults(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const fixed = 100 * time.Millisecond
+	requireEngine(t, get(t, b.client, b.proxy.URL()+"/"))
+	b.proxy.SetDelay(fixed, 0)
+
+	b.proxy.Set(faultproxy.Fault{Status: 503})
+	r, took := timedGet(t, b.client, b.proxy.URL()+"/")
+	requireEngineError(t, r, 503, "cluster_block_exception")
+	require.GreaterOrEqual(t, took, 2*fixed, "a faulted request crosses the slow network too")
+
+	b.proxy.Clear()
+	r, took = timedGet(t, b.client, b.proxy.URL()+"/")
+	requireEngine(t, r)
+	require.GreaterOrEqual(t, took, 2*fixed, "Clear leaves the latency")
+
+	b.proxy.SetDelay(0, 0)
+	r, took = timedGet(t, b.client, b.proxy.URL()+"/")
+	requireEngine(t, r)
+	require.Less(t, took, fixed, "SetDelay(0, 0) removes it")
+}
