@@ -48,7 +48,8 @@ type Config struct {
 	SustainedDuration time.Duration
 	SustainedHistory  int
 
-	Verify VerifyConfig
+	Verify   VerifyConfig
+	NetDelay NetDelayConfig
 
 	// Steps names the steps to run; empty runs all of them.
 	Steps      []string
@@ -70,6 +71,7 @@ func defaultConfig() Config {
 		RetentionSample: 10 * time.Second, RetentionDocs: 20_000,
 		SustainedRate: 2000, SustainedDuration: 10 * time.Minute, SustainedHistory: 1_000_000,
 		Out: "tools/bench/results/results.json", CPUProfile: "tools/bench/results/leader-cpu.pprof", Verify: defaultVerifyConfig(),
+		NetDelay: defaultNetDelayConfig(),
 	}
 }
 
@@ -88,6 +90,7 @@ func (c Config) smoke() Config {
 	c.SustainedRate, c.SustainedDuration, c.SustainedHistory = 200, 3*time.Second, 5000
 	c.CPUProfile = ""
 	c.Verify = c.Verify.smoke()
+	c.NetDelay = c.NetDelay.smoke()
 	return c
 }
 
@@ -113,6 +116,9 @@ func (c Config) validate() error {
 		}
 	}
 	if err := c.Verify.validate(); err != nil {
+		return err
+	}
+	if err := c.NetDelay.validate(); err != nil {
 		return err
 	}
 	switch {
@@ -219,6 +225,7 @@ func (b *bench) steps() []step {
 		{"console", "console", b.console},
 		{"sustained", "sustained live load", b.sustained},
 		{"verify", "verify", b.verifyStep},
+		{"netdelay", "end to end through network delay", b.netDelay},
 	}
 }
 

@@ -84,6 +84,13 @@
 //     drain's p99 at -verify-live-rate without a scheduled verify for
 //     -verify-window, and during one (goal: at most 2x).
 //
+//  14. network delay: -netdelay-docs events drained end to end through the
+//     fault proxy at each of -netdelay-ms one-way delays (10% jitter), with
+//     the default settings and with the runbook's for that delay,
+//     -netdelay-rounds times, every other round reversed; medians (goal:
+//     at the farthest delay, with the runbook's settings, at least 0.8x
+//     the 0 ms rate).
+//
 // CPU seconds used by the engine, Postgres, the daemon and the bench itself
 // are recorded for steps 1 to 3 (from /proc), so the report can say who the
 // machine's cores were busy with.
@@ -104,9 +111,10 @@ func main() {
 	fs := flag.NewFlagSet("bench", flag.ExitOnError)
 	cfg.flags(fs)
 	cfg.Verify.flags(fs)
+	cfg.NetDelay.flags(fs)
 	compare := fs.Bool("compare", false, "print one table of the results JSON files given as arguments (one per engine), write it as JSON to -compare-out if given, and exit")
 	compareOut := fs.String("compare-out", "", "with -compare: where the per-engine table goes as JSON")
-	steps := fs.String("steps", "", "comma-separated steps to run (raw,e2e,pg,latency,failover,claim,retention,pairs,rebuild,console,sustained,verify; default all)")
+	steps := fs.String("steps", "", "comma-separated steps to run (raw,e2e,pg,latency,failover,claim,retention,pairs,rebuild,console,sustained,verify,netdelay; default all)")
 	fs.StringVar(&cfg.Out, "out", envOr("BENCH_OUT", cfg.Out), "where the JSON goes (BENCH_OUT)")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", cfg.CPUProfile, "write a CPU profile of the leader during step 2 here")
 	fs.StringVar(&cfg.Bin, "bin", "", "a built wlproj binary (default: go build the checkout)")

@@ -33,6 +33,7 @@ type Report struct {
 	Console      *ConsoleReport `json:"console,omitempty"`
 	Sustained    *Sustained     `json:"sustained,omitempty"`
 	Verify       *VerifyResult  `json:"verify,omitempty"`
+	NetDelay     *NetDelay      `json:"network_delay,omitempty"`
 	CPUProfile   string         `json:"cpu_profile,omitempty"`
 	// QuiesceSeconds is the time spent waiting for the engine and Postgres
 	// to go idle before each step.
