@@ -155,7 +155,17 @@ func TestBenchSmoke(t *testing.T) {
 		require.Positive(t, con.Pages[page].MedianMs, page)
 	}
 
-	require.Len(t, rep.Targets, 15+2*6+3, "six targets per sustained run, three of the verify step")
+	nd := rep.NetDelay
+	require.NotNil(t, nd)
+	require.Len(t, nd.Runs, 3, "0 ms with the defaults, 20 ms with the runbook's settings and with the defaults")
+	for _, run := range nd.Runs {
+		require.Len(t, run.EventsPerSec, cfg.NetDelay.Rounds, "%g ms %s", run.DelayMs, run.Settings)
+		require.Positive(t, run.MedianEventsPerSec, "%g ms %s", run.DelayMs, run.Settings)
+		require.Positive(t, run.ToZero, "%g ms %s", run.DelayMs, run.Settings)
+	}
+	require.Equal(t, nd.Runs[0].MedianEventsPerSec, nd.ZeroEventsPerSec)
+
+	require.Len(t, rep.Targets, 15+2*6+3+1, "six targets per sustained run, three of the verify step, one of the network delay")
 	profile, err := os.Stat(cfg.CPUProfile)
 	require.NoError(t, err, "the leader's CPU profile")
 	require.Positive(t, profile.Size())
