@@ -27,7 +27,7 @@ type NetDelayConfig struct {
 }
 
 func defaultNetDelayConfig() NetDelayConfig {
-	return NetDelayConfig{Docs: 50_000, Rounds: 3, Delays: []time.Duration{0, 5 * time.Millisecond, 20 * time.Millisecond}}
+	return NetDelayConfig{Docs: 40_000, Rounds: 5, Delays: []time.Duration{0, 5 * time.Millisecond, 20 * time.Millisecond}}
 }
 
 func (c NetDelayConfig) smoke() NetDelayConfig {
