@@ -24,7 +24,7 @@ func TestBenchSmoke(t *testing.T) {
 	cfg.Bin = harness.Binary(t)
 	cfg.Out = filepath.Join(t.TempDir(), "results.json")
 	cfg.CPUProfile = filepath.Join(t.TempDir(), "leader.pprof")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
 	_, err := Run(ctx, cfg)
