@@ -4,6 +4,7 @@ package outbox
 var (
 	ClaimSQL  = claimSQL
 	ClaimPlan = claimPlan
+	GaugesSQL = gaugesSQL
 
 	AuditedSinceSQL = auditedSinceSQL
 )
