@@ -6,5 +6,14 @@ var (
 	ClaimPlan = claimPlan
 	GaugesSQL = gaugesSQL
 
+	AckDoneSQL       = ackDoneSQL
+	AckFailedSQL     = ackFailedSQL
+	ReleaseSQL       = releaseSQL
+	ReclaimSQL       = reclaimSQL
+	PruneDoneSQL     = pruneDoneSQL
+	StatesSQL        = statesSQL
+	RebuildWritesSQL = rebuildWritesSQL
+	LeaderSQL        = leaderSQL
+
 	AuditedSinceSQL = auditedSinceSQL
 )
