@@ -12,13 +12,16 @@ import (
 // ack first (outbox_events_done_idx). Done is terminal and no leader writes
 // it again, so a deposed leader pruning too changes nothing that matters:
 // no fencing guard. SKIP LOCKED leaves rows an operator is reading alone.
+// The batch's ids go to the DELETE as an array, so that it probes the
+// primary key: an IN let the planner hash-join the batch against a
+// sequential scan of the table (99 ms a batch at 100k rows).
 const pruneDoneSQL = `
 WITH gone AS (
   DELETE FROM outbox_events
-   WHERE id IN (SELECT id FROM outbox_events
+   WHERE id = ANY(ARRAY(SELECT id FROM outbox_events
                  WHERE status = 'done' AND processed_at < now() - make_interval(secs => @retention_secs)
                  ORDER BY processed_at LIMIT @batch
-                 FOR UPDATE SKIP LOCKED)
+                 FOR UPDATE SKIP LOCKED))
      AND status = 'done'
   RETURNING projection
 )

@@ -95,6 +95,12 @@ func TestBenchSmoke(t *testing.T) {
 	require.Positive(t, rep.ClaimCost.EmptyMedianMs)
 	require.Positive(t, rep.ClaimCost.ScaleMedianMs)
 	require.EqualValues(t, cfg.DoneRows, rep.ClaimCost.LedgerRows, "a ledger entry per done row of the history")
+	require.Positive(t, rep.ClaimCost.PausedMedianMs)
+	require.Positive(t, rep.ClaimCost.BackoffMedianMs)
+
+	require.NotNil(t, rep.SQLScale)
+	require.True(t, rep.SQLScale.NoTableScan, rep.SQLScale.Output)
+	require.GreaterOrEqual(t, len(rep.SQLScale.Statements), 10, "every scheduled and per-batch statement timed")
 	require.Positive(t, rep.Memory.PeakRSSMB)
 
 	rt := rep.Retention
@@ -155,7 +161,8 @@ func TestBenchSmoke(t *testing.T) {
 		require.Positive(t, con.Pages[page].MedianMs, page)
 	}
 
-	require.Len(t, rep.Targets, 15+2*6+3, "six targets per sustained run, three of the verify step")
+	require.Len(t, rep.Targets, 17+2*6+3+1+len(rep.SQLScale.Statements),
+		"six targets per sustained run, three of the verify step, one per statement at scale and their scan check")
 	profile, err := os.Stat(cfg.CPUProfile)
 	require.NoError(t, err, "the leader's CPU profile")
 	require.Positive(t, profile.Size())

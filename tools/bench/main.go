@@ -42,7 +42,9 @@
 //
 //  6. claim cost: median time of one claim with only pending rows in the
 //     table, then with -done-rows done and -failed-rows failed rows too
-//     (and a ledger entry for each done document, as a real outbox has).
+//     (and a ledger entry for each done document, as a real outbox has),
+//     then beside -parked-rows pending rows of a paused projection, then
+//     beside as many rows waiting out a backoff.
 //
 //  7. memory: peak RSS (VmHWM) of the leader of step 2.
 //
@@ -84,6 +86,11 @@
 //     drain's p99 at -verify-live-rate without a scheduled verify for
 //     -verify-window, and during one (goal: at most 2x).
 //
+//  14. sqlscale: every statement the leader runs per batch or on a schedule,
+//     and the metrics poller's, EXPLAIN ANALYZEd next to -scale-rows done
+//     rows (outbox's TestStatementsAtScaleReadNoTableWhole, run with go
+//     test): no sequential scan of the outbox or the ledger, each <= 50 ms.
+//
 // CPU seconds used by the engine, Postgres, the daemon and the bench itself
 // are recorded for steps 1 to 3 (from /proc), so the report can say who the
 // machine's cores were busy with.
@@ -106,7 +113,7 @@ func main() {
 	cfg.Verify.flags(fs)
 	compare := fs.Bool("compare", false, "print one table of the results JSON files given as arguments (one per engine), write it as JSON to -compare-out if given, and exit")
 	compareOut := fs.String("compare-out", "", "with -compare: where the per-engine table goes as JSON")
-	steps := fs.String("steps", "", "comma-separated steps to run (raw,e2e,pg,latency,failover,claim,retention,pairs,rebuild,console,sustained,verify; default all)")
+	steps := fs.String("steps", "", "comma-separated steps to run (raw,e2e,pg,latency,failover,claim,retention,pairs,rebuild,console,sustained,verify,sqlscale; default all)")
 	fs.StringVar(&cfg.Out, "out", envOr("BENCH_OUT", cfg.Out), "where the JSON goes (BENCH_OUT)")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", cfg.CPUProfile, "write a CPU profile of the leader during step 2 here")
 	fs.StringVar(&cfg.Bin, "bin", "", "a built wlproj binary (default: go build the checkout)")
@@ -154,6 +161,8 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.FailoverRate, "failover-rate", c.FailoverRate, "events per second during the failovers")
 	fs.IntVar(&c.DoneRows, "done-rows", c.DoneRows, "done rows in the claim-cost table")
 	fs.IntVar(&c.FailedRows, "failed-rows", c.FailedRows, "failed rows in the claim-cost table")
+	fs.IntVar(&c.ParkedRows, "parked-rows", c.ParkedRows, "paused projection's rows, then rows in backoff, the claim-cost step claims beside")
+	fs.IntVar(&c.ScaleRows, "scale-rows", c.ScaleRows, "done rows the sql-at-scale step runs each statement next to")
 	fs.IntVar(&c.ClaimSamples, "claim-samples", c.ClaimSamples, "claims timed per table state")
 	fs.IntVar(&c.PGRounds, "pg-rounds", c.PGRounds, "rounds of bare loop, daemon loop with and without the ledger in step 3")
 	fs.IntVar(&c.RetentionRate, "retention-rate", c.RetentionRate, "events per second of the retention producer")
