@@ -56,6 +56,9 @@ type Config struct {
 
 	Verify VerifyConfig
 
+	// ReplicaSettings are KEY=VALUE settings every replica the bench starts
+	// gets after its own, to compare a setting's values in one sitting.
+	ReplicaSettings []string
 	// Steps names the steps to run; empty runs all of them.
 	Steps      []string
 	Out        string
@@ -152,6 +155,11 @@ func (c Config) validate() error {
 	for _, s := range c.Steps {
 		if !slices.Contains(known, s) {
 			return fmt.Errorf("-steps: unknown step %q (known: %s)", s, strings.Join(known, ","))
+		}
+	}
+	for _, kv := range c.ReplicaSettings {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return fmt.Errorf("-replica-env: %q is not KEY=VALUE", kv)
 		}
 	}
 	return nil
@@ -264,7 +272,7 @@ func (b *bench) stopReplicas() {
 func (b *bench) startReplica(ctx context.Context, name string, extra ...string) (*harness.Replica, error) {
 	env := harness.ReplicaEnv(b.s.DB.URL, b.cfg.ElasticURL, b.index, slices.Concat([]string{
 		fmt.Sprintf("OUTBOX_BULK_SIZE=%d", b.cfg.Batch), fmt.Sprintf("OUTBOX_CONCURRENCY=%d", b.cfg.Concurrency),
-	}, extra)...)
+	}, extra, b.cfg.ReplicaSettings)...)
 	var tee io.Writer
 	if b.cfg.Verbose {
 		tee = os.Stderr

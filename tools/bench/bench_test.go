@@ -192,6 +192,7 @@ func TestBenchRefusesOutOfRangeSettings(t *testing.T) {
 		{func(c *Config) { c.Duration = 0 }, "-duration=0s is below 100ms"},
 		{func(c *Config) { c.AdminURL = "" }, "DATABASE_URL is not set"},
 		{func(c *Config) { c.Steps = []string{"e2e", "warp"} }, `-steps: unknown step "warp"`},
+		{func(c *Config) { c.ReplicaSettings = []string{"OUTBOX_BULK_SIZE"} }, `-replica-env: "OUTBOX_BULK_SIZE" is not KEY=VALUE`},
 		{func(c *Config) { c.RetentionSample = 40 * time.Second }, "-retention-sample=40s is over half of -retention=1m0s"},
 		{func(c *Config) { c.PGRounds = 0 }, "-pg-rounds=0 is out of range"},
 		{func(c *Config) { c.Pairs = 0 }, "-pairs=0 is out of range"},

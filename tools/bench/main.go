@@ -112,6 +112,7 @@ func main() {
 	cfg.flags(fs)
 	cfg.Verify.flags(fs)
 	compare := fs.Bool("compare", false, "print one table of the results JSON files given as arguments (one per engine), write it as JSON to -compare-out if given, and exit")
+	replicaSettings := fs.String("replica-env", "", "comma-separated KEY=VALUE settings for every replica the bench starts, e.g. OUTBOX_CLAIM_COOLDOWN_SECONDS=0.05")
 	compareOut := fs.String("compare-out", "", "with -compare: where the per-engine table goes as JSON")
 	steps := fs.String("steps", "", "comma-separated steps to run (raw,e2e,pg,latency,failover,claim,retention,pairs,rebuild,console,sustained,verify,sqlscale; default all)")
 	fs.StringVar(&cfg.Out, "out", envOr("BENCH_OUT", cfg.Out), "where the JSON goes (BENCH_OUT)")
@@ -132,6 +133,9 @@ func main() {
 	}
 	if *steps != "" {
 		cfg.Steps = strings.Split(*steps, ",")
+	}
+	if *replicaSettings != "" {
+		cfg.ReplicaSettings = strings.Split(*replicaSettings, ",")
 	}
 	cfg.AdminURL = os.Getenv("DATABASE_URL")
 	cfg.ElasticURL = os.Getenv("ELASTIC_URL")
