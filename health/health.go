@@ -358,7 +358,7 @@ func (s *Server) refreshOnce(ctx context.Context) {
 	} else {
 		s.ready.Set(0)
 	}
-	snap, err := outbox.TakeSnapshot(qctx, s.deps.Pool, s.cfg.MaxProcessing)
+	snap, err := outbox.ReadGauges(qctx, s.deps.Pool, s.cfg.MaxProcessing)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.deps.Log.Warn().Err(err).Msg("refresh outbox gauges")

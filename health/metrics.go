@@ -18,7 +18,7 @@ func init() { metrics.ExposeMetadata(true) }
 
 func init() {
 	metrichelp.Describe(map[string]string{
-		"outbox_lag_events":              "Pending outbox events (due or waiting for a retry).",
+		"outbox_lag_events":              "Pending outbox events (due or waiting for a retry); exact up to 10000, estimated from the ids above.",
 		"outbox_oldest_age_seconds":      "Age of the oldest pending outbox event.",
 		"outbox_inflight_events":         "Outbox events in processing.",
 		"outbox_stuck_processing_events": "Processing events past their lease or the max-processing cap.",

@@ -4,6 +4,16 @@ package outbox
 var (
 	ClaimSQL  = claimSQL
 	ClaimPlan = claimPlan
+	GaugesSQL = gaugesSQL
+
+	AckDoneSQL       = ackDoneSQL
+	AckFailedSQL     = ackFailedSQL
+	ReleaseSQL       = releaseSQL
+	ReclaimSQL       = reclaimSQL
+	PruneDoneSQL     = pruneDoneSQL
+	StatesSQL        = statesSQL
+	RebuildWritesSQL = rebuildWritesSQL
+	LeaderSQL        = leaderSQL
 
 	AuditedSinceSQL = auditedSinceSQL
 )

@@ -12,13 +12,16 @@ import (
 // ack first (outbox_events_done_idx). Done is terminal and no leader writes
 // it again, so a deposed leader pruning too changes nothing that matters:
 // no fencing guard. SKIP LOCKED leaves rows an operator is reading alone.
+// The batch's ids go to the DELETE as an array, so that it probes the
+// primary key: an IN let the planner hash-join the batch against a
+// sequential scan of the table (99 ms a batch at 100k rows).
 const pruneDoneSQL = `
 WITH gone AS (
   DELETE FROM outbox_events
-   WHERE id IN (SELECT id FROM outbox_events
+   WHERE id = ANY(ARRAY(SELECT id FROM outbox_events
                  WHERE status = 'done' AND processed_at < now() - make_interval(secs => @retention_secs)
                  ORDER BY processed_at LIMIT @batch
-                 FOR UPDATE SKIP LOCKED)
+                 FOR UPDATE SKIP LOCKED))
      AND status = 'done'
   RETURNING projection
 )
@@ -52,14 +55,15 @@ func (s *Store) PruneDone(ctx context.Context, retention time.Duration, batch in
 // is read once per statement through them and hashed, never the done rows.
 // No ORDER BY: under FOR UPDATE a sort reads every due entry for each
 // batch, while without it the scan of due entries stops once the batch is
-// full. The DELETE itself has no recheck: FOR UPDATE locks and rechecks
-// the rows, and a recheck there made the planner read every entry of the
-// kind instead of probing the primary key.
+// full. The DELETE takes the locked entries by ctid, from an array: FOR
+// UPDATE locks and rechecks them (a locked row's ctid cannot change before
+// the delete), and an IN over the key made the planner hash-join the
+// batch against every entry of the ledger (111 ms a batch at 200k entries).
 const (
 	pruneLedgerHead = `
 DELETE FROM outbox_applied
- WHERE (projection, entity_type, entity_id) IN (
-         SELECT a.projection, a.entity_type, a.entity_id FROM outbox_applied a
+ WHERE ctid = ANY(ARRAY(
+         SELECT a.ctid FROM outbox_applied a
           WHERE `
 	pruneLedgerTail = ` AND a.applied_at < now() - make_interval(secs => @retention_secs)
             AND NOT EXISTS (SELECT 1 FROM outbox_events e
@@ -71,7 +75,7 @@ DELETE FROM outbox_applied
                              WHERE d.projection = a.projection AND d.entity_type = a.entity_type
                                AND d.entity_id = a.entity_id)
           LIMIT @batch
-          FOR UPDATE OF a SKIP LOCKED)`
+          FOR UPDATE OF a SKIP LOCKED))`
 )
 
 // pruneTombstonesSQL deletes one batch of deleted documents' entries

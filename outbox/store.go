@@ -34,25 +34,46 @@ type Store struct {
 // epoch of this leader name.
 const leaderGuard = `EXISTS (SELECT 1 FROM outbox_leader WHERE name = @leader AND epoch = @epoch)`
 
-// claimSQL claims the due pending rows, each with its document's ledger
-// entry when its projection keeps one (@latest, projection.LatestOnly): the
-// chronicle's events need none, so the claim reads none for them. Rows of
-// paused projections (outbox_projection_state) are walked past, not
-// claimed: NOT IN over the tiny state table is a hashed subplan, read once
-// per statement, that keeps the pending index walk in id order (0.6-1.6 ms
-// a claim on 100k pending rows). "<> ALL (ARRAY(...))" looked as cheap but
-// made the planner estimate one row and sort the whole table (270-600 ms).
-// projection is NOT NULL, so NOT IN has no NULL trap.
+// claimSQL claims the due pending rows, oldest due first, each with its
+// document's ledger entry when its projection keeps one (@latest,
+// projection.LatestOnly): the chronicle's events need none, so the claim
+// reads none for them.
+//
+// It reads outbox_events_due_idx (projection, next_retry_at, id) one
+// projection at a time: the projections with pending rows come from a skip
+// scan of that index (one probe each), paused ones are left out before any
+// of their rows is read, and in each the walk stops at the first row not yet
+// due. So neither a paused projection's backlog nor rows waiting out a
+// backoff cost the claim anything. Projections the binary does not know are
+// claimed too, and failed as unknown_projection. The candidates are then
+// locked one by one through the primary key (an array, so that no
+// statistics can turn it into a join over every pending row), skipping rows
+// another transaction holds (a replay, an ack), and status is checked again
+// on the locked row.
 const claimSQL = `
 UPDATE outbox_events e
    SET status = 'processing', locked_by = @owner, claim_token = @epoch, claim_seq = @claim,
        lease_until = now() + make_interval(secs => @lease_secs),
        processing_started_at = now(), updated_at = now()
- WHERE e.id IN (SELECT id FROM outbox_events
-                 WHERE status = 'pending' AND next_retry_at <= now()
-                   AND projection NOT IN (SELECT projection FROM outbox_projection_state WHERE paused)
-                 ORDER BY id LIMIT @limit
-                 FOR UPDATE SKIP LOCKED)
+ WHERE e.id IN (
+   SELECT o.id FROM outbox_events o
+    WHERE o.id = ANY(ARRAY(
+      WITH RECURSIVE pending_projections AS (
+          (SELECT projection FROM outbox_events WHERE status = 'pending' ORDER BY projection LIMIT 1)
+        UNION ALL
+          SELECT (SELECT n.projection FROM outbox_events n
+                   WHERE n.status = 'pending' AND n.projection > p.projection
+                   ORDER BY n.projection LIMIT 1)
+            FROM pending_projections p WHERE p.projection IS NOT NULL)
+      SELECT due.id FROM pending_projections p
+       CROSS JOIN LATERAL (SELECT id, next_retry_at FROM outbox_events
+                            WHERE status = 'pending' AND projection = p.projection AND next_retry_at <= now()
+                            ORDER BY next_retry_at, id LIMIT @limit) due
+       WHERE p.projection IS NOT NULL
+         AND p.projection NOT IN (SELECT projection FROM outbox_projection_state WHERE paused)
+       ORDER BY due.next_retry_at, due.id LIMIT @limit))
+      AND o.status = 'pending'
+    FOR UPDATE SKIP LOCKED)
    AND ` + leaderGuard + `
 RETURNING e.id, e.projection, e.entity_type, e.entity_id, e.op, e.event_version,
           e.payload, e.scope_key, e.attempts, e.created_at, e.repair, e.traceparent,
@@ -61,7 +82,7 @@ RETURNING e.id, e.projection, e.entity_type, e.entity_id, e.op, e.event_version,
               WHERE a.projection = e.projection AND a.entity_type = e.entity_type AND a.entity_id = e.entity_id)
           END`
 
-// Claim moves up to limit due pending rows, in id order, to processing under
+// Claim moves up to limit due pending rows, oldest due first, to processing under
 // this owner, epoch and a claim number of their own (Event.Claim), each
 // event of a projection named in latest (the ones that keep a ledger) with
 // its document's ledger entry.
@@ -98,13 +119,15 @@ func (s *Store) Claim(ctx context.Context, epoch int64, limit int, lease time.Du
 // on the outbox's statistics. Right after the outbox was emptied and
 // analyzed (a new install, a truncate), the planner thinks it has a few
 // rows and reads every pending one through a bitmap scan, then sorts them:
-// 64 ms a claim on 200k pending rows instead of 0.4 ms for the walk of the
-// pending index in id order, enough to put the leader minutes behind a
-// burst until autovacuum analyzes the table again.
-// Both settings go in one statement: the batch is one round trip, but each
+// 64 ms a claim on 200k pending rows instead of 0.4 ms for the index walk,
+// enough to put the leader minutes behind a burst until autovacuum analyzes
+// the table again. With sorts priced out, the one sort left (of at most
+// limit rows per projection) makes the statement look expensive enough for
+// JIT, which would compile it on every claim (~200 ms): JIT is off too.
+// The settings go in one statement: the batch is one round trip, but each
 // statement still costs the server a parse and an execution per claim.
 var claimPlan = []string{"BEGIN",
-	"SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true)"}
+	"SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true), set_config('jit', 'off', true)"}
 
 func scanClaimed(br pgx.BatchResults, claim int64) ([]Event, error) {
 	rows, err := br.Query()

@@ -29,8 +29,14 @@ type Config struct {
 	FailoverRate       int
 	DoneRows           int
 	FailedRows         int
-	ClaimSamples       int
-	PGRounds           int
+	// ParkedRows is the paused projection's pending rows, and then the rows
+	// waiting out a backoff, that the claim cost step claims beside.
+	ParkedRows int
+	// ScaleRows is the done history the sql-at-scale step runs every
+	// scheduled and per-batch statement next to.
+	ScaleRows    int
+	ClaimSamples int
+	PGRounds     int
 	// Pairs is the raw/end-to-end pairs of the comparison step.
 	Pairs          int
 	RebuildRows    int
@@ -51,6 +57,9 @@ type Config struct {
 	Verify   VerifyConfig
 	NetDelay NetDelayConfig
 
+	// ReplicaSettings are KEY=VALUE settings every replica the bench starts
+	// gets after its own, to compare a setting's values in one sitting.
+	ReplicaSettings []string
 	// Steps names the steps to run; empty runs all of them.
 	Steps      []string
 	Out        string
@@ -65,7 +74,7 @@ func defaultConfig() Config {
 	return Config{
 		Docs: 200_000, DocBytes: 1024, Batch: 500, Concurrency: 2, BareBatch: 1000,
 		Rate: 1000, Duration: 30 * time.Second, Failovers: 20, FailoverRate: 500,
-		DoneRows: 1_000_000, FailedRows: 10_000, ClaimSamples: 100, PGRounds: 2,
+		DoneRows: 1_000_000, FailedRows: 10_000, ParkedRows: 300_000, ScaleRows: 10_000_000, ClaimSamples: 100, PGRounds: 2,
 		Pairs: 3, RebuildRows: 200_000, ConsoleRows: 100_000, ConsoleSamples: 20,
 		RetentionRate: 1000, RetentionDuration: 5 * time.Minute, Retention: time.Minute,
 		RetentionSample: 10 * time.Second, RetentionDocs: 20_000,
@@ -81,6 +90,7 @@ func (c Config) smoke() Config {
 	c.Docs, c.Rate, c.Duration = 3000, 200, 3*time.Second
 	c.Failovers, c.FailoverRate = 2, 200
 	c.DoneRows, c.FailedRows, c.ClaimSamples = 20_000, 200, 20
+	c.ParkedRows, c.ScaleRows = 5_000, 100_000
 	// The pruner runs at the start of a term, then every 10 s: the smoke
 	// run is shorter, so done rows older than the retention are written
 	// before the leader starts, for its first round to delete.
@@ -104,6 +114,7 @@ func (c Config) validate() error {
 		{"-bare-batch", c.BareBatch, 1, 10_000}, {"-rate", c.Rate, 1, 100_000},
 		{"-failovers", c.Failovers, 1, 1000}, {"-failover-rate", c.FailoverRate, 1, 100_000},
 		{"-done-rows", c.DoneRows, 0, 100_000_000}, {"-failed-rows", c.FailedRows, 0, 100_000_000},
+		{"-parked-rows", c.ParkedRows, 0, 100_000_000}, {"-scale-rows", c.ScaleRows, 1, 100_000_000},
 		{"-claim-samples", c.ClaimSamples, 1, 100_000}, {"-pg-rounds", c.PGRounds, 1, 100},
 		{"-retention-rate", c.RetentionRate, 1, 100_000}, {"-retention-docs", c.RetentionDocs, 1, 100_000_000},
 		{"-retention-seed", c.RetentionSeed, 0, 100_000_000},
@@ -150,6 +161,11 @@ func (c Config) validate() error {
 	for _, s := range c.Steps {
 		if !slices.Contains(known, s) {
 			return fmt.Errorf("-steps: unknown step %q (known: %s)", s, strings.Join(known, ","))
+		}
+	}
+	for _, kv := range c.ReplicaSettings {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return fmt.Errorf("-replica-env: %q is not KEY=VALUE", kv)
 		}
 	}
 	return nil
@@ -225,6 +241,7 @@ func (b *bench) steps() []step {
 		{"console", "console", b.console},
 		{"sustained", "sustained live load", b.sustained},
 		{"verify", "verify", b.verifyStep},
+		{"sqlscale", "statements at scale", b.sqlScale},
 		{"netdelay", "end to end through network delay", b.netDelay},
 	}
 }
@@ -262,7 +279,7 @@ func (b *bench) stopReplicas() {
 func (b *bench) startReplica(ctx context.Context, name string, extra ...string) (*harness.Replica, error) {
 	env := harness.ReplicaEnv(b.s.DB.URL, b.cfg.ElasticURL, b.index, slices.Concat([]string{
 		fmt.Sprintf("OUTBOX_BULK_SIZE=%d", b.cfg.Batch), fmt.Sprintf("OUTBOX_CONCURRENCY=%d", b.cfg.Concurrency),
-	}, extra)...)
+	}, extra, b.cfg.ReplicaSettings)...)
 	var tee io.Writer
 	if b.cfg.Verbose {
 		tee = os.Stderr

@@ -95,6 +95,12 @@ func TestBenchSmoke(t *testing.T) {
 	require.Positive(t, rep.ClaimCost.EmptyMedianMs)
 	require.Positive(t, rep.ClaimCost.ScaleMedianMs)
 	require.EqualValues(t, cfg.DoneRows, rep.ClaimCost.LedgerRows, "a ledger entry per done row of the history")
+	require.Positive(t, rep.ClaimCost.PausedMedianMs)
+	require.Positive(t, rep.ClaimCost.BackoffMedianMs)
+
+	require.NotNil(t, rep.SQLScale)
+	require.True(t, rep.SQLScale.NoTableScan, rep.SQLScale.Output)
+	require.GreaterOrEqual(t, len(rep.SQLScale.Statements), 10, "every scheduled and per-batch statement timed")
 	require.Positive(t, rep.Memory.PeakRSSMB)
 
 	rt := rep.Retention
@@ -165,7 +171,8 @@ func TestBenchSmoke(t *testing.T) {
 	}
 	require.Equal(t, nd.Runs[0].MedianEventsPerSec, nd.ZeroEventsPerSec)
 
-	require.Len(t, rep.Targets, 15+2*6+3+1, "six targets per sustained run, three of the verify step, one of the network delay")
+	require.Len(t, rep.Targets, 17+2*6+3+1+len(rep.SQLScale.Statements)+1,
+		"six targets per sustained run, three of the verify step, one per statement at scale and their scan check, one of the network delay")
 	profile, err := os.Stat(cfg.CPUProfile)
 	require.NoError(t, err, "the leader's CPU profile")
 	require.Positive(t, profile.Size())
@@ -195,6 +202,7 @@ func TestBenchRefusesOutOfRangeSettings(t *testing.T) {
 		{func(c *Config) { c.Duration = 0 }, "-duration=0s is below 100ms"},
 		{func(c *Config) { c.AdminURL = "" }, "DATABASE_URL is not set"},
 		{func(c *Config) { c.Steps = []string{"e2e", "warp"} }, `-steps: unknown step "warp"`},
+		{func(c *Config) { c.ReplicaSettings = []string{"OUTBOX_BULK_SIZE"} }, `-replica-env: "OUTBOX_BULK_SIZE" is not KEY=VALUE`},
 		{func(c *Config) { c.RetentionSample = 40 * time.Second }, "-retention-sample=40s is over half of -retention=1m0s"},
 		{func(c *Config) { c.PGRounds = 0 }, "-pg-rounds=0 is out of range"},
 		{func(c *Config) { c.Pairs = 0 }, "-pairs=0 is out of range"},

@@ -10,34 +10,59 @@ import (
 	"github.com/wlproj/wlproj/projection"
 )
 
-// 6. Median claim time with only the pending rows, then with history.
+// 6. Median claim time with only the pending rows, then with history,
+// then beside a paused projection's backlog and beside rows in backoff.
 func (b *bench) claimCost(ctx context.Context) error {
-	cc := &ClaimCost{Batch: b.cfg.Batch, Samples: b.cfg.ClaimSamples, DoneRows: b.cfg.DoneRows, FailedRows: b.cfg.FailedRows}
+	cc := &ClaimCost{Batch: b.cfg.Batch, Samples: b.cfg.ClaimSamples, DoneRows: b.cfg.DoneRows, FailedRows: b.cfg.FailedRows,
+		ParkedRows: b.cfg.ParkedRows}
 	var err error
-	if cc.EmptyMedianMs, _, err = b.claimMedian(ctx, false); err != nil {
+	if cc.EmptyMedianMs, _, err = b.claimMedian(ctx, tableEmpty); err != nil {
 		return err
 	}
-	if cc.ScaleMedianMs, cc.LedgerRows, err = b.claimMedian(ctx, true); err != nil {
+	if cc.ScaleMedianMs, cc.LedgerRows, err = b.claimMedian(ctx, tableHistory); err != nil {
 		return err
 	}
 	if err := b.pool.QueryRow(ctx, `SELECT pg_total_relation_size('outbox_events')`).Scan(&cc.TableBytes); err != nil {
 		return err
 	}
 	cc.Ratio = harness.Round3(cc.ScaleMedianMs / cc.EmptyMedianMs)
-	b.rep.ClaimCost = cc
 	b.say("claim cost: median %.2f ms empty, %.2f ms with %d done and %d failed rows: ratio %.2f",
 		cc.EmptyMedianMs, cc.ScaleMedianMs, cc.DoneRows, cc.FailedRows, cc.Ratio)
+	if cc.ParkedRows > 0 {
+		if cc.PausedMedianMs, _, err = b.claimMedian(ctx, tablePaused); err != nil {
+			return err
+		}
+		if cc.BackoffMedianMs, _, err = b.claimMedian(ctx, tableBackoff); err != nil {
+			return err
+		}
+		cc.PausedRatio = harness.Round3(cc.PausedMedianMs / cc.EmptyMedianMs)
+		cc.BackoffRatio = harness.Round3(cc.BackoffMedianMs / cc.EmptyMedianMs)
+		b.say("claim cost: median %.2f ms beside %d paused rows (%.2fx), %.2f ms beside %d rows in backoff (%.2fx)",
+			cc.PausedMedianMs, cc.ParkedRows, cc.PausedRatio, cc.BackoffMedianMs, cc.ParkedRows, cc.BackoffRatio)
+	}
+	b.rep.ClaimCost = cc
 	return nil
 }
 
-// claimMedian is the median time of one claim, and the ledger entries of
-// the history.
-func (b *bench) claimMedian(ctx context.Context, history bool) (median float64, ledger int64, err error) {
+// The table states the claim is timed in.
+const (
+	tableEmpty   = "empty"
+	tableHistory = "history"
+	tablePaused  = "paused"
+	tableBackoff = "backoff"
+)
+
+// claimMedian is the median time of one claim in table state state, and
+// the ledger entries of the history.
+func (b *bench) claimMedian(ctx context.Context, state string) (median float64, ledger int64, err error) {
 	const name = "bench-claim"
 	if err := b.reset(ctx); err != nil {
 		return 0, 0, err
 	}
-	if history {
+	if err := b.park(ctx, state); err != nil {
+		return 0, 0, err
+	}
+	if state == tableHistory {
 		if ledger, err = b.loadHistory(ctx); err != nil {
 			return 0, 0, err
 		}
@@ -74,6 +99,29 @@ func (b *bench) claimMedian(ctx context.Context, history bool) (median float64, 
 		}
 	}
 	return harness.NewStats(times).Median, ledger, nil
+}
+
+// park writes, before the claimed rows (lower ids, so an id-ordered walk
+// passes them first), the rows the claim must leave alone in state: a
+// paused projection's pending rows, or rows waiting out a backoff.
+func (b *bench) park(ctx context.Context, state string) error {
+	var sql string
+	switch state {
+	case tablePaused:
+		sql = `INSERT INTO outbox_events (projection, entity_type, entity_id, op, event_version, payload)
+			SELECT 'chronicle', 'book', 'p' || g, 'upsert', 1, '{}' FROM generate_series(1, $1) g`
+		if _, err := b.pool.Exec(ctx, `INSERT INTO outbox_projection_state (projection, paused, changed_by, why)
+			VALUES ('chronicle', true, 'bench', 'claim cost beside a paused projection')`); err != nil {
+			return err
+		}
+	case tableBackoff:
+		sql = `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload, attempts, next_retry_at)
+			SELECT 'book', 'r' || g, 'upsert', 1, '{}', 3, now() + interval '1 hour' FROM generate_series(1, $1) g`
+	default:
+		return nil
+	}
+	_, err := b.pool.Exec(ctx, sql, b.cfg.ParkedRows)
+	return err
 }
 
 // loadHistory writes the done and failed rows a long-running outbox keeps,

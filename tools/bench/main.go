@@ -42,7 +42,9 @@
 //
 //  6. claim cost: median time of one claim with only pending rows in the
 //     table, then with -done-rows done and -failed-rows failed rows too
-//     (and a ledger entry for each done document, as a real outbox has).
+//     (and a ledger entry for each done document, as a real outbox has),
+//     then beside -parked-rows pending rows of a paused projection, then
+//     beside as many rows waiting out a backoff.
 //
 //  7. memory: peak RSS (VmHWM) of the leader of step 2.
 //
@@ -84,12 +86,16 @@
 //     drain's p99 at -verify-live-rate without a scheduled verify for
 //     -verify-window, and during one (goal: at most 2x).
 //
-//  14. network delay: -netdelay-docs events drained end to end through the
+//  14. sqlscale: every statement the leader runs per batch or on a schedule,
+//     and the metrics poller's, EXPLAIN ANALYZEd next to -scale-rows done
+//     rows (outbox's TestStatementsAtScaleReadNoTableWhole, run with go
+//     test): no sequential scan of the outbox or the ledger, each <= 50 ms.
+//
+//  15. netdelay: -netdelay-docs events drained end to end through the
 //     fault proxy at each of -netdelay-ms one-way delays (10% jitter), with
 //     the default settings and with the runbook's for that delay,
 //     -netdelay-rounds times, every other round reversed; medians (goal:
-//     at the farthest delay, with the runbook's settings, at least 0.8x
-//     the 0 ms rate).
+//     at 20 ms, with the runbook's settings, at least 0.8x the 0 ms rate).
 //
 // CPU seconds used by the engine, Postgres, the daemon and the bench itself
 // are recorded for steps 1 to 3 (from /proc), so the report can say who the
@@ -113,8 +119,9 @@ func main() {
 	cfg.Verify.flags(fs)
 	cfg.NetDelay.flags(fs)
 	compare := fs.Bool("compare", false, "print one table of the results JSON files given as arguments (one per engine), write it as JSON to -compare-out if given, and exit")
+	replicaSettings := fs.String("replica-env", "", "comma-separated KEY=VALUE settings for every replica the bench starts, e.g. OUTBOX_CLAIM_COOLDOWN_SECONDS=0.05")
 	compareOut := fs.String("compare-out", "", "with -compare: where the per-engine table goes as JSON")
-	steps := fs.String("steps", "", "comma-separated steps to run (raw,e2e,pg,latency,failover,claim,retention,pairs,rebuild,console,sustained,verify,netdelay; default all)")
+	steps := fs.String("steps", "", "comma-separated steps to run (raw,e2e,pg,latency,failover,claim,retention,pairs,rebuild,console,sustained,verify,sqlscale,netdelay; default all)")
 	fs.StringVar(&cfg.Out, "out", envOr("BENCH_OUT", cfg.Out), "where the JSON goes (BENCH_OUT)")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", cfg.CPUProfile, "write a CPU profile of the leader during step 2 here")
 	fs.StringVar(&cfg.Bin, "bin", "", "a built wlproj binary (default: go build the checkout)")
@@ -133,6 +140,9 @@ func main() {
 	}
 	if *steps != "" {
 		cfg.Steps = strings.Split(*steps, ",")
+	}
+	if *replicaSettings != "" {
+		cfg.ReplicaSettings = strings.Split(*replicaSettings, ",")
 	}
 	cfg.AdminURL = os.Getenv("DATABASE_URL")
 	cfg.ElasticURL = os.Getenv("ELASTIC_URL")
@@ -162,6 +172,8 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.FailoverRate, "failover-rate", c.FailoverRate, "events per second during the failovers")
 	fs.IntVar(&c.DoneRows, "done-rows", c.DoneRows, "done rows in the claim-cost table")
 	fs.IntVar(&c.FailedRows, "failed-rows", c.FailedRows, "failed rows in the claim-cost table")
+	fs.IntVar(&c.ParkedRows, "parked-rows", c.ParkedRows, "paused projection's rows, then rows in backoff, the claim-cost step claims beside")
+	fs.IntVar(&c.ScaleRows, "scale-rows", c.ScaleRows, "done rows the sql-at-scale step runs each statement next to")
 	fs.IntVar(&c.ClaimSamples, "claim-samples", c.ClaimSamples, "claims timed per table state")
 	fs.IntVar(&c.PGRounds, "pg-rounds", c.PGRounds, "rounds of bare loop, daemon loop with and without the ledger in step 3")
 	fs.IntVar(&c.RetentionRate, "retention-rate", c.RetentionRate, "events per second of the retention producer")

@@ -99,7 +99,7 @@ func recommendedFor(d time.Duration) netDelaySettings {
 	return netDelayRecommended[len(netDelayRecommended)-1].netDelaySettings
 }
 
-// NetDelay is step 14: the backlog drained end to end through the fault
+// NetDelay is step 15: the backlog drained end to end through the fault
 // proxy at each one-way delay, with the default settings and with the
 // runbook's for that delay.
 type NetDelay struct {
@@ -137,7 +137,7 @@ const (
 	netDelayGoalAt = 20 * time.Millisecond
 )
 
-// 14. End to end through a slow network.
+// 15. End to end through a slow network.
 func (b *bench) netDelay(ctx context.Context) error {
 	cfg := b.cfg.NetDelay
 	proxy, err := faultproxy.New(b.cfg.ElasticURL)
@@ -306,7 +306,7 @@ func netDelayRows(r *Report, tw io.Writer) {
 		for i, v := range run.EventsPerSec {
 			rates[i] = fmt.Sprintf("%.0f", v)
 		}
-		fmt.Fprintf(tw, "14 network delay %g ms, %s (bulk %d, concurrency %d)\tmedian %.0f/s of %d events (runs %s), %.2fx the 0 ms rate\t\n",
+		fmt.Fprintf(tw, "15 network delay %g ms, %s (bulk %d, concurrency %d)\tmedian %.0f/s of %d events (runs %s), %.2fx the 0 ms rate\t\n",
 			run.DelayMs, run.Settings, run.BulkSize, run.Concurrency, run.MedianEventsPerSec, nd.Docs, strings.Join(rates, ", "), run.ToZero)
 	}
 }

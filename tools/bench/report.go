@@ -33,6 +33,7 @@ type Report struct {
 	Console      *ConsoleReport `json:"console,omitempty"`
 	Sustained    *Sustained     `json:"sustained,omitempty"`
 	Verify       *VerifyResult  `json:"verify,omitempty"`
+	SQLScale     *SQLScale      `json:"sql_scale,omitempty"`
 	NetDelay     *NetDelay      `json:"network_delay,omitempty"`
 	CPUProfile   string         `json:"cpu_profile,omitempty"`
 	// QuiesceSeconds is the time spent waiting for the engine and Postgres
@@ -241,7 +242,14 @@ type ClaimCost struct {
 	FailedRows    int     `json:"failed_rows"`
 	EmptyMedianMs float64 `json:"empty_median_ms"`
 	ScaleMedianMs float64 `json:"scale_median_ms"`
-	TableBytes    int64   `json:"table_bytes"`
+	// ParkedRows pending rows of a paused projection, then as many waiting
+	// out a backoff, beside the claimed ones; each ratio is over empty.
+	ParkedRows      int     `json:"parked_rows"`
+	PausedMedianMs  float64 `json:"paused_median_ms"`
+	BackoffMedianMs float64 `json:"backoff_median_ms"`
+	PausedRatio     float64 `json:"paused_ratio"`
+	BackoffRatio    float64 `json:"backoff_ratio"`
+	TableBytes      int64   `json:"table_bytes"`
 	// LedgerRows is the ledger entries with the history: one per done row.
 	LedgerRows int64   `json:"ledger_rows"`
 	Ratio      float64 `json:"ratio"`

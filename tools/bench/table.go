@@ -88,6 +88,10 @@ func claimRows(r *Report, tw io.Writer) {
 	if c := r.ClaimCost; c != nil {
 		fmt.Fprintf(tw, "6 claim of %d\tmedian %.2f ms empty, %.2f ms with %d done + %d failed (%.0f MB), %d ledger entries\t\n",
 			c.Batch, c.EmptyMedianMs, c.ScaleMedianMs, c.DoneRows, c.FailedRows, mb(c.TableBytes), c.LedgerRows)
+		if c.ParkedRows > 0 {
+			fmt.Fprintf(tw, "6 claim of %d beside parked rows\tmedian %.2f ms beside %d paused, %.2f ms beside %d in backoff\t\n",
+				c.Batch, c.PausedMedianMs, c.ParkedRows, c.BackoffMedianMs, c.ParkedRows)
+		}
 	}
 }
 

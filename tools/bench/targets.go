@@ -20,7 +20,7 @@ var stepTargets = []func(r *Report, add addTarget){
 			v.addTargets(add)
 		}
 	},
-	consoleTargets, netDelayTargets,
+	consoleTargets, sqlScaleTargets, netDelayTargets,
 }
 
 // throughputTargets: the median of the pairs when there are some, since
@@ -55,7 +55,12 @@ func failoverTargets(r *Report, add addTarget) {
 
 func claimTargets(r *Report, add addTarget) {
 	if r.ClaimCost != nil {
-		add("claim cost ratio", "<= 1.2", r.ClaimCost.Ratio, "ratio", r.ClaimCost.Ratio <= 1.2)
+		c := r.ClaimCost
+		add("claim with history / empty", "<= 1.1", c.Ratio, "ratio", c.Ratio <= 1.1)
+		if c.ParkedRows > 0 {
+			add(fmt.Sprintf("claim beside %d paused rows / empty", c.ParkedRows), "<= 1.2", c.PausedRatio, "ratio", c.PausedRatio <= 1.2)
+			add(fmt.Sprintf("claim beside %d rows in backoff / empty", c.ParkedRows), "<= 1.2", c.BackoffRatio, "ratio", c.BackoffRatio <= 1.2)
+		}
 	}
 }
 

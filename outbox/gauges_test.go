@@ -1,0 +1,54 @@
+package outbox_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wlproj/wlproj/outbox"
+)
+
+func TestGaugesCountExactlyUpToTheCap(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.Lead(t, 1)
+	b.insert(t, 700)
+	b.claim(t, 1, 200)
+
+	g, err := outbox.ReadGauges(context.Background(), b.Pool, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, int64(500), g.Lag)
+	require.False(t, g.LagEstimated)
+	require.Equal(t, int64(200), g.InFlight)
+	require.Zero(t, g.Stuck)
+	require.Positive(t, g.OldestPendingAge)
+}
+
+// Above the cap the lag is estimated from the ids, and the reading touches
+// a bounded number of pages however long the backlog: a count(*) of it is
+// what the metrics poller ran every 5 s before.
+func TestGaugesReadABoundedPartOfALongBacklog(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.insert(t, 150_000)
+	b.Exec(t, `VACUUM ANALYZE outbox_events`)
+
+	g, err := outbox.ReadGauges(context.Background(), b.Pool, time.Minute)
+	require.NoError(t, err)
+	require.True(t, g.LagEstimated)
+	require.Equal(t, int64(150_000), g.Lag, "consecutive pending ids: the estimate is exact")
+
+	ctx := context.Background()
+	rows, err := b.Pool.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+outbox.GaugesSQL, 60.0, outbox.GaugeCountCap)
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	plan, buffers := planBuffers(t, lines)
+	require.NotContains(t, plan, "Seq Scan on outbox_events", plan)
+	// The first 10k pending entries (~30 index pages, heap for their
+	// created_at), not the 150k.
+	require.Less(t, buffers, 1_000, plan)
+}

@@ -1,0 +1,148 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wlproj/wlproj/outbox"
+)
+
+// scaleRows is the done history the statements below run next to:
+// WLPROJ_SCALE_ROWS, 1M by default (the bench's sql-at-scale step runs
+// 10M).
+func scaleRows(t *testing.T) int {
+	v := os.Getenv("WLPROJ_SCALE_ROWS")
+	if v == "" {
+		return 1_000_000
+	}
+	n, err := strconv.Atoi(v)
+	require.NoError(t, err, "WLPROJ_SCALE_ROWS")
+	return n
+}
+
+// Every statement the leader runs per batch or on a schedule, and the
+// replicas' metrics poller, EXPLAIN ANALYZEd next to a long done history, a
+// ledger of a fifth of it, and a backlog in every status: none may read
+// outbox_events or the ledger sequentially. Each line it logs ("scale:
+// <name> <ms> ms <buffers> buffers") is what `make bench`'s sql-at-scale
+// step reads.
+func TestStatementsAtScaleReadNoTableWhole(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	b.Lead(t, 1)
+	n := scaleRows(t)
+	start := time.Now()
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, status, processed_at, created_at)
+		SELECT 'book', (g % ($1 / 5))::text, 'upsert', g, 'done',
+		       now() - make_interval(secs => ($1 - g) * 172800.0 / $1), now() - make_interval(secs => ($1 - g) * 172800.0 / $1)
+		  FROM generate_series(1, $1) g`, n)
+	b.Exec(t, `INSERT INTO outbox_applied (projection, entity_type, entity_id, version, deleted, event_id, applied_at)
+		SELECT 'search', 'book', g::text, g, g % 2 = 0, g, now() - make_interval(secs => (($1 / 5) - g) * 172800.0 / ($1 / 5))
+		  FROM generate_series(0, $1 / 5 - 1) g`, n)
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, status, error_class, error_reason, updated_at)
+		SELECT 'book', 'f' || g, 'upsert', 1, 'failed', 'deterministic', CASE WHEN g % 2 = 0 THEN 'mapping_error' ELSE 'stuck' END,
+		       now() - make_interval(secs => g)
+		  FROM generate_series(1, 2000) g`)
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, status)
+		SELECT 'book', 'x' || g, 'upsert', 1, 'discarded' FROM generate_series(1, 500) g`)
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, attempts, next_retry_at)
+		SELECT 'book', 'r' || g, 'upsert', 1, 2, now() + interval '1 hour' FROM generate_series(1, 1000) g`)
+	b.insert(t, 5_000)
+	b.Exec(t, `VACUUM ANALYZE outbox_events`)
+	b.Exec(t, `VACUUM ANALYZE outbox_applied`)
+	t.Logf("scale: %d done rows, %d ledger entries, loaded in %s", n, n/5, time.Since(start).Round(time.Second))
+
+	claimed := b.claim(t, 1, 500)
+	require.Len(t, claimed, 500)
+	ids := make([]int64, len(claimed))
+	for i, e := range claimed {
+		ids[i] = e.ID
+	}
+	claim := claimed[0].Claim
+	failures := func() pgx.NamedArgs {
+		k := 100
+		terminal, retry, class, reason, msg := make([]bool, k), make([]float64, k), make([]string, k), make([]string, k), make([]string, k)
+		for i := range k {
+			terminal[i], retry[i], class[i], reason[i], msg[i] = i%2 == 0, 5, "transient", "engine_unavailable", "boom"
+		}
+		return pgx.NamedArgs{"owner": b.Store.Owner, "epoch": 1, "leader": b.Store.LeaderName, "claim": claim,
+			"ids": ids[:k], "terminal": terminal, "retry_secs": retry, "class": class, "reason": reason,
+			"message": msg, "keep": outbox.HistoryKeep}
+	}
+	fenced := func(extra pgx.NamedArgs) pgx.NamedArgs {
+		a := pgx.NamedArgs{"owner": b.Store.Owner, "epoch": 1, "leader": b.Store.LeaderName}
+		for k, v := range extra {
+			a[k] = v
+		}
+		return a
+	}
+
+	for _, st := range []struct {
+		name string
+		sql  string
+		args []any
+		plan []string
+	}{
+		{"claim", outbox.ClaimSQL, []any{fenced(pgx.NamedArgs{"limit": 500, "lease_secs": 30.0, "claim": 99,
+			"latest": []string{"search"}})}, outbox.ClaimPlan},
+		{"ack-done", outbox.AckDoneSQL, []any{fenced(pgx.NamedArgs{"ids": ids, "applied": ids, "claim": claim})}, nil},
+		{"ack-failed", outbox.AckFailedSQL, []any{failures()}, nil},
+		{"release", outbox.ReleaseSQL, []any{fenced(pgx.NamedArgs{"ids": ids})}, nil},
+		{"reclaim", outbox.ReclaimSQL, []any{fenced(pgx.NamedArgs{"max_attempts": 10, "max_processing_secs": 300.0,
+			"keep": outbox.HistoryKeep})}, nil},
+		{"prune-done", outbox.PruneDoneSQL, []any{pgx.NamedArgs{"retention_secs": 86400.0, "batch": 1000}}, nil},
+		{"prune-tombstones", outbox.PruneTombstonesSQL, []any{pgx.NamedArgs{"retention_secs": 86400.0, "batch": 1000}}, nil},
+		{"prune-live", outbox.PruneLiveSQL, []any{pgx.NamedArgs{"retention_secs": 86400.0, "batch": 1000}}, nil},
+		{"gauges", outbox.GaugesSQL, []any{300.0, outbox.GaugeCountCap}, nil},
+		{"projection-states", outbox.StatesSQL, nil, nil},
+		{"rebuild-writes", outbox.RebuildWritesSQL, nil, nil},
+		{"leader", outbox.LeaderSQL, nil, nil},
+	} {
+		plan, ms, buffers := explainAnalyze(t, b, st.sql, st.args, st.plan)
+		t.Logf("scale: %s %.3f ms %d buffers", st.name, ms, buffers)
+		require.NotContains(t, plan, "JIT:", "%s is compiled on every run\n%s", st.name, plan)
+		for _, table := range []string{"outbox_events", "outbox_applied"} {
+			require.NotContains(t, plan, "Seq Scan on "+table, "%s reads %s whole\n%s", st.name, table, plan)
+		}
+	}
+	_ = ctx
+}
+
+// explainAnalyze runs sql under EXPLAIN (ANALYZE, BUFFERS) after settings,
+// in a transaction it rolls back, and returns the plan, the execution time
+// and the shared buffers touched.
+func explainAnalyze(t *testing.T, b bundle, sql string, args []any, settings []string) (string, float64, int) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := b.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck
+	for _, s := range settings {
+		if s != "BEGIN" {
+			_, err := tx.Exec(ctx, s)
+			require.NoError(t, err)
+		}
+	}
+	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+sql, args...)
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	plan, buffers := planBuffers(t, lines)
+	var ms float64
+	for _, l := range lines {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "Execution Time: "); ok {
+			_, err := fmt.Sscanf(v, "%f ms", &ms)
+			require.NoError(t, err)
+		}
+	}
+	return plan, ms, buffers
+}
