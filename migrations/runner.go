@@ -283,7 +283,8 @@ func (r *runner) watch(ctx context.Context, pid int, fn func() error) ([]Blocker
 	result := make(chan []Blocker, 1)
 	go func() {
 		var last []Blocker
-		t := time.NewTicker(blockerPoll)
+		// Often enough to see the blocker before lock_timeout ends the wait.
+		t := time.NewTicker(max(min(blockerPoll, r.cfg.LockTimeout/4), 5*time.Millisecond))
 		defer t.Stop()
 		for {
 			select {
