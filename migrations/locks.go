@@ -155,8 +155,8 @@ func firstLine(s string) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
 		s = s[:i] + " …"
 	}
-	if len(s) > 90 {
-		s = s[:89] + "…"
+	if r := []rune(s); len(r) > 90 {
+		s = string(r[:89]) + "…"
 	}
 	return s
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pressly/goose/v3"
 	"github.com/rs/zerolog"
+
+	"github.com/wlproj/wlproj/internal/bounds"
 )
 
 const (
@@ -19,18 +21,22 @@ const (
 	ApplicationName = "wlproj-migrate"
 
 	lockTimeoutDefault = 500 * time.Millisecond
-	lockTimeoutMin     = 10 * time.Millisecond
-	lockTimeoutMax     = time.Minute
 	lockWaitDefault    = 5 * time.Minute
 	backoffFirst       = 250 * time.Millisecond
 	backoffMax         = 5 * time.Second
 	blockerPoll        = 100 * time.Millisecond
 )
 
-// LockTimeoutDefault and LockWaitDefault are the defaults the CLI documents.
+// The defaults and ranges the CLI documents. Half a second: an insert
+// queued behind a waiting ALTER waits at most that long, once per try.
 const (
 	LockTimeoutDefault = lockTimeoutDefault
 	LockWaitDefault    = lockWaitDefault
+)
+
+var (
+	LockTimeoutRange = bounds.Range[time.Duration]{Min: 10 * time.Millisecond, Max: time.Minute}
+	LockWaitRange    = bounds.Range[time.Duration]{Min: 10 * time.Millisecond, Max: 24 * time.Hour}
 )
 
 // Config tunes how migrations wait for locks.
@@ -58,16 +64,16 @@ func (c Config) withDefaults() Config {
 
 // Validate names the first field out of range.
 func (c Config) Validate() error {
-	if c.LockTimeout < lockTimeoutMin || c.LockTimeout > lockTimeoutMax {
-		return fmt.Errorf("LockTimeout must be in [%s, %s], got %s", lockTimeoutMin, lockTimeoutMax, c.LockTimeout)
-	}
-	if c.LockWait < c.LockTimeout {
-		return fmt.Errorf("LockWait must be at least LockTimeout (%s), got %s", c.LockTimeout, c.LockWait)
-	}
+	var upTo error
 	if c.UpTo < 0 {
-		return fmt.Errorf("UpTo must not be negative, got %d", c.UpTo)
+		upTo = bounds.Invalid("UpTo", "must not be negative, got %d", c.UpTo)
 	}
-	return nil
+	return bounds.First(
+		bounds.Check("LockTimeout", c.LockTimeout, LockTimeoutRange),
+		bounds.Check("LockWait", c.LockWait, LockWaitRange),
+		bounds.NotBelow("LockWait", c.LockWait, "LockTimeout", c.LockTimeout),
+		upTo,
+	)
 }
 
 // Blocker is a session holding a lock a migration statement waited for.
@@ -107,7 +113,6 @@ type LockTimeoutError struct {
 	Err       error
 
 	retry bool // the runner will try again
-	key   string
 }
 
 func (e *LockTimeoutError) Error() string {
@@ -248,7 +253,7 @@ func (r *runner) failed(f file, i int, st statement, blockers []Blocker, err err
 	w.attempts++
 	waited := time.Since(w.first)
 	return &LockTimeoutError{File: f.Name, Statement: st.SQL, Attempts: w.attempts, Waited: waited,
-		Blockers: blockers, Err: err, retry: waited < r.cfg.LockWait, key: key}
+		Blockers: blockers, Err: err, retry: waited < r.cfg.LockWait}
 }
 
 // backoff logs the wait and sleeps before the next try, or returns lt when
