@@ -214,6 +214,7 @@ func (r *runner) runNoTx(ctx context.Context, f file, stmts []statement) error {
 			return err
 		}
 		for {
+			start := time.Now()
 			blockers, err := r.watch(ctx, pid, func() error {
 				if err := r.dropInvalid(ctx, conn, st); err != nil {
 					return err
@@ -222,6 +223,7 @@ func (r *runner) runNoTx(ctx context.Context, f file, stmts []statement) error {
 				return err
 			})
 			if err == nil {
+				r.log.Debug().Str("migration", f.Name).Str("statement", firstLine(st.SQL)).Dur("took", time.Since(start)).Msg("migration statement done")
 				break
 			}
 			ferr := r.failed(f, i, st, blockers, err)
