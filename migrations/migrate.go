@@ -31,6 +31,19 @@
 //   - -- +wlproj requires-extension NAME before a statement runs it only when
 //     the extension is installed; -- +wlproj locks TEXT tells the dry run what
 //     a DO block locks.
+//
+// A new index on outbox_events, for example, is a file of its own:
+//
+//	-- +goose NO TRANSACTION
+//	-- +goose Up
+//	CREATE INDEX CONCURRENTLY IF NOT EXISTS outbox_events_x_idx ON outbox_events (x) WHERE status = 'pending';
+//
+//	-- +goose Down
+//	DROP INDEX CONCURRENTLY IF EXISTS outbox_events_x_idx;
+//
+// Files already released may be edited to follow the convention only if the
+// schema they leave stays the same: testdata/v15 keeps them as first
+// released, and TestSchemaSameAfterOldToNew compares.
 package migrations
 
 import (

@@ -193,6 +193,8 @@ func (r *runner) runNoTx(ctx context.Context, f file, stmts []statement) error {
 		return err
 	}
 	defer conn.Close()
+	// The session goes back to the pool, where goose records versions.
+	defer conn.ExecContext(context.WithoutCancel(ctx), "RESET lock_timeout") //nolint:errcheck
 	var pid int
 	if err := conn.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
 		return err
