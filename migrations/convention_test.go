@@ -33,6 +33,7 @@ func TestConventionRefusesBlockingStatements(t *testing.T) {
 		"not idempotent add column":          "-- +goose NO TRANSACTION\n-- +goose Up\nALTER TABLE outbox_events ADD COLUMN a text;\n",
 		"not idempotent drop constraint":     "-- +goose NO TRANSACTION\n-- +goose Up\nALTER TABLE outbox_events DROP CONSTRAINT c;\n",
 		"not idempotent create table":        "-- +goose NO TRANSACTION\n-- +goose Up\nCREATE TABLE t (a int);\n",
+		"a DO block without its locks":       "-- +goose Up\n-- +goose StatementBegin\nDO $$ BEGIN PERFORM 1; END $$;\n-- +goose StatementEnd\n",
 	} {
 		f, err := parseFile(src)
 		require.NoError(t, err, name)

@@ -117,6 +117,9 @@ func checkConvention(f file) error {
 		s := strings.TrimSpace(st.SQL)
 		where := fmt.Sprintf("%s statement %d (%s)", f.Name, i+1, firstLine(s))
 		lock := lockOf(st, created)
+		if lock.Mode == "unknown" {
+			return fmt.Errorf("%s: the dry run cannot tell what this locks: put -- +wlproj locks … before it", where)
+		}
 		if m := createIndexRE.FindStringSubmatch(s); m != nil && lock.Table != "" {
 			if m[2] == "" || m[3] == "" {
 				return fmt.Errorf("%s: an index on an existing table is built CREATE INDEX CONCURRENTLY IF NOT EXISTS", where)
