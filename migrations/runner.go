@@ -179,7 +179,7 @@ func (r *runner) runTx(ctx context.Context, tx *sql.Tx, f file, stmts []statemen
 		}
 		blockers, err := r.watch(ctx, pid, func() error { _, err := tx.ExecContext(ctx, st.SQL); return err })
 		if err != nil {
-			return r.failed(f, i, st, blockers, err)
+			return r.failed(f, i, st, r.cfg.LockTimeout, blockers, err)
 		}
 	}
 	return nil
@@ -228,7 +228,7 @@ func (r *runner) runNoTx(ctx context.Context, f file, stmts []statement) error {
 				r.log.Debug().Str("migration", f.Name).Str("statement", firstLine(st.SQL)).Dur("took", time.Since(start)).Msg("migration statement done")
 				break
 			}
-			ferr := r.failed(f, i, st, blockers, err)
+			ferr := r.failed(f, i, st, timeout, blockers, err)
 			lt, ok := ferr.(*LockTimeoutError)
 			if !ok || !lt.retry {
 				return ferr
@@ -242,8 +242,9 @@ func (r *runner) runNoTx(ctx context.Context, f file, stmts []statement) error {
 }
 
 // failed turns a statement's error into the migration's error: a lock
-// timeout becomes a LockTimeoutError (retry set while within LockWait).
-func (r *runner) failed(f file, i int, st statement, blockers []Blocker, err error) error {
+// timeout becomes a LockTimeoutError (retry set while within LockWait,
+// counted from the start of the statement's first try, timeout ago).
+func (r *runner) failed(f file, i int, st statement, timeout time.Duration, blockers []Blocker, err error) error {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" { // lock_not_available
 		return fmt.Errorf("migration %s: statement %q: %w", f.Name, firstLine(st.SQL), err)
@@ -251,7 +252,7 @@ func (r *runner) failed(f file, i int, st statement, blockers []Blocker, err err
 	key := fmt.Sprintf("%d/%d", f.Version, i)
 	w := r.waits[key]
 	if w == nil {
-		w = &wait{first: time.Now()}
+		w = &wait{first: time.Now().Add(-timeout)}
 		r.waits[key] = w
 	}
 	w.attempts++

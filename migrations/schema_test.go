@@ -219,3 +219,57 @@ func TestLockTimeoutNamesStatementAndBlocker(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []int64{15}, res.Applied)
 }
+
+// TestConcurrentBuildWaitsWithoutBlockingWrites: a CONCURRENTLY build waits
+// for an older application transaction the whole LockWait at once (its wait
+// blocks no insert), then gives up naming it; the invalid index it leaves is
+// rebuilt by the next run.
+func TestConcurrentBuildWaitsWithoutBlockingWrites(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := harness.NewEmptyDatabase(t)
+	expect := migrations.Expect{Database: db.Name}
+	_, err := migrations.Run(ctx, db.URL, expect, migrations.Config{UpTo: 3}, zerolog.Nop())
+	require.NoError(t, err)
+
+	app, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	defer app.Close(ctx)
+	tx, err := app.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', 'long', 'upsert')`)
+	require.NoError(t, err)
+
+	type outcome struct{ err error }
+	done := make(chan outcome, 1)
+	go func() {
+		_, err := migrations.Run(ctx, db.URL, expect, migrations.Config{LockTimeout: 100 * time.Millisecond, LockWait: 3 * time.Second, UpTo: 4}, zerolog.Nop())
+		done <- outcome{err}
+	}()
+	// While the build waits, inserts go on.
+	time.Sleep(time.Second)
+	for i := range 5 {
+		start := time.Now()
+		_, err := db.Pool.Exec(ctx, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', $1, 'upsert')`, fmt.Sprint(i))
+		require.NoError(t, err)
+		require.Less(t, time.Since(start), 100*time.Millisecond, "an insert waited for the index build")
+	}
+	out := <-done
+	var lt *migrations.LockTimeoutError
+	require.True(t, errors.As(out.err, &lt), "want a LockTimeoutError, got %v", out.err)
+	require.Equal(t, "00004_applied_ledger.sql", lt.File)
+	require.Contains(t, lt.Statement, "CREATE INDEX CONCURRENTLY IF NOT EXISTS outbox_events_done_idx")
+	require.Equal(t, 1, lt.Attempts, "one wait of LockWait, not retries of LockTimeout")
+	require.GreaterOrEqual(t, lt.Waited, 3*time.Second)
+	require.NotEmpty(t, lt.Blockers)
+	require.Equal(t, int(app.PgConn().PID()), lt.Blockers[0].PID)
+	var valid bool
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = 'outbox_events_done_idx'::regclass`).Scan(&valid))
+	require.False(t, valid, "the interrupted build left an invalid index")
+
+	require.NoError(t, tx.Commit(ctx))
+	_, err = migrations.Run(ctx, db.URL, expect, migrations.Config{UpTo: 4}, zerolog.Nop())
+	require.NoError(t, err)
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = 'outbox_events_done_idx'::regclass`).Scan(&valid))
+	require.True(t, valid)
+}
