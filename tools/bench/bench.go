@@ -56,6 +56,9 @@ type Config struct {
 
 	Verify VerifyConfig
 
+	// Pin runs the pairs step with the engine on one core and everything
+	// else on the other.
+	Pin bool
 	// ReplicaSettings are KEY=VALUE settings every replica the bench starts
 	// gets after its own, to compare a setting's values in one sitting.
 	ReplicaSettings []string
@@ -74,7 +77,7 @@ func defaultConfig() Config {
 		Docs: 200_000, DocBytes: 1024, Batch: 500, Concurrency: 2, BareBatch: 1000,
 		Rate: 1000, Duration: 30 * time.Second, Failovers: 20, FailoverRate: 500,
 		DoneRows: 1_000_000, FailedRows: 10_000, ParkedRows: 300_000, ScaleRows: 10_000_000, ClaimSamples: 100, PGRounds: 2,
-		Pairs: 3, RebuildRows: 200_000, ConsoleRows: 100_000, ConsoleSamples: 20,
+		Pairs: 3, Pin: true, RebuildRows: 200_000, ConsoleRows: 100_000, ConsoleSamples: 20,
 		RetentionRate: 1000, RetentionDuration: 5 * time.Minute, Retention: time.Minute,
 		RetentionSample: 10 * time.Second, RetentionDocs: 20_000,
 		SustainedRate: 2000, SustainedDuration: 10 * time.Minute, SustainedHistory: 1_000_000,
@@ -96,7 +99,7 @@ func (c Config) smoke() Config {
 	c.RetentionSample, c.RetentionDocs, c.RetentionSeed = time.Second, 300, 2000
 	c.Pairs, c.RebuildRows, c.ConsoleRows, c.ConsoleSamples = 2, 3000, 2000, 3
 	c.SustainedRate, c.SustainedDuration, c.SustainedHistory = 200, 3*time.Second, 5000
-	c.CPUProfile = ""
+	c.CPUProfile, c.Pin = "", false
 	c.Verify = c.Verify.smoke()
 	return c
 }

@@ -60,7 +60,9 @@
 //  9. pairs: raw bulk and end to end in turn (ABAB), -pairs times after
 //     one warm-up, each into a fresh index with the same settings; the
 //     median end-to-end / raw ratio with its min and max, and the CPU
-//     microseconds per event of the leader and of Postgres.
+//     microseconds per event of the leader and of Postgres. With -pin (the
+//     default outside the smoke run) the engine runs on cpu 0 and Postgres,
+//     the daemon and the bench on cpu 1 (taskset), recorded in the report.
 //
 //  10. rebuild: -rebuild-rows rows of a source table bulk-loaded by the
 //     rebuild into a new index while a leader drains live events; its
@@ -178,6 +180,7 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.SustainedHistory, "sustained-history", c.SustainedHistory, "done rows (with their ledger) the sustained step's history state starts with")
 	fs.IntVar(&c.RetentionDocs, "retention-docs", c.RetentionDocs, "books the retention producer updates in turn")
 	fs.IntVar(&c.RetentionSeed, "retention-seed", c.RetentionSeed, "done rows older than the retention written before the retention leader starts")
+	fs.BoolVar(&c.Pin, "pin", c.Pin, "pairs step: engine on cpu 0, Postgres, the daemon and the bench on cpu 1 (taskset)")
 	fs.IntVar(&c.Pairs, "pairs", c.Pairs, "raw bulk / end-to-end pairs, run in turn, of the pairs step")
 	fs.IntVar(&c.RebuildRows, "rebuild-rows", c.RebuildRows, "rows of the source table the rebuild step loads")
 	fs.IntVar(&c.ConsoleRows, "console-rows", c.ConsoleRows, "failed rows the console step's pages show")

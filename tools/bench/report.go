@@ -57,6 +57,8 @@ type Engine struct {
 // Comparison is raw bulk and end to end run in turn, pair after pair.
 type Comparison struct {
 	Pairs []Pair `json:"pairs"`
+	// Pinned says where the processes ran (-pin), nil when unpinned.
+	Pinned *Pinning `json:"pinned,omitempty"`
 	// The median of the pairs' end-to-end / raw ratios, and their spread.
 	MedianRatio float64 `json:"median_ratio"`
 	MinRatio    float64 `json:"min_ratio"`
