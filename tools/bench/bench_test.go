@@ -73,14 +73,15 @@ func TestBenchSmoke(t *testing.T) {
 	require.InDelta(t, cfg.Rate*int(cfg.Duration.Seconds()), lat.Events, float64(cfg.Rate)/5)
 	require.True(t, 0 < lat.P50ms && lat.P50ms <= lat.P95ms && lat.P95ms <= lat.P99ms && lat.P99ms <= lat.MaxMs, "%+v", lat)
 
-	sus := rep.Sustained
-	require.NotNil(t, sus)
+	require.Len(t, rep.Sustained, 1)
+	sus := rep.Sustained[0]
 	require.Positive(t, sus.Base.Events)
 	require.Len(t, sus.Runs, 2)
 	for i, state := range []string{"history", "emptied"} {
 		run := sus.Runs[i]
 		require.Equal(t, state, run.State)
-		require.InDelta(t, cfg.SustainedRate*int(cfg.SustainedDuration.Seconds()), run.Events, float64(cfg.SustainedRate)/5, state)
+		rate := cfg.SustainedRates[0]
+		require.InDelta(t, rate*int(cfg.SustainedDuration.Seconds()), run.Events, float64(rate)/5, state)
 		require.Len(t, run.LagP99ByThird, 3, state)
 		require.True(t, 0 < run.LagP50ms && run.LagP50ms <= run.LagP99ms, "%+v", run)
 		require.Positive(t, run.ClaimP99ms, "%s: the leader's claim histogram was read", state)
@@ -193,6 +194,7 @@ func TestBenchRefusesOutOfRangeSettings(t *testing.T) {
 		{func(c *Config) { c.AdminURL = "" }, "DATABASE_URL is not set"},
 		{func(c *Config) { c.Steps = []string{"e2e", "warp"} }, `-steps: unknown step "warp"`},
 		{func(c *Config) { c.ReplicaSettings = []string{"OUTBOX_BULK_SIZE"} }, `-replica-env: "OUTBOX_BULK_SIZE" is not KEY=VALUE`},
+		{func(c *Config) { c.SustainedRates = []int{2000, 0} }, `-sustained-rate=0 is outside 1..100000`},
 		{func(c *Config) { c.RetentionSample = 40 * time.Second }, "-retention-sample=40s is over half of -retention=1m0s"},
 		{func(c *Config) { c.PGRounds = 0 }, "-pg-rounds=0 is out of range"},
 		{func(c *Config) { c.Pairs = 0 }, "-pairs=0 is out of range"},

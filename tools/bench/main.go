@@ -71,7 +71,7 @@
 //  11. console: the failed page over -console-rows failed rows, timed in
 //     process (first screen under 300 ms, filters under 500 ms).
 //
-//  12. sustained: a producer alone at -sustained-rate for a tenth of
+//  12. sustained: for each of -sustained-rate (2000 and 500), a producer alone at that rate for a tenth of
 //     -sustained-duration (the application's own database cost), then a
 //     leader draining it for -sustained-duration, autovacuum as shipped and
 //     no manual vacuum, twice: on an outbox holding -sustained-history done
@@ -104,6 +104,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 )
@@ -175,7 +176,14 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.RetentionDuration, "retention-duration", c.RetentionDuration, "how long the retention producer runs")
 	fs.DurationVar(&c.Retention, "retention", c.Retention, "the leader's OUTBOX_RETENTION in the retention step")
 	fs.DurationVar(&c.RetentionSample, "retention-sample", c.RetentionSample, "time between two samples of the retention step")
-	fs.IntVar(&c.SustainedRate, "sustained-rate", c.SustainedRate, "events per second of the sustained step's producer")
+	fs.Func("sustained-rate", fmt.Sprintf("events per second of the sustained step's producer, comma-separated for several (default %s)", joinInts(c.SustainedRates)), func(v string) error {
+		rates, err := parseInts(v)
+		if err != nil {
+			return fmt.Errorf("-sustained-rate: %w", err)
+		}
+		c.SustainedRates = rates
+		return nil
+	})
 	fs.DurationVar(&c.SustainedDuration, "sustained-duration", c.SustainedDuration, "how long the sustained step produces, in each table state")
 	fs.IntVar(&c.SustainedHistory, "sustained-history", c.SustainedHistory, "done rows (with their ledger) the sustained step's history state starts with")
 	fs.IntVar(&c.RetentionDocs, "retention-docs", c.RetentionDocs, "books the retention producer updates in turn")
@@ -192,4 +200,24 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
+}
+
+func parseInts(v string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a whole number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
 }

@@ -31,7 +31,7 @@ type Report struct {
 	Comparison   *Comparison    `json:"comparison,omitempty"`
 	Rebuild      *RebuildResult `json:"rebuild,omitempty"`
 	Console      *ConsoleReport `json:"console,omitempty"`
-	Sustained    *Sustained     `json:"sustained,omitempty"`
+	Sustained    []*Sustained   `json:"sustained,omitempty"`
 	Verify       *VerifyResult  `json:"verify,omitempty"`
 	SQLScale     *SQLScale      `json:"sql_scale,omitempty"`
 	CPUProfile   string         `json:"cpu_profile,omitempty"`

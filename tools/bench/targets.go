@@ -95,10 +95,12 @@ func rebuildTargets(r *Report, add addTarget) {
 }
 
 func sustainedTargets(r *Report, add addTarget) {
-	s := r.Sustained
-	if s == nil {
-		return
+	for _, s := range r.Sustained {
+		sustainedRunTargets(s, add)
 	}
+}
+
+func sustainedRunTargets(s *Sustained, add addTarget) {
 	for _, run := range s.Runs {
 		at := fmt.Sprintf("sustained %d/s, %s", s.Rate, run.State)
 		add(at+": lag p99", "<= 250", run.LagP99ms, "ms", run.LagP99ms <= 250)
