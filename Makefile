@@ -55,8 +55,9 @@ deb:
 		$$nfpm package --config deploy/deb/nfpm.yaml --packager deb --target $(DEB_DIR)/wlproj_$(DEB_VERSION)_$(DEB_ARCH).deb
 	@rm -rf $(DEB_STAGE)
 
+# PG_STANDBY=1 adds a streaming standby of Postgres (scripts/stack.sh).
 stack-up:
-	@$(STACK) up
+	@PG_STANDBY=$(PG_STANDBY) $(STACK) up
 
 stack-down:
 	@$(STACK) down
@@ -102,12 +103,14 @@ bench:
 	@$(STACK) with env BENCH_OUT=$(BENCH_OUT) BENCH_SMOKE=$(BENCH_SMOKE) $(GO) run ./tools/bench $(BENCH_FLAGS)
 
 # Unattended failover drill on the real stack; writes tools/drill/report.json.
+# Its stack has a Postgres standby (PG_STANDBY=1), which postgres-failover
+# promotes.
 # Then the model test (consume/model_test.go) on MODEL_SEEDS random seeds,
 # each printed so a failing one can be run alone (WLPROJ_MODEL_SEED=n).
 MODEL_SEEDS ?= 200
 drill:
 	@scripts/tools.sh
-	@$(STACK) with $(GO) run ./tools/drill $(DRILL_FLAGS)
+	@PG_STANDBY=1 $(STACK) with $(GO) run ./tools/drill $(DRILL_FLAGS)
 	@$(STACK) with env WLPROJ_MODEL_SEEDS=$(MODEL_SEEDS) $(GO) test -count=1 -timeout 30m -run '^TestModelRandomHistories$$' ./consume
 
 lint:
