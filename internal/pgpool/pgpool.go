@@ -1,6 +1,9 @@
 // Package pgpool opens the connection pools of wlproj's processes: the
 // replica's and those of the commands that need more than one connection
-// (rebuild, verify), each named in pg_stat_activity.
+// (rebuild, verify), each named in pg_stat_activity. A URL may name several
+// hosts (a primary and its standbys) with target_session_attrs=read-write:
+// every new connection then goes to whichever host accepts writes, so the
+// pool follows a failover as its broken connections are replaced.
 package pgpool
 
 import (
@@ -21,6 +24,9 @@ func (e *URLError) Unwrap() error { return e.Err }
 func Open(ctx context.Context, databaseURL string, maxConns int, application string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
+		return nil, &URLError{Err: err}
+	}
+	if err := CheckHosts(&cfg.ConnConfig.Config); err != nil {
 		return nil, &URLError{Err: err}
 	}
 	cfg.MaxConns = int32(maxConns)
