@@ -16,10 +16,11 @@ export ENGINE
 # classifier on the engine's own answers (and every engine's captures), the
 # ledger against forgotten tombstones, TLS with credentials, real replicas,
 # the operator surface, the drill's smoke run, verify against each kind of
-# drift, and the harness's own index cleanup (Elasticsearch 8 refuses
-# deletes by wildcard).
+# drift, the harness's own index cleanup (Elasticsearch 8 refuses
+# deletes by wildcard), and the production topologies (a Postgres standby
+# listed in DATABASE_URL).
 ENGINE_TEST_PKGS := ./e2e ./cli ./projection ./classify ./consume ./tools/drill ./internal/testkit/harness ./verify
-ENGINE_TEST_RUN := ^Test(Engine|Search|Identify|ItemResult|Captured|NewElasticClient|LateReplay|RetryAfterTheDelete|TLS|Replicas|Operate|DrillSmoke|DeleteIndex|Verify)
+ENGINE_TEST_RUN := ^Test(Engine|Search|Identify|ItemResult|Captured|NewElasticClient|LateReplay|RetryAfterTheDelete|TLS|Replicas|Operate|DrillSmoke|DeleteIndex|Verify|Topology)
 
 # What `wlproj --version`, /metrics and the package say about the build
 # (scripts/version.sh: the nearest tag, else 0.0.0-g<commit>; -dirty with
