@@ -7,11 +7,20 @@
 package pgpool
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
+
+// connectTimeoutDefault bounds one connection attempt to one host when the
+// URL sets no connect_timeout. Without it a host that vanished without an
+// RST (a powered-off primary, a partition) holds each new connection for
+// the kernel's SYN retries, about two minutes, before the next host of the
+// URL is tried.
+const connectTimeoutDefault = 5 * time.Second
 
 // URLError is a database URL that does not parse.
 type URLError struct{ Err error }
@@ -29,6 +38,7 @@ func Open(ctx context.Context, databaseURL string, maxConns int, application str
 	if err := CheckHosts(&cfg.ConnConfig.Config); err != nil {
 		return nil, &URLError{Err: err}
 	}
+	cfg.ConnConfig.ConnectTimeout = cmp.Or(cfg.ConnConfig.ConnectTimeout, connectTimeoutDefault)
 	cfg.MaxConns = int32(maxConns)
 	cfg.ConnConfig.RuntimeParams["application_name"] = application
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)

@@ -2,13 +2,16 @@ package pgpool
 
 import (
 	"context"
+	"net/url"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wlproj/wlproj/internal/testkit/harness"
+	"github.com/wlproj/wlproj/internal/testkit/tcpproxy"
 )
 
 func TestOpenRefusesSeveralHostsWithoutReadWrite(t *testing.T) {
@@ -50,4 +53,31 @@ func TestOpenFollowsTargetSessionAttrs(t *testing.T) {
 	var inRecovery bool
 	require.NoError(t, conn.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&inRecovery))
 	require.True(t, inRecovery, "without target_session_attrs the first host that answers is the standby")
+}
+
+// A first host that accepts the TCP connection and never answers (a
+// partition, a frozen server) costs each new connection the connect
+// timeout, 5 s, not the whole wait: the pool goes on to the next host.
+func TestOpenGivesUpOnAHostThatNeverAnswers(t *testing.T) {
+	t.Parallel()
+	db := harness.NewDatabase(t)
+	u, err := url.Parse(db.URL)
+	require.NoError(t, err)
+	silent := tcpproxy.Start(t, u.Host)
+	silent.Blackhole()
+	u.Host = silent.Addr() + "," + u.Host
+	q := u.Query()
+	q.Set("target_session_attrs", "read-write")
+	q.Del("connect_timeout")
+	u.RawQuery = q.Encode()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	pool, err := Open(ctx, u.String(), 1, "test")
+	require.NoError(t, err)
+	defer pool.Close()
+	start := time.Now()
+	var one int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT 1`).Scan(&one), "the second host, after the first timed out")
+	require.Less(t, time.Since(start), 10*time.Second)
 }
