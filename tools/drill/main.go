@@ -19,8 +19,8 @@
 //
 // Setup: a database of its own, migrated by the admin; deploy/sql/roles.sql
 // applied with role names of its own; an index from testdata/mapping.json;
-// replicas a and b logged in as the runtime role, each through its own TCP
-// proxy to Postgres and its own hold proxy (internal/testkit/holdproxy) to one HTTP
+// replicas a and b logged in as the runtime role, each through TCP proxies
+// of its own to Postgres (one per host of DATABASE_URL, in its order) and its own hold proxy (internal/testkit/holdproxy) to one HTTP
 // fault proxy in front of the engine. A
 // producer inserts -rate events per second as the admin: upserts (and a few
 // deletes) of -entities books, each with increasing versions, of which 5%
