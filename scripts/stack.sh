@@ -15,6 +15,9 @@
 # several can run at once. The default engine writes .stack/env, the others
 # .stack/<engine>.env; WLPROJ_STACK_ENV names another file, for a second
 # stack of the same engine.
+# PG_STANDBY=1 also starts a streaming standby of the Postgres cluster
+# (pg_basebackup -R, synchronous commit to it); DATABASE_URL then names both
+# hosts with target_session_attrs=read-write.
 # Environment: WLPROJ_TEST_DATABASE_URL / WLPROJ_TEST_ELASTIC_URL reuse servers
 # the user already runs; ENGINE_VERSION (or ES_VERSION) overrides the
 # engine's version.
@@ -64,6 +67,7 @@ ENV_FILE=$(env_file)
 cleanup_failed_up() {
   [ -n "${RUN_DIR:-}" ] || return 0
   [ -n "${PG_DATA:-}" ] && as_user "$(pg_bindir)/pg_ctl" -D "$PG_DATA" -m immediate -w stop >/dev/null 2>&1
+  [ -n "${PG_STANDBY_DATA:-}" ] && as_user "$(pg_bindir)/pg_ctl" -D "$PG_STANDBY_DATA" -m immediate -w stop >/dev/null 2>&1
   [ -f "$RUN_DIR/es.pid" ] && kill -9 "$(cat "$RUN_DIR/es.pid")" 2>/dev/null
   rm -rf "$RUN_DIR"
 }
@@ -163,7 +167,19 @@ is_up() {
     if [ -n "${STACK_PG_DATA:-}" ]; then
       "$(pg_bindir)/pg_isready" -q -h 127.0.0.1 -p "$STACK_PG_PORT" || exit 1
     fi
+    if [ -n "${STACK_PG_STANDBY_PORT:-}" ]; then
+      "$(pg_bindir)/pg_isready" -q -h 127.0.0.1 -p "$STACK_PG_STANDBY_PORT" || exit 1
+    fi
     curl -sf "$ELASTIC_URL/_cluster/health" >/dev/null || exit 1 )
+}
+
+# want_standby fails when PG_STANDBY=1 asks for a standby the running stack
+# does not have: a drill against it would fail late and less clearly.
+want_standby() {
+  [ "${PG_STANDBY:-}" = 1 ] || return 0
+  # shellcheck disable=SC1090
+  ( . "$ENV_FILE"; [ -n "${STACK_PG_STANDBY_PORT:-}" ] ) ||
+    die "PG_STANDBY=1, but the stack of $ENV_FILE is up without a Postgres standby: stop it (stack.sh down) or use another WLPROJ_STACK_ENV"
 }
 
 start_pg() {
@@ -173,11 +189,47 @@ start_pg() {
   PG_DATA="$RUN_DIR/pg"
   as_user "$bindir/initdb" -D "$PG_DATA" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >"$RUN_DIR/initdb.log" 2>&1 \
     || { cat "$RUN_DIR/initdb.log" >&2; die "initdb failed"; }
-  # A throwaway cluster: durability settings are off for speed.
+  # A throwaway cluster: durability settings are off for speed, except that
+  # with a standby a commit waits for it (synchronous_commit=on).
+  local sync=off
+  [ "${PG_STANDBY:-}" = 1 ] && sync=on
   as_user "$bindir/pg_ctl" -D "$PG_DATA" -l "$RUN_DIR/postgres.log" -w -t 60 \
-    -o "-p $PG_PORT -c listen_addresses=127.0.0.1 -k $RUN_DIR -c max_connections=300 -c fsync=off -c full_page_writes=off -c synchronous_commit=off -c shared_buffers=256MB" \
+    -o "-p $PG_PORT -c listen_addresses=127.0.0.1 -k $RUN_DIR -c max_connections=300 -c fsync=off -c full_page_writes=off -c synchronous_commit=$sync -c shared_buffers=256MB" \
     start >/dev/null || { cat "$RUN_DIR/postgres.log" >&2; die "postgres did not start"; }
   DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/postgres?sslmode=disable"
+}
+
+# start_pg_standby copies the cluster with pg_basebackup -R (initdb's trust
+# covers replication from loopback), starts the copy as a hot standby on a
+# port of its own, waits until it streams, and only then makes the primary
+# wait for it on every commit (synchronous_standby_names): set before, the
+# primary's commits would hang until the standby exists. The standby has no
+# synchronous_standby_names of its own, so once promoted it commits alone.
+start_pg_standby() {
+  local bindir; bindir=$(pg_bindir)
+  PG_STANDBY_PORT=$(free_port)
+  PG_STANDBY_DATA="$RUN_DIR/pg-standby"
+  as_user "$bindir/pg_basebackup" -h 127.0.0.1 -p "$PG_PORT" -U postgres -D "$PG_STANDBY_DATA" -R -X stream \
+    -c fast >"$RUN_DIR/basebackup.log" 2>&1 || { cat "$RUN_DIR/basebackup.log" >&2; die "pg_basebackup of the standby failed"; }
+  as_user "$bindir/pg_ctl" -D "$PG_STANDBY_DATA" -l "$RUN_DIR/postgres-standby.log" -w -t 60 \
+    -o "-p $PG_STANDBY_PORT -c listen_addresses=127.0.0.1 -k $RUN_DIR -c max_connections=300 -c fsync=off -c full_page_writes=off -c shared_buffers=256MB -c wal_retrieve_retry_interval=500ms -c cluster_name=standby" \
+    start >/dev/null || { cat "$RUN_DIR/postgres-standby.log" >&2; die "the Postgres standby did not start"; }
+  local psql="$bindir/psql -X -q -A -t -h 127.0.0.1 -U postgres -d postgres" i state=""
+  for i in $(seq 1 120); do
+    state=$($psql -p "$PG_PORT" -c "SELECT state FROM pg_stat_replication WHERE application_name = 'standby'" 2>/dev/null || true)
+    [ "$state" = streaming ] && break
+    sleep 0.25
+  done
+  [ "$state" = streaming ] || { tail -20 "$RUN_DIR/postgres-standby.log" >&2; die "the Postgres standby does not stream (state '$state')"; }
+  $psql -p "$PG_PORT" -c "ALTER SYSTEM SET synchronous_standby_names = 'standby'" -c "SELECT pg_reload_conf()" >/dev/null \
+    || die "could not make the standby synchronous"
+  for i in $(seq 1 40); do
+    state=$($psql -p "$PG_PORT" -c "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'standby'" 2>/dev/null || true)
+    [ "$state" = sync ] && break
+    sleep 0.25
+  done
+  [ "$state" = sync ] || die "the Postgres standby is not synchronous (sync_state '$state')"
+  DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT,127.0.0.1:$PG_STANDBY_PORT/postgres?sslmode=disable&target_session_attrs=read-write"
 }
 
 # start_engine runs one node on loopback with security off: Elasticsearch's
@@ -215,7 +267,7 @@ start_engine() {
 up() {
   command -v curl >/dev/null || apt_install curl
   command -v python3 >/dev/null || apt_install python3
-  if is_up; then log "$ENGINE already up ($ENV_FILE)"; return; fi
+  if is_up; then want_standby; log "$ENGINE already up ($ENV_FILE)"; return; fi
   [ -f "$ENV_FILE" ] && down
   ensure_user
   mkdir -p "$STACK_DIR"
@@ -226,10 +278,13 @@ up() {
   chmod 755 "$RUN_DIR"; chown "$RUN_USER" "$RUN_DIR" 2>/dev/null || true
   local t0=$SECONDS
   if [ -n "${WLPROJ_TEST_DATABASE_URL:-}" ]; then
+    [ "${PG_STANDBY:-}" = 1 ] && die "PG_STANDBY=1 needs the stack's own Postgres (unset WLPROJ_TEST_DATABASE_URL)"
     DATABASE_URL="$WLPROJ_TEST_DATABASE_URL"; PG_DATA=""; PG_PORT=""
   else
     start_pg
   fi
+  PG_STANDBY_DATA=""; PG_STANDBY_PORT=""
+  [ "${PG_STANDBY:-}" = 1 ] && start_pg_standby
   ENGINE_HOME=""; JAVA_HOME_FOUND=""
   if [ -n "${WLPROJ_TEST_ELASTIC_URL:-}" ]; then
     ELASTIC_URL="$WLPROJ_TEST_ELASTIC_URL"
@@ -246,6 +301,8 @@ export STACK_RUN_DIR='$RUN_DIR'
 export STACK_PG_DATA='$PG_DATA'
 export STACK_PG_PORT='$PG_PORT'
 export STACK_PG_BINDIR='$(pg_bindir)'
+export STACK_PG_STANDBY_DATA='$PG_STANDBY_DATA'
+export STACK_PG_STANDBY_PORT='$PG_STANDBY_PORT'
 export STACK_RUN_USER='$RUN_USER'
 ENV
   trap - EXIT
@@ -258,6 +315,10 @@ down() {
   . "$ENV_FILE"
   if [ -n "${STACK_PG_DATA:-}" ] && [ -d "$STACK_PG_DATA" ]; then
     as_user "$STACK_PG_BINDIR/pg_ctl" -D "$STACK_PG_DATA" -m immediate -w stop >/dev/null 2>&1 || true
+  fi
+  # A primary killed by the failover drill leaves pg_ctl nothing to stop.
+  if [ -n "${STACK_PG_STANDBY_DATA:-}" ] && [ -d "$STACK_PG_STANDBY_DATA" ]; then
+    as_user "$STACK_PG_BINDIR/pg_ctl" -D "$STACK_PG_STANDBY_DATA" -m immediate -w stop >/dev/null 2>&1 || true
   fi
   if [ -f "$STACK_RUN_DIR/es.pid" ]; then
     local pid; pid=$(cat "$STACK_RUN_DIR/es.pid")
@@ -284,6 +345,8 @@ with() {
   if ! is_up; then
     trap 'down; exit 130' INT TERM
     up; started=1
+  else
+    want_standby
   fi
   exec_with_env "$@" || rc=$?
   if [ $started = 1 ]; then down; fi
