@@ -191,10 +191,12 @@ start_pg() {
     || { cat "$RUN_DIR/initdb.log" >&2; die "initdb failed"; }
   # A throwaway cluster: durability settings are off for speed, except that
   # with a standby a commit waits for it (synchronous_commit=on).
+  # pg_stat_statements is loaded for the bench, which reads what each
+  # statement cost (tools/bench/statements.go).
   local sync=off
   [ "${PG_STANDBY:-}" = 1 ] && sync=on
   as_user "$bindir/pg_ctl" -D "$PG_DATA" -l "$RUN_DIR/postgres.log" -w -t 60 \
-    -o "-p $PG_PORT -c listen_addresses=127.0.0.1 -k $RUN_DIR -c max_connections=300 -c fsync=off -c full_page_writes=off -c synchronous_commit=$sync -c shared_buffers=256MB" \
+    -o "-p $PG_PORT -c listen_addresses=127.0.0.1 -k $RUN_DIR -c max_connections=300 -c fsync=off -c full_page_writes=off -c synchronous_commit=$sync -c shared_buffers=256MB -c shared_preload_libraries=pg_stat_statements" \
     start >/dev/null || { cat "$RUN_DIR/postgres.log" >&2; die "postgres did not start"; }
   DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/postgres?sslmode=disable"
 }

@@ -46,6 +46,12 @@ type SustainedRun struct {
 	// less the producer's own (Base); WlprojCPUPerEv is the replica's.
 	DatabaseCPUPerEv float64 `json:"database_cpu_us_per_event_wlproj"`
 	WlprojCPUPerEv   float64 `json:"wlproj_cpu_us_per_event"`
+	// StatementsPerEv is the database time of wlproj's statements per
+	// event, from pg_stat_statements (the producer's insert left out), and
+	// Statements the costliest statements of the run; both empty where the
+	// server does not load it.
+	StatementsPerEv float64         `json:"statements_us_per_event_wlproj,omitempty"`
+	Statements      []StatementCost `json:"statements,omitempty"`
 }
 
 // 12. Sustained live load, autovacuum as shipped, at each rate.
@@ -145,6 +151,7 @@ func (b *bench) sustainedRun(ctx context.Context, state string, rate int, base S
 	if err != nil {
 		return run, err
 	}
+	statements := b.resetStatements(ctx)
 	p := b.startProducer(ctx, rate, 1_000_000_000, b.cfg.Docs)
 	if err := harness.Sleep(ctx, b.cfg.SustainedDuration); err != nil {
 		p.Stop()
@@ -164,6 +171,13 @@ func (b *bench) sustainedRun(ctx context.Context, state string, rate int, base S
 	cpu := sampleCPU().since(cpuBefore)
 	if run.ClaimP99ms, err = claimP99(r); err != nil {
 		return run, err
+	}
+	if statements {
+		var ms float64
+		if run.Statements, ms, err = b.readStatements(ctx); err != nil {
+			return run, err
+		}
+		run.StatementsPerEv = harness.Round3(perEvent(ms/1000, int(p.Committed())))
 	}
 	b.stopReplicas()
 	run.Events = p.Committed()
