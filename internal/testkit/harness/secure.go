@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -11,9 +12,11 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/base64"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -133,6 +136,7 @@ type SecuredNode struct {
 	// URL is https://127.0.0.1:port, without credentials.
 	URL    string
 	Engine EngineInfo
+	cfg    SecuredConfig
 	cmd    *exec.Cmd
 	dir    string
 	exited chan struct{}
@@ -159,7 +163,7 @@ func StartSecuredNode(ctx context.Context, stackEnv map[string]string, engine En
 	if err != nil {
 		return nil, err
 	}
-	n := &SecuredNode{dir: dir, Engine: engine, exited: make(chan struct{})}
+	n := &SecuredNode{dir: dir, Engine: engine, cfg: cfg, exited: make(chan struct{})}
 	if err := n.start(ctx, home, javaHome, stackEnv["STACK_RUN_USER"], cfg); err != nil {
 		n.Close()
 		return nil, err
@@ -320,6 +324,74 @@ func (n *SecuredNode) Close() {
 		<-n.exited
 	}
 	_ = os.RemoveAll(n.dir)
+}
+
+// Do sends one request to the node as its superuser and decodes a 2xx
+// answer's JSON into out, if not nil; any other status is a *StatusError.
+func (n *SecuredNode) Do(ctx context.Context, method, path string, body []byte, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, n.URL+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.SetBasicAuth(n.cfg.User, n.cfg.Password)
+	client := &http.Client{Timeout: 30 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: n.cfg.CA.Pool()}}}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= 300 {
+		return &StatusError{Request: method + " " + path, Code: resp.StatusCode, Body: string(data)}
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(data, out)
+}
+
+// APIKey is an API key the node created: its id, its secret, and the
+// base64 of id:key that the create answer calls encoded.
+type APIKey struct {
+	ID      string `json:"id"`
+	Key     string `json:"api_key"`
+	Encoded string `json:"encoded"`
+}
+
+// Pair is the key as id:key.
+func (k APIKey) Pair() string { return k.ID + ":" + k.Key }
+
+// CreateAPIKey creates an API key as the superuser (POST /_security/api_key),
+// limited to roleDescriptors, a JSON object of role name to descriptor. The
+// answer's encoded field is 8.x's; for 7.x it is computed the same way.
+func (n *SecuredNode) CreateAPIKey(ctx context.Context, name string, roleDescriptors string) (APIKey, error) {
+	body, err := json.Marshal(map[string]any{"name": name, "role_descriptors": json.RawMessage(roleDescriptors)})
+	if err != nil {
+		return APIKey{}, err
+	}
+	var k APIKey
+	if err := n.Do(ctx, http.MethodPost, "/_security/api_key", body, &k); err != nil {
+		return APIKey{}, err
+	}
+	if k.Encoded == "" {
+		k.Encoded = base64.StdEncoding.EncodeToString([]byte(k.Pair()))
+	}
+	return k, nil
+}
+
+// InvalidateAPIKey invalidates the key of id: the node refuses it from then
+// on with a 401.
+func (n *SecuredNode) InvalidateAPIKey(ctx context.Context, id string) error {
+	body, err := json.Marshal(map[string]any{"ids": []string{id}})
+	if err != nil {
+		return err
+	}
+	return n.Do(ctx, http.MethodDelete, "/_security/api_key", body, nil)
 }
 
 // SecuredEngine is StartSecuredNode for tests, on the stack under test,
