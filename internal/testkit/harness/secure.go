@@ -126,6 +126,9 @@ type SecuredConfig struct {
 	User, Password string
 	// Heap is the JVM heap. Defaults to 384m.
 	Heap string
+	// APIKeys makes the node able to create API keys (see storesAPIKeys).
+	// It costs a compilation at start, so only tests of keys ask for it.
+	APIKeys bool
 }
 
 // SecuredNode is a node of its own of the stack's Elasticsearch, with the
@@ -175,6 +178,12 @@ func (n *SecuredNode) start(ctx context.Context, home, javaHome, runUser string,
 	conf := filepath.Join(n.dir, "config")
 	if err := n.configure(home, conf, cfg); err != nil {
 		return err
+	}
+	if cfg.APIKeys {
+		var err error
+		if home, err = n.storesAPIKeys(home, javaHome); err != nil {
+			return fmt.Errorf("a home that stores API keys: %w", err)
+		}
 	}
 	httpPort, err := FreePort()
 	if err != nil {
@@ -228,6 +237,118 @@ func (n *SecuredNode) configure(home, conf string, cfg SecuredConfig) error {
 		}
 	}
 	return os.WriteFile(jvm, []byte(strings.Join(kept, "\n")), 0o644)
+}
+
+// securityAnalysis is an analysis plugin with stand-ins for what the
+// .security index's "email" analyzer names: a uax_url_email tokenizer (here
+// Lucene's standard one) and pattern_capture and unique filters (here
+// passing their tokens through). Elasticsearch keeps API keys in that index,
+// and the analysis-common module that provides those is not in the
+// integ-test zips, so without them the index, and with it every key, cannot
+// be created. The analyzer only reads the email of the native realm's
+// users, which these tests have none of.
+const securityAnalysis = `package wlproj;
+
+import java.util.Map;
+import org.apache.lucene.analysis.TokenStream;
+import org.apache.lucene.analysis.Tokenizer;
+import org.apache.lucene.analysis.standard.StandardTokenizer;
+import org.elasticsearch.index.analysis.TokenFilterFactory;
+import org.elasticsearch.index.analysis.TokenizerFactory;
+import org.elasticsearch.indices.analysis.AnalysisModule.AnalysisProvider;
+import org.elasticsearch.plugins.AnalysisPlugin;
+import org.elasticsearch.plugins.Plugin;
+
+public class SecurityAnalysisPlugin extends Plugin implements AnalysisPlugin {
+    @Override
+    public Map<String, AnalysisProvider<TokenizerFactory>> getTokenizers() {
+        return Map.of("uax_url_email", (indexSettings, env, name, settings) -> new TokenizerFactory() {
+            @Override
+            public String name() {
+                return name;
+            }
+
+            @Override
+            public Tokenizer create() {
+                return new StandardTokenizer();
+            }
+        });
+    }
+
+    @Override
+    public Map<String, AnalysisProvider<TokenFilterFactory>> getTokenFilters() {
+        return Map.of("pattern_capture", SecurityAnalysisPlugin::passThrough, "unique", SecurityAnalysisPlugin::passThrough);
+    }
+
+    private static TokenFilterFactory passThrough(Object indexSettings, Object env, String name, Object settings) {
+        return new TokenFilterFactory() {
+            @Override
+            public String name() {
+                return name;
+            }
+
+            @Override
+            public TokenStream create(TokenStream in) {
+                return in;
+            }
+        };
+    }
+}
+`
+
+// storesAPIKeys makes a home of the node's own: the distribution's bin
+// copied (its scripts find the home from their own path), its lib and
+// modules linked, and plugins holding securityAnalysis, compiled against the
+// distribution's jars. It returns the new home.
+func (n *SecuredNode) storesAPIKeys(home, javaHome string) (string, error) {
+	own := filepath.Join(n.dir, "home")
+	build := filepath.Join(n.dir, "plugin-build")
+	plugin := filepath.Join(own, "plugins", "wlproj-security-analysis")
+	for _, d := range []string{filepath.Join(build, "wlproj"), plugin} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return "", err
+		}
+	}
+	if out, err := exec.Command("cp", "-r", filepath.Join(home, "bin"), filepath.Join(own, "bin")).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("copy bin: %v: %s", err, out)
+	}
+	for _, d := range []string{"lib", "modules"} {
+		if err := os.Symlink(filepath.Join(home, d), filepath.Join(own, d)); err != nil {
+			return "", err
+		}
+	}
+	src := filepath.Join(build, "wlproj", "SecurityAnalysisPlugin.java")
+	if err := os.WriteFile(src, []byte(securityAnalysis), 0o644); err != nil {
+		return "", err
+	}
+	classes := filepath.Join(build, "classes")
+	steps := [][]string{
+		{filepath.Join(javaHome, "bin", "javac"), "-d", classes, "-cp", filepath.Join(home, "lib", "*"), src},
+		{filepath.Join(javaHome, "bin", "jar"), "cf", filepath.Join(plugin, "wlproj-security-analysis.jar"), "-C", classes, "."},
+	}
+	for _, step := range steps {
+		if out, err := exec.Command(step[0], step[1:]...).CombinedOutput(); err != nil {
+			return "", fmt.Errorf("%s: %v: %s", filepath.Base(step[0]), err, out)
+		}
+	}
+	version, err := distributionVersion(home)
+	if err != nil {
+		return "", err
+	}
+	descriptor := "description=analysis stand-ins for the security index of a test node\nversion=1.0\n" +
+		"name=wlproj-security-analysis\nclassname=wlproj.SecurityAnalysisPlugin\njava.version=17\n" +
+		"elasticsearch.version=" + version + "\n"
+	return own, os.WriteFile(filepath.Join(plugin, "plugin-descriptor.properties"), []byte(descriptor), 0o644)
+}
+
+// distributionVersion is the version in the name of home's server jar,
+// lib/elasticsearch-<version>.jar.
+func distributionVersion(home string) (string, error) {
+	jars, err := filepath.Glob(filepath.Join(home, "lib", "elasticsearch-[0-9]*.jar"))
+	if err != nil || len(jars) != 1 {
+		return "", fmt.Errorf("no single elasticsearch-<version>.jar in %s/lib: %v", home, jars)
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(filepath.Base(jars[0]), "elasticsearch-"), ".jar"), nil
 }
 
 // launch starts the node with security on and TLS on HTTP only.
