@@ -118,6 +118,9 @@ func TestTLSWithAPIKey(t *testing.T) {
 
 	t.Run("events drain with the id:key pair", func(t *testing.T) {
 		drains(t, "apikey-pair", key.Pair(), 1, 40)
+		var aliases map[string]any
+		require.NoError(t, node.Do(ctx, http.MethodGet, "/_alias/"+index, nil, &aliases))
+		require.Len(t, aliases, 1, "the replica created the index behind its alias with the key")
 	})
 
 	t.Run("and with its base64 form", func(t *testing.T) {
