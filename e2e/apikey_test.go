@@ -135,27 +135,48 @@ func TestTLSWithAPIKey(t *testing.T) {
 		require.NoError(t, err, "%s", out)
 	})
 
-	t.Run("an invalidated key: auth_error, retried, nothing failed", func(t *testing.T) {
-		require.NoError(t, node.InvalidateAPIKey(ctx, key.ID))
-		r := harness.StartReplica(t, "apikey-invalidated", env("ELASTIC_API_KEY="+key.Encoded))
+	// refused runs a replica with apiKey until the events from..to are each
+	// pending as a transient auth_error, retried, none failed; it returns
+	// the replica, still running.
+	refused := func(t *testing.T, name, apiKey string, from, to int) *harness.Replica {
+		t.Helper()
+		r := harness.StartReplica(t, name, env("ELASTIC_API_KEY="+apiKey))
 		harness.Leader(t, r)
-		produce(81, 90)
+		produce(from, to)
 		harness.Eventually(t, 20*time.Second, "events pending as auth_error", func() bool {
-			return db.Count(t, `entity_id::int > 80 AND status = 'pending' AND error_reason = 'auth_error'
-				AND error_class = 'transient' AND attempts >= 2`) == 10
+			return db.Count(t, `entity_id::int BETWEEN $1 AND $2 AND status = 'pending' AND error_reason = 'auth_error'
+				AND error_class = 'transient' AND attempts >= 2`, from, to) == to-from+1
 		})
 		require.Zero(t, db.Count(t, `status = 'failed'`), "wrong credentials fail no event")
-		body := readyz(r, http.StatusServiceUnavailable)
-		require.Contains(t, body, `"elasticsearch":"answered 401: `+node.URL+`: auth_error: `)
+		return r
+	}
+
+	t.Run("a key without the write privilege: auth_error (403), retried", func(t *testing.T) {
+		readOnly, err := node.CreateAPIKey(ctx, "wlproj-read-only", fmt.Sprintf(`{"wlproj": {"cluster": ["monitor"],
+			"indices": [{"names": [%q, %q], "privileges": ["read", "view_index_metadata"]}]}}`, index, index+"-*"))
+		require.NoError(t, err)
+		r := refused(t, "apikey-read-only", readOnly.Encoded, 81, 85)
+		require.Equal(t, 5, db.Count(t, `entity_id::int BETWEEN 81 AND 85 AND last_error LIKE '%403 security_exception%'`))
+		// The key may read the cluster's health: the replica looks ready
+		// (the runbook says so) while its writes are refused.
+		readyz(r, http.StatusOK)
+		stop(r)
+	})
+
+	t.Run("an invalidated key: auth_error, retried, nothing failed", func(t *testing.T) {
+		require.NoError(t, node.InvalidateAPIKey(ctx, key.ID))
+		r := refused(t, "apikey-invalidated", key.Encoded, 86, 95)
+		require.Contains(t, readyz(r, http.StatusServiceUnavailable), `"elasticsearch":"answered 401: `+node.URL+`: auth_error: `)
 		harness.Eventually(t, 10*time.Second, "an error logged for auth_error", func() bool {
 			return hasLogLine(r.Logs(), "error", func(l logLine) bool { return l.Reason == "auth_error" })
 		})
 		stop(r)
 
-		// A new key: the same events drain, nothing was lost.
+		// A new key: these events, and the read-only key's, drain; nothing
+		// was lost.
 		fresh, err := node.CreateAPIKey(ctx, "wlproj-2", wlprojKeyRoles(index))
 		require.NoError(t, err)
-		drains(t, "apikey-fresh", fresh.Pair(), 91, 100)
+		drains(t, "apikey-fresh", fresh.Pair(), 96, 100)
 	})
 
 	t.Run("the key is in no output", func(t *testing.T) {
