@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
@@ -103,6 +104,11 @@ type ElasticOptions struct {
 	Username string
 	// Password for basic auth. Defaults to the password in URL, if any.
 	Password string
+	// APIKey is an Elasticsearch API key, the id:key pair or its base64
+	// form (the create-API-key answer's "encoded"), sent as
+	// "Authorization: ApiKey <base64(id:key)>" on every request. It
+	// excludes basic auth. Defaults to none.
+	APIKey string
 	// CAFile is a PEM file of the CAs to trust for https. Defaults to the
 	// system's trust store.
 	CAFile string
@@ -131,6 +137,9 @@ func NewElasticClient(o ElasticOptions) (*elastic.Client, error) {
 		return nil, bounds.Invalid("URL", "must be an http or https URL")
 	}
 	if u.User != nil {
+		if o.APIKey != "" {
+			return nil, bounds.Exclusive("APIKey", "a user in the URL is basic auth; use one way to authenticate", "URL")
+		}
 		if o.Username == "" {
 			o.Username = u.User.Username()
 		}
@@ -144,12 +153,21 @@ func NewElasticClient(o ElasticOptions) (*elastic.Client, error) {
 		return nil, err
 	}
 
+	if err := o.ValidateAuth(); err != nil {
+		return nil, err
+	}
+
 	tr, err := transport(o.CAFile)
 	if err != nil {
 		return nil, err
 	}
+	var next http.RoundTripper = tr
+	if o.APIKey != "" {
+		encoded, _ := encodeAPIKey(o.APIKey)
+		next = &authTransport{next: tr, authorization: "ApiKey " + encoded}
+	}
 	hc := &http.Client{
-		Transport: &retryAfterTransport{next: tr},
+		Transport: &retryAfterTransport{next: next},
 		Timeout:   o.Timeout,
 	}
 
@@ -170,6 +188,59 @@ func NewElasticClient(o ElasticOptions) (*elastic.Client, error) {
 	}
 	clientTimeouts.Store(client, o.Timeout)
 	return client, nil
+}
+
+// ValidateAuth checks the credentials: an API key in one of its two forms,
+// and not with basic auth. Its errors never hold a credential.
+func (o ElasticOptions) ValidateAuth() error {
+	if o.APIKey == "" {
+		return nil
+	}
+	if o.Username != "" || o.Password != "" {
+		return bounds.Exclusive("APIKey", "use one way to authenticate", "Username", "Password")
+	}
+	_, err := encodeAPIKey(o.APIKey)
+	return err
+}
+
+// encodeAPIKey is key, the id:key pair or its base64 form, as the ApiKey
+// scheme sends it: base64(id:key). Base64 has no colon, so a colon tells
+// the forms apart.
+func encodeAPIKey(key string) (string, error) {
+	key = strings.TrimSpace(key)
+	pair := key
+	if !strings.Contains(key, ":") {
+		b, err := base64.StdEncoding.DecodeString(key)
+		if err != nil {
+			b, err = base64.RawStdEncoding.DecodeString(key)
+		}
+		if err != nil {
+			return "", errMalformedAPIKey
+		}
+		pair = string(b)
+	}
+	id, secret, ok := strings.Cut(pair, ":")
+	if !ok || id == "" || secret == "" || strings.IndexFunc(pair, func(r rune) bool { return r <= ' ' || r > '~' }) >= 0 {
+		return "", errMalformedAPIKey
+	}
+	return base64.StdEncoding.EncodeToString([]byte(pair)), nil
+}
+
+// errMalformedAPIKey names the setting, never its value.
+var errMalformedAPIKey = bounds.Invalid("APIKey",
+	`must be the id:key pair or its base64 form (the "encoded" of the create-API-key answer)`)
+
+// authTransport sets the Authorization header of every request, on a copy:
+// a RoundTripper must not change its request.
+type authTransport struct {
+	next          http.RoundTripper
+	authorization string
+}
+
+func (t *authTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	req.Header.Set("Authorization", t.authorization)
+	return t.next.RoundTrip(req)
 }
 
 // transport is the engine client's: few idle connections, writes bound by
