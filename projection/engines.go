@@ -122,18 +122,16 @@ const (
 // and checks that it answers.
 type EngineProbe struct {
 	client *elastic.Client
-	url    string
+	url    string // every node, for messages
+	first  string // the first node, for commands to paste
 	engine atomic.Pointer[Engine]
 }
 
 // NewEngineProbe probes the engine of client, which rawURL (the client's
-// URL; any user info is dropped) names in messages.
+// URL or node list; any user info is dropped) names in messages.
 func NewEngineProbe(client *elastic.Client, rawURL string) *EngineProbe {
-	p := &EngineProbe{client: client, url: "the engine"}
-	if u, err := url.Parse(rawURL); err == nil {
-		u.User = nil
-		p.url = u.Redacted()
-	}
+	p := &EngineProbe{client: client, url: RedactedURLs(rawURL)}
+	p.first, _, _ = strings.Cut(p.url, ",")
 	return p
 }
 
@@ -280,7 +278,7 @@ func (p *EngineProbe) CheckGCDeletes(ctx context.Context, index string, lifetime
 		}
 		if g.Short = g.Value < lifetime; g.Short {
 			g.Command = fmt.Sprintf(`curl -XPUT '%s/%s/_settings' -H 'Content-Type: application/json' -d '{"index.gc_deletes":"%dm"}'`,
-				strings.TrimRight(p.url, "/"), name, raise/time.Minute)
+				strings.TrimRight(p.first, "/"), name, raise/time.Minute)
 		}
 		out = append(out, g)
 	}
