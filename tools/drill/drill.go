@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -94,6 +95,11 @@ type Config struct {
 	ElasticURL string
 	// PG restarts Postgres.
 	PG PGControl
+	// NodeLoss runs engine-node-loss, which needs a stack of several engine
+	// nodes, Nodes, and keeps the killed one down for NodeOutage.
+	NodeLoss   bool
+	Nodes      NodeControl
+	NodeOutage time.Duration
 	// Out receives the progress lines and the summary.
 	Out io.Writer
 }
@@ -116,6 +122,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("-outage %s: must be at least 1s", c.Outage)
 	case c.MaxAttempts < 1 || c.MaxAttempts > 1000:
 		return fmt.Errorf("-max-attempts %d: out of range [1, 1000]", c.MaxAttempts)
+	case c.NodeLoss && c.NodeOutage < time.Second:
+		return fmt.Errorf("-node-outage %s: must be at least 1s", c.NodeOutage)
 	case c.PGRestart && (c.PG.Data == "" || c.PG.BinDir == ""):
 		return errors.New("the Postgres restart needs STACK_PG_DATA and STACK_PG_BINDIR (from .stack/env); or pass -pg-restart=false")
 	}
@@ -183,8 +191,11 @@ type drill struct {
 	// written counts the rows the drill wrote itself (the replay seed).
 	written     int64
 	pgRestarted bool
-	procsMu     sync.Mutex
-	procs       []*proc
+	// nodeList: the replicas talk to the engine's nodes directly, over
+	// ELASTIC_URL's list (engine-node-loss on), not through the proxies.
+	nodeList bool
+	procsMu  sync.Mutex
+	procs    []*proc
 }
 
 // slot is one replica name with its own paths to Postgres and to the
@@ -322,7 +333,9 @@ func (d *drill) applyRoles(ctx context.Context) error {
 // what the slot's replica sends.
 func (d *drill) setupProxies() error {
 	var err error
-	if d.engine, err = faultproxy.New(d.cfg.ElasticURL); err != nil {
+	// The proxies front the first node of a node list.
+	first, _, _ := strings.Cut(d.cfg.ElasticURL, ",")
+	if d.engine, err = faultproxy.New(first); err != nil {
 		return err
 	}
 	d.s.OnClose(func() { _ = d.engine.Close() })
@@ -367,7 +380,11 @@ func (d *drill) env(s *slot) []string {
 	u, _ := url.Parse(d.s.DB.URL)
 	u.User = url.UserPassword(d.s.Runtime, d.runtimePassword)
 	u.Host = s.proxy.Addr()
-	return harness.ReplicaEnv(u.String(), "http://"+s.engine.Addr(), d.s.Index, slices.Concat(harness.Quick, []string{
+	engine := "http://" + s.engine.Addr()
+	if d.nodeList {
+		engine = d.cfg.ElasticURL
+	}
+	return harness.ReplicaEnv(u.String(), engine, d.s.Index, slices.Concat(harness.Quick, []string{
 		"OUTBOX_LEADER_CHECK_INTERVAL_SECONDS=0.25",
 		"OUTBOX_TCP_KEEPALIVES_IDLE=" + strconv.Itoa(keepalivesIdle),
 		"OUTBOX_TCP_KEEPALIVES_INTERVAL=" + strconv.Itoa(keepalivesInterval),

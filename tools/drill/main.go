@@ -55,6 +55,11 @@
 //     bytes are released: the book must stay absent. The hold proxy
 //     delivers them only if the dead leader's connection ended without an
 //     RST (SO_LINGER 0 sends one); the report says which it was.
+//  8. engine-node-loss (on a stack of several engine nodes, ENGINE_NODES=3
+//     in `make drill`): the replicas roll onto ELASTIC_URL's node list, the
+//     index gets a replica, and the node holding its primary is killed -9
+//     under load for -node-outage, then started again with its data; reads
+//     through the other nodes must keep answering and nothing may fail.
 //
 // Then the producer stops, the outbox drains, and harness.Verify checks that
 // every event is done with its document at the newest version, or failed
@@ -104,6 +109,8 @@ func main() {
 	fs.IntVar(&cfg.Replays, "replays", replaysDefault, "books per story of the replay scenario (0 skips it)")
 	fs.DurationVar(&cfg.Outage, "outage", outageDefault, "how long the engine is down")
 	fs.BoolVar(&cfg.PGRestart, "pg-restart", true, "run the Postgres restart scenario (restarts the stack's Postgres)")
+	fs.BoolVar(&cfg.NodeLoss, "node-loss", true, "run engine-node-loss (needs a stack of several engine nodes)")
+	fs.DurationVar(&cfg.NodeOutage, "node-outage", nodeOutageDefault, "how long engine-node-loss keeps the killed node down")
 	fs.DurationVar(&cfg.Settle, "settle", settleDefault, "pause before each fault, so the leader is mid-stream")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", drainTimeoutDefault, "how long the final drain may take")
 	fs.IntVar(&cfg.MaxAttempts, "max-attempts", maxAttemptsDefault, "OUTBOX_MAX_ATTEMPTS of the replicas; must outlast the outage")
@@ -114,6 +121,7 @@ func main() {
 
 	cfg.AdminURL = os.Getenv("DATABASE_URL")
 	cfg.ElasticURL = os.Getenv("ELASTIC_URL")
+	cfg.Nodes = nodeControlFromEnv()
 	cfg.PG = PGControl{
 		Data: os.Getenv("STACK_PG_DATA"), BinDir: os.Getenv("STACK_PG_BINDIR"),
 		RunUser: os.Getenv("STACK_RUN_USER"), RunDir: os.Getenv("STACK_RUN_DIR"),

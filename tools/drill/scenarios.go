@@ -37,6 +37,7 @@ func (d *drill) run(ctx context.Context) {
 		{"rolling-sigterm", false, d.rollingSigterm},
 		{"replay-after-delete", d.cfg.Replays == 0, d.replayAfterDelete},
 		{"deposed-leader-late-write", false, d.deposedLateWrite},
+		{"engine-node-loss", !d.cfg.NodeLoss, d.engineNodeLoss},
 	}
 	for _, st := range steps {
 		if st.skip || ctx.Err() != nil {
