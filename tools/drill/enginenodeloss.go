@@ -118,8 +118,9 @@ type NodeLoss struct {
 	// elsewhere.
 	DownSeconds  float64 `json:"node_down_seconds"`
 	GreenSeconds float64 `json:"green_after_restart_seconds"`
-	// ConnectionErrors are events whose history holds a connection error:
-	// bulks that went to the dead node and were retried.
+	// ConnectionErrors are events whose history holds a connection error
+	// or timeout since the kill: bulks that went to the dead node and were
+	// retried on another.
 	ConnectionErrors int64 `json:"events_with_connection_errors"`
 }
 
@@ -249,8 +250,9 @@ func (d *drill) engineNodeLoss(ctx context.Context, sc *Scenario) error {
 	var failed int64
 	if err := d.s.DB.Pool.QueryRow(ctx, `
 		SELECT count(*) FILTER (WHERE status = 'failed' AND error_class = 'transient'),
-		       count(*) FILTER (WHERE error_history @> '[{"reason": "connection"}]')
-		  FROM outbox_events`).Scan(&failed, &nl.ConnectionErrors); err != nil {
+		       count(*) FILTER (WHERE EXISTS (SELECT FROM jsonb_array_elements(error_history) h
+		                                       WHERE h->>'reason' IN ('connection', 'timeout') AND (h->>'at')::timestamptz >= $1))
+		  FROM outbox_events`, t0).Scan(&failed, &nl.ConnectionErrors); err != nil {
 		return err
 	}
 	switch {
