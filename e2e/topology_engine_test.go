@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,8 +20,9 @@ import (
 func TestTopologyEngineNodeListFailsOver(t *testing.T) {
 	t.Parallel()
 	c := &cluster{t: t, db: harness.NewDatabase(t), index: harness.NewIndex(t)}
-	n1 := faultproxy.Start(t, harness.ElasticURL(t))
-	n2 := faultproxy.Start(t, harness.ElasticURL(t))
+	engine, _, _ := strings.Cut(harness.ElasticURL(t), ",") // one node of a cluster stack
+	n1 := faultproxy.Start(t, engine)
+	n2 := faultproxy.Start(t, engine)
 	c.env = harness.ReplicaEnv(c.db.URL, n1.URL()+","+n2.URL(), c.index,
 		slices.Concat(harness.Quick, []string{"OUTBOX_BULK_SIZE=20", "OUTBOX_MAX_ATTEMPTS=5"})...)
 	c.run("a")

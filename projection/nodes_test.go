@@ -149,8 +149,9 @@ func TestNodePickerSpreadsFailsOverAndRevives(t *testing.T) {
 // served while they were up.
 func TestNewElasticClientNodeListFailsOver(t *testing.T) {
 	t.Parallel()
-	p1 := faultproxy.Start(t, harness.ElasticURL(t))
-	p2 := faultproxy.Start(t, harness.ElasticURL(t))
+	engine, _, _ := strings.Cut(harness.ElasticURL(t), ",") // one node of a cluster stack
+	p1 := faultproxy.Start(t, engine)
+	p2 := faultproxy.Start(t, engine)
 	index := harness.NewIndex(t)
 	client, err := NewElasticClient(ElasticOptions{URL: p1.URL() + "," + p2.URL()})
 	require.NoError(t, err)
