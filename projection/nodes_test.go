@@ -185,3 +185,26 @@ func TestNewElasticClientNodeListFailsOver(t *testing.T) {
 	_, err = Identify(ctx, client)
 	require.NoError(t, err)
 }
+
+// TestEngineProbePingNeedsOneNode: readiness holds while one node of the
+// list answers, though the client tries a lost node again now and then.
+func TestEngineProbePingNeedsOneNode(t *testing.T) {
+	t.Parallel()
+	engine, _, _ := strings.Cut(harness.ElasticURL(t), ",")
+	live := faultproxy.Start(t, engine)
+	lost := faultproxy.Start(t, engine)
+	lost.Set(faultproxy.Fault{Refuse: true})
+	list := lost.URL() + "," + live.URL()
+	client, err := NewElasticClient(ElasticOptions{URL: list})
+	require.NoError(t, err)
+	probe := NewEngineProbe(client, list)
+	for i := range 4 {
+		require.NoError(t, probe.Ping(context.Background()), "ping %d", i)
+	}
+
+	live.Set(faultproxy.Fault{Refuse: true})
+	err = probe.Ping(context.Background())
+	require.Error(t, err)
+	require.Equal(t, classify.Connection, classify.Classify(err).Reason)
+	require.Contains(t, err.Error(), list, "the error names every node")
+}
