@@ -113,6 +113,11 @@ func (p *nodePicker) pick() int {
 		i := (p.turn + k) % len(p.nodes)
 		if !p.deadUntil[i].After(now) {
 			p.turn = i + 1
+			if p.fails[i] > 0 {
+				// A node due back gets one request; the others wait for
+				// its outcome (answered or failed) or for reviveMin.
+				p.deadUntil[i] = now.Add(reviveMin)
+			}
 			return i
 		}
 		if soonest < 0 || p.deadUntil[i].Before(p.deadUntil[soonest]) {

@@ -208,3 +208,28 @@ func TestEngineProbePingNeedsOneNode(t *testing.T) {
 	require.Equal(t, classify.Connection, classify.Classify(err).Reason)
 	require.Contains(t, err.Error(), list, "the error names every node")
 }
+
+// TestNodePickerProbesADeadNodeOnce: when a node is due back, one request
+// tries it; the requests picked meanwhile go to the live nodes, so a node
+// still down fails one bulk per revival, not every bulk in flight.
+func TestNodePickerProbesADeadNodeOnce(t *testing.T) {
+	t.Parallel()
+	nodes, _, _, err := ParseNodes("http://127.0.0.1:1,http://127.0.0.1:2,http://127.0.0.1:3")
+	require.NoError(t, err)
+	clock := time.Now()
+	p := newNodePicker(nodes, http.DefaultTransport)
+	p.now = func() time.Time { return clock }
+	p.failed(1)
+	clock = clock.Add(reviveMin)
+	var picked []int
+	for range 6 {
+		picked = append(picked, p.pick())
+	}
+	n := 0
+	for _, i := range picked {
+		if i == 1 {
+			n++
+		}
+	}
+	require.Equal(t, 1, n, "picked %v", picked)
+}
