@@ -109,9 +109,12 @@ bench:
 # Then the model test (consume/model_test.go) on MODEL_SEEDS random seeds,
 # each printed so a failing one can be run alone (WLPROJ_MODEL_SEED=n).
 MODEL_SEEDS ?= 200
+# The drill's stack is an engine cluster, for engine-node-loss (a stack
+# already up is used as it is).
+DRILL_ENGINE_NODES ?= 3
 drill:
 	@scripts/tools.sh
-	@PG_STANDBY=1 $(STACK) with $(GO) run ./tools/drill $(DRILL_FLAGS)
+	@PG_STANDBY=1 ENGINE_NODES=$(DRILL_ENGINE_NODES) $(STACK) with $(GO) run ./tools/drill $(DRILL_FLAGS)
 	@$(STACK) with env WLPROJ_MODEL_SEEDS=$(MODEL_SEEDS) $(GO) test -count=1 -timeout 30m -run '^TestModelRandomHistories$$' ./consume
 
 lint:

@@ -17,7 +17,7 @@ func (f dbFlags) databaseURL() string { return f.DatabaseURL }
 // packages' constants (see flagVars): each default has one home. The `field`
 // tag names the package Config field a flag sets (see names.go).
 type elasticFlags struct {
-	ElasticURL      string  `help:"Elasticsearch base URL." env:"ELASTIC_URL" default:"http://127.0.0.1:9200" field:"URL"`
+	ElasticURL      string  `help:"Elasticsearch base URL, or several nodes' URLs separated by commas (requests are spread over them)." env:"ELASTIC_URL" default:"http://127.0.0.1:9200" field:"URL"`
 	ElasticUsername string  `help:"Elasticsearch basic-auth user." env:"ELASTIC_USERNAME" field:"Username"`
 	ElasticPassword string  `help:"Elasticsearch basic-auth password." env:"ELASTIC_PASSWORD" field:"Password"`
 	ElasticAPIKey   string  `name:"elastic-api-key" help:"Elasticsearch API key, id:key or its base64 form; instead of basic auth." env:"ELASTIC_API_KEY" field:"APIKey"`

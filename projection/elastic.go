@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -96,9 +95,10 @@ var TimeoutRange = bounds.Range[time.Duration]{Min: 100 * time.Millisecond, Max:
 
 // ElasticOptions configure the client for the search engine.
 type ElasticOptions struct {
-	// URL is the engine's base URL. User info in it is used
-	// for basic auth and removed from the URL, so that it never shows up in
-	// error messages. Required.
+	// URL is the engine's base URL, or several nodes' base URLs separated
+	// by commas, over which requests are spread (see NewElasticClient). User
+	// info in any of them is used for basic auth with every node and removed
+	// from the URLs, so that it never shows up in error messages. Required.
 	URL string
 	// Username for basic auth. Defaults to the user in URL, if any.
 	Username string
@@ -116,11 +116,19 @@ type ElasticOptions struct {
 	Timeout time.Duration
 }
 
-// NewElasticClient builds a client for one engine endpoint: no sniffing and no
-// health checks (a single node or a load balancer, often in a container whose
-// published address differs from what the node reports), and no retries of
-// its own, because the consume loop retries with backoff and records each
-// attempt. It makes no request.
+// NewElasticClient builds a client for the engine endpoint, or the nodes,
+// that o.URL lists: no health checks and no retries of its own, because the
+// consume loop retries with backoff and records each attempt. It makes no
+// request.
+//
+// Several URLs are spread over by the client's transport (nodePicker), not
+// by olivere: olivere's own round robin, without its health checks, never
+// sends to a node it once marked dead until every node is, and its health
+// check (HEAD /) fails on Elasticsearch 8's integ-test distribution and with
+// credentials that may not read the root endpoint. Sniffing stays off:
+// nodes publish the addresses they bind, which the client often cannot
+// reach (containers, NAT, a load balancer in front), and the list the
+// operator gives is the contract.
 //
 // The same client serves every engine of TestedEngines. What wlproj sends
 // (typeless bulk requests with external_gte versions, cluster health, GET /)
@@ -128,26 +136,15 @@ type ElasticOptions struct {
 // compatibility headers (compatible-with=7) are sent: OpenSearch refuses them
 // with a 406. olivere checks neither the product header nor the version.
 func NewElasticClient(o ElasticOptions) (*elastic.Client, error) {
-	if o.URL == "" {
-		return nil, bounds.Invalid("URL", "is required")
+	nodes, user, password, err := ParseNodes(o.URL)
+	if err != nil {
+		return nil, err
 	}
-	u, err := url.Parse(o.URL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		// Not wrapped: url.Parse's error repeats the URL, password included.
-		return nil, bounds.Invalid("URL", "must be an http or https URL")
+	if (user != "" || password != "") && o.APIKey != "" {
+		return nil, bounds.Exclusive("APIKey", "a user in the URL is basic auth; use one way to authenticate", "URL")
 	}
-	if u.User != nil {
-		if o.APIKey != "" {
-			return nil, bounds.Exclusive("APIKey", "a user in the URL is basic auth; use one way to authenticate", "URL")
-		}
-		if o.Username == "" {
-			o.Username = u.User.Username()
-		}
-		if p, ok := u.User.Password(); ok && o.Password == "" {
-			o.Password = p
-		}
-		u.User = nil
-	}
+	o.Username = cmp.Or(o.Username, user)
+	o.Password = cmp.Or(o.Password, password)
 	o.Timeout = cmp.Or(o.Timeout, TimeoutDefault)
 	if err := bounds.Check("Timeout", o.Timeout, TimeoutRange); err != nil {
 		return nil, err
@@ -161,18 +158,23 @@ func NewElasticClient(o ElasticOptions) (*elastic.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	var next http.RoundTripper = tr
+	var rt http.RoundTripper = tr
+	if len(nodes) > 1 {
+		rt = newNodePicker(nodes, tr)
+	}
 	if o.APIKey != "" {
 		encoded, _ := encodeAPIKey(o.APIKey)
-		next = &authTransport{next: tr, authorization: "ApiKey " + encoded}
+		rt = &authTransport{next: rt, authorization: "ApiKey " + encoded}
 	}
 	hc := &http.Client{
-		Transport: &retryAfterTransport{next: next},
+		Transport: &retryAfterTransport{next: rt},
 		Timeout:   o.Timeout,
 	}
 
 	opts := []elastic.ClientOptionFunc{
-		elastic.SetURL(u.String()),
+		// With several nodes olivere's URL is the first node's; the
+		// transport sends each request to the node it picks.
+		elastic.SetURL(nodes[0].String()),
 		elastic.SetHttpClient(hc),
 		elastic.SetSniff(false),
 		elastic.SetHealthcheck(false),

@@ -20,7 +20,10 @@
 # hosts with target_session_attrs=read-write.
 # Environment: WLPROJ_TEST_DATABASE_URL / WLPROJ_TEST_ELASTIC_URL reuse servers
 # the user already runs; ENGINE_VERSION (or ES_VERSION) overrides the
-# engine's version.
+# engine's version. ENGINE_NODES=3 starts a cluster of three nodes instead
+# of one (ES_HEAP each, 384m by default), ELASTIC_URL listing their URLs;
+#   stack.sh start-node N  starts node N of such a stack again (the drill
+#                          kills one with kill -9, STACK_ENGINE_PID_FILES)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,7 +35,9 @@ ENGINES="elasticsearch-7 elasticsearch-8 opensearch-2 opensearch-3"
 ENGINE="${ENGINE:-$DEFAULT_ENGINE}"
 CACHE_DIR="${WLPROJ_CACHE:-/var/cache/wlproj}"
 RUN_USER="${WLPROJ_STACK_USER:-wlproj}"
-ES_HEAP="${ES_HEAP:-512m}"
+ENGINE_NODES="${ENGINE_NODES:-1}"
+case "$ENGINE_NODES" in [1-9]) ;; *) echo "stack: ENGINE_NODES=$ENGINE_NODES: a number of nodes from 1 to 9" >&2; exit 1 ;; esac
+if [ "$ENGINE_NODES" = 1 ]; then ES_HEAP="${ES_HEAP:-512m}"; else ES_HEAP="${ES_HEAP:-384m}"; fi
 
 log() { echo "stack: $*" >&2; }
 die() { echo "stack: $*" >&2; exit 1; }
@@ -68,7 +73,10 @@ cleanup_failed_up() {
   [ -n "${RUN_DIR:-}" ] || return 0
   [ -n "${PG_DATA:-}" ] && as_user "$(pg_bindir)/pg_ctl" -D "$PG_DATA" -m immediate -w stop >/dev/null 2>&1
   [ -n "${PG_STANDBY_DATA:-}" ] && as_user "$(pg_bindir)/pg_ctl" -D "$PG_STANDBY_DATA" -m immediate -w stop >/dev/null 2>&1
-  [ -f "$RUN_DIR/es.pid" ] && kill -9 "$(cat "$RUN_DIR/es.pid")" 2>/dev/null
+  local pidfile
+  for pidfile in "$RUN_DIR"/es.pid "$RUN_DIR"/es-[0-9].pid; do
+    [ -f "$pidfile" ] && kill -9 "$(cat "$pidfile")" 2>/dev/null
+  done
   rm -rf "$RUN_DIR"
 }
 
@@ -170,7 +178,7 @@ is_up() {
     if [ -n "${STACK_PG_STANDBY_PORT:-}" ]; then
       "$(pg_bindir)/pg_isready" -q -h 127.0.0.1 -p "$STACK_PG_STANDBY_PORT" || exit 1
     fi
-    curl -sf "$ELASTIC_URL/_cluster/health" >/dev/null || exit 1 )
+    curl -sf "${ELASTIC_URL%%,*}/_cluster/health" >/dev/null || exit 1 )
 }
 
 # want_standby fails when PG_STANDBY=1 asks for a standby the running stack
@@ -266,6 +274,86 @@ start_engine() {
   die "$ENGINE did not become healthy"
 }
 
+# start_cluster runs ENGINE_NODES nodes on loopback forming one cluster, with
+# explicit discovery (the transport ports are fixed before the first node
+# starts) and each node's own config, data, log and pid. Nodes start in the
+# background; the cluster must then see all of them.
+start_cluster() {
+  ensure_java
+  ensure_engine
+  local i hosts="" names="" urls=""
+  ENGINE_HTTP_PORTS=""; ENGINE_TRANSPORT_PORTS=""; ENGINE_PID_FILES=""
+  for i in $(seq 1 "$ENGINE_NODES"); do
+    local hp tp; hp=$(free_port); tp=$(free_port)
+    ENGINE_HTTP_PORTS+="${ENGINE_HTTP_PORTS:+ }$hp"; ENGINE_TRANSPORT_PORTS+="${ENGINE_TRANSPORT_PORTS:+ }$tp"
+    ENGINE_PID_FILES+="${ENGINE_PID_FILES:+ }$RUN_DIR/es-$i.pid"
+    hosts+="${hosts:+,}127.0.0.1:$tp"; names+="${names:+,}node-$i"; urls+="${urls:+,}http://127.0.0.1:$hp"
+  done
+  ENGINE_SEED_HOSTS=$hosts; ENGINE_NODE_NAMES=$names
+  for i in $(seq 1 "$ENGINE_NODES"); do
+    local conf="$RUN_DIR/es-config-$i"
+    cp -r "$ENGINE_HOME/config" "$conf"
+    sed -i -e '/Xlog:gc/d' -e '/HeapDump/d' "$conf/jvm.options"
+    chown -R "$RUN_USER" "$conf" 2>/dev/null || true
+    mkdir -p "$RUN_DIR/es-tmp-$i"; chown "$RUN_USER" "$RUN_DIR/es-tmp-$i" 2>/dev/null || true
+    start_node "$i"
+  done
+  ELASTIC_URL=$urls
+  for i in $(seq 1 240); do
+    curl -sf "${ELASTIC_URL%%,*}/_cluster/health?wait_for_nodes=$ENGINE_NODES&wait_for_status=green&timeout=1s" >/dev/null && return
+    sleep 0.5
+  done
+  tail -30 "$RUN_DIR/es-logs-"*/*.log >&2 || true
+  die "$ENGINE: $ENGINE_NODES nodes did not form a green cluster"
+}
+
+# start_node starts node $1 of a cluster with the ports and names in
+# ENGINE_HTTP_PORTS, ENGINE_TRANSPORT_PORTS, ENGINE_SEED_HOSTS and
+# ENGINE_NODE_NAMES; its data directory is kept, so a restarted node rejoins
+# with its shards. cluster.initial_* only matter at the first election.
+start_node() {
+  local i=$1 prefix=ES extra=() hp tp
+  hp=$(echo "$ENGINE_HTTP_PORTS" | cut -d' ' -f"$i"); tp=$(echo "$ENGINE_TRANSPORT_PORTS" | cut -d' ' -f"$i")
+  if [ "$DIST" = opensearch ]; then
+    prefix=OPENSEARCH; extra+=(-Ecluster.initial_cluster_manager_nodes="$ENGINE_NODE_NAMES")
+  else
+    extra+=(-Expack.security.enabled=false -Ecluster.initial_master_nodes="$ENGINE_NODE_NAMES")
+  fi
+  as_user env "${prefix}_JAVA_HOME=$JAVA_HOME_FOUND" "${prefix}_PATH_CONF=$RUN_DIR/es-config-$i" "${prefix}_TMPDIR=$RUN_DIR/es-tmp-$i" \
+    "${prefix}_JAVA_OPTS=-Xms$ES_HEAP -Xmx$ES_HEAP" \
+    "$ENGINE_HOME/bin/$DIST" -d -p "$RUN_DIR/es-$i.pid" \
+    -Ecluster.name=wlproj-stack -Enode.name="node-$i" -Ediscovery.seed_hosts="$ENGINE_SEED_HOSTS" \
+    -Enetwork.host=127.0.0.1 -Ehttp.port="$hp" -Etransport.port="$tp" "${extra[@]}" \
+    -Ecluster.routing.allocation.disk.threshold_enabled=false \
+    -Epath.data="$RUN_DIR/es-data-$i" -Epath.logs="$RUN_DIR/es-logs-$i" >"$RUN_DIR/es-start-$i.log" 2>&1 \
+    || { cat "$RUN_DIR/es-start-$i.log" >&2; tail -30 "$RUN_DIR/es-logs-$i/"*.log >&2 2>/dev/null; die "$ENGINE node $i did not start"; }
+}
+
+# restart_node starts node $1 of the cluster in the env file again, after a
+# kill; it returns once the node answers, not once the cluster is green.
+restart_node() {
+  local i=${1:-}
+  [ -f "$ENV_FILE" ] || die "$ENGINE is not up"
+  # shellcheck disable=SC1090
+  . "$ENV_FILE"
+  [ "${STACK_ENGINE_NODES:-1}" -gt 1 ] || die "start-node: the stack in $ENV_FILE has one engine node"
+  case "$i" in [1-9]) [ "$i" -le "$STACK_ENGINE_NODES" ] || die "start-node $i: the stack has $STACK_ENGINE_NODES nodes" ;;
+    *) die "usage: $0 start-node N (1 to $STACK_ENGINE_NODES)" ;; esac
+  local pidfile="$STACK_RUN_DIR/es-$i.pid"
+  if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then die "start-node $i: node $i is running"; fi
+  RUN_DIR=$STACK_RUN_DIR; ENGINE_HOME=$STACK_ENGINE_HOME; JAVA_HOME_FOUND=$STACK_JAVA_HOME; ES_HEAP=$STACK_ES_HEAP
+  ENGINE_HTTP_PORTS=$STACK_ENGINE_HTTP_PORTS; ENGINE_TRANSPORT_PORTS=$STACK_ENGINE_TRANSPORT_PORTS
+  ENGINE_SEED_HOSTS=$STACK_ENGINE_SEED_HOSTS; ENGINE_NODE_NAMES=$STACK_ENGINE_NODE_NAMES
+  rm -f "$pidfile"
+  start_node "$i"
+  local hp; hp=$(echo "$ENGINE_HTTP_PORTS" | cut -d' ' -f"$i")
+  for _ in $(seq 1 240); do
+    curl -sf "http://127.0.0.1:$hp/_cluster/health?local=true" >/dev/null && { log "node $i up on port $hp"; return; }
+    sleep 0.5
+  done
+  die "$ENGINE node $i did not answer"
+}
+
 up() {
   command -v curl >/dev/null || apt_install curl
   command -v python3 >/dev/null || apt_install python3
@@ -288,8 +376,11 @@ up() {
   PG_STANDBY_DATA=""; PG_STANDBY_PORT=""
   [ "${PG_STANDBY:-}" = 1 ] && start_pg_standby
   ENGINE_HOME=""; JAVA_HOME_FOUND=""
+  ENGINE_HTTP_PORTS=""; ENGINE_TRANSPORT_PORTS=""; ENGINE_PID_FILES=""; ENGINE_SEED_HOSTS=""; ENGINE_NODE_NAMES=""
   if [ -n "${WLPROJ_TEST_ELASTIC_URL:-}" ]; then
     ELASTIC_URL="$WLPROJ_TEST_ELASTIC_URL"
+  elif [ "$ENGINE_NODES" -gt 1 ]; then
+    start_cluster
   else
     start_engine
   fi
@@ -306,6 +397,13 @@ export STACK_PG_BINDIR='$(pg_bindir)'
 export STACK_PG_STANDBY_DATA='$PG_STANDBY_DATA'
 export STACK_PG_STANDBY_PORT='$PG_STANDBY_PORT'
 export STACK_RUN_USER='$RUN_USER'
+export STACK_ENGINE_NODES='$ENGINE_NODES'
+export STACK_ES_HEAP='$ES_HEAP'
+export STACK_ENGINE_HTTP_PORTS='$ENGINE_HTTP_PORTS'
+export STACK_ENGINE_TRANSPORT_PORTS='$ENGINE_TRANSPORT_PORTS'
+export STACK_ENGINE_PID_FILES='$ENGINE_PID_FILES'
+export STACK_ENGINE_SEED_HOSTS='$ENGINE_SEED_HOSTS'
+export STACK_ENGINE_NODE_NAMES='$ENGINE_NODE_NAMES'
 ENV
   trap - EXIT
   log "$ENGINE $VERSION up in $((SECONDS - t0))s: DATABASE_URL=$DATABASE_URL ELASTIC_URL=$ELASTIC_URL ($ENV_FILE)"
@@ -322,12 +420,14 @@ down() {
   if [ -n "${STACK_PG_STANDBY_DATA:-}" ] && [ -d "$STACK_PG_STANDBY_DATA" ]; then
     as_user "$STACK_PG_BINDIR/pg_ctl" -D "$STACK_PG_STANDBY_DATA" -m immediate -w stop >/dev/null 2>&1 || true
   fi
-  if [ -f "$STACK_RUN_DIR/es.pid" ]; then
-    local pid; pid=$(cat "$STACK_RUN_DIR/es.pid")
+  local pidfile pid
+  for pidfile in "$STACK_RUN_DIR"/es.pid "$STACK_RUN_DIR"/es-[0-9].pid; do
+    [ -f "$pidfile" ] || continue
+    pid=$(cat "$pidfile")
     kill "$pid" 2>/dev/null || true
     for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
     kill -9 "$pid" 2>/dev/null || true
-  fi
+  done
   case "${STACK_RUN_DIR:-}" in /tmp/wlproj-stack.*) rm -rf "$STACK_RUN_DIR" ;; esac
   rm -f "$ENV_FILE"
   log "$ENGINE down"
@@ -365,5 +465,6 @@ case "${1:-}" in
   env) echo "$ENV_FILE" ;;
   engines) echo "$ENGINES" ;;
   version) echo "$VERSION" ;;
-  *) die "usage: $0 up|down|status|exec|with|env|engines|version" ;;
+  start-node) shift; restart_node "$@" ;;
+  *) die "usage: $0 up|down|status|exec|with|env|engines|version|start-node N" ;;
 esac

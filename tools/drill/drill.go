@@ -98,6 +98,11 @@ type Config struct {
 	ElasticURL string
 	// PG restarts Postgres.
 	PG PGControl
+	// NodeLoss runs engine-node-loss, which needs a stack of several engine
+	// nodes, Nodes, and keeps the killed one down for NodeOutage.
+	NodeLoss   bool
+	Nodes      NodeControl
+	NodeOutage time.Duration
 	// Out receives the progress lines and the summary.
 	Out io.Writer
 }
@@ -120,6 +125,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("-outage %s: must be at least 1s", c.Outage)
 	case c.MaxAttempts < 1 || c.MaxAttempts > 1000:
 		return fmt.Errorf("-max-attempts %d: out of range [1, 1000]", c.MaxAttempts)
+	case c.NodeLoss && c.NodeOutage < time.Second:
+		return fmt.Errorf("-node-outage %s: must be at least 1s", c.NodeOutage)
 	case c.PGRestart && (c.PG.Data == "" || c.PG.BinDir == ""):
 		return errors.New("the Postgres restart needs STACK_PG_DATA and STACK_PG_BINDIR (from .stack/env); or pass -pg-restart=false")
 	case c.PGFailover && (c.PG.Data == "" || c.PG.BinDir == "" || c.PG.StandbyData == ""):
@@ -199,8 +206,11 @@ type drill struct {
 	// failedOver: the primary was killed and the standby promoted; the old
 	// primary must stay down (a second read-write host).
 	failedOver bool
-	procsMu    sync.Mutex
-	procs      []*proc
+	// nodeList: the replicas talk to the engine's nodes directly, over
+	// ELASTIC_URL's list (engine-node-loss on), not through the proxies.
+	nodeList bool
+	procsMu  sync.Mutex
+	procs    []*proc
 }
 
 // slot is one replica name with its own paths to Postgres and to the
@@ -341,7 +351,9 @@ func (d *drill) applyRoles(ctx context.Context) error {
 // what the slot's replica sends.
 func (d *drill) setupProxies() error {
 	var err error
-	if d.engine, err = faultproxy.New(d.cfg.ElasticURL); err != nil {
+	// The proxies front the first node of a node list.
+	first, _, _ := strings.Cut(d.cfg.ElasticURL, ",")
+	if d.engine, err = faultproxy.New(first); err != nil {
 		return err
 	}
 	d.s.OnClose(func() { _ = d.engine.Close() })
@@ -408,7 +420,11 @@ func (d *drill) env(s *slot) []string {
 		hosts[i] = p.Addr()
 	}
 	u.Host = strings.Join(hosts, ",")
-	return harness.ReplicaEnv(u.String(), "http://"+s.engine.Addr(), d.s.Index, slices.Concat(harness.Quick, []string{
+	engine := "http://" + s.engine.Addr()
+	if d.nodeList {
+		engine = d.cfg.ElasticURL
+	}
+	return harness.ReplicaEnv(u.String(), engine, d.s.Index, slices.Concat(harness.Quick, []string{
 		"OUTBOX_LEADER_CHECK_INTERVAL_SECONDS=0.25",
 		"OUTBOX_TCP_KEEPALIVES_IDLE=" + strconv.Itoa(keepalivesIdle),
 		"OUTBOX_TCP_KEEPALIVES_INTERVAL=" + strconv.Itoa(keepalivesInterval),

@@ -65,6 +65,12 @@
 //     delivers them only if the dead leader's connection ended without an
 //     RST (SO_LINGER 0 sends one); the report says which it was.
 //
+//  8. engine-node-loss (on a stack of several engine nodes, ENGINE_NODES=3
+//     in `make drill`): the replicas roll onto ELASTIC_URL's node list, the
+//     index gets a replica, and the node holding its primary is killed -9
+//     under load for -node-outage, then started again with its data; reads
+//     through the other nodes must keep answering and nothing may fail.
+//
 //  8. postgres-failover: kill -9 of the primary's postmaster, pg_ctl promote
 //     of the synchronous standby; the replicas, whose DATABASE_URL names
 //     both (through a proxy each) with target_session_attrs=read-write,
@@ -122,6 +128,8 @@ func main() {
 	fs.DurationVar(&cfg.Outage, "outage", outageDefault, "how long the engine is down")
 	fs.BoolVar(&cfg.PGRestart, "pg-restart", true, "run the Postgres restart scenario (restarts the stack's Postgres)")
 	fs.BoolVar(&cfg.PGFailover, "pg-failover", true, "run the Postgres failover scenario (kills the stack's primary, promotes its standby; needs PG_STANDBY=1)")
+	fs.BoolVar(&cfg.NodeLoss, "node-loss", true, "run engine-node-loss (needs a stack of several engine nodes)")
+	fs.DurationVar(&cfg.NodeOutage, "node-outage", nodeOutageDefault, "how long engine-node-loss keeps the killed node down")
 	fs.DurationVar(&cfg.Settle, "settle", settleDefault, "pause before each fault, so the leader is mid-stream")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", drainTimeoutDefault, "how long the final drain may take")
 	fs.IntVar(&cfg.MaxAttempts, "max-attempts", maxAttemptsDefault, "OUTBOX_MAX_ATTEMPTS of the replicas; must outlast the outage")
@@ -132,6 +140,7 @@ func main() {
 
 	cfg.AdminURL = os.Getenv("DATABASE_URL")
 	cfg.ElasticURL = os.Getenv("ELASTIC_URL")
+	cfg.Nodes = nodeControlFromEnv()
 	cfg.PG = PGControl{
 		Data: os.Getenv("STACK_PG_DATA"), BinDir: os.Getenv("STACK_PG_BINDIR"),
 		RunUser: os.Getenv("STACK_RUN_USER"), RunDir: os.Getenv("STACK_RUN_DIR"),

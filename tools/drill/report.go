@@ -155,6 +155,8 @@ type Scenario struct {
 	HeldBytes   *int64 `json:"held_bytes,omitempty"`
 	HeldOutcome string `json:"held_bytes_outcome,omitempty"`
 	Resurrected *bool  `json:"resurrected,omitempty"`
+	// engine-node-loss
+	NodeLoss *NodeLoss `json:"engine_node_loss,omitempty"`
 
 	Leaders   []string `json:"leaders,omitempty"` // who led after each fault
 	takeovers []float64
@@ -241,6 +243,9 @@ func (s *Scenario) notes() string {
 	}
 	if s.Resurrected != nil {
 		n = append(n, fmt.Sprintf("resurrected: %t", *s.Resurrected))
+	}
+	if s.NodeLoss != nil {
+		n = append(n, s.NodeLoss.notes())
 	}
 	if s.Error != "" {
 		n = append(n, "error: "+s.Error)
