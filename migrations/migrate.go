@@ -52,13 +52,16 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
+
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 	"github.com/rs/zerolog"
+	"github.com/wlproj/wlproj/internal/pgpool"
 )
 
 //go:embed *.sql
@@ -191,8 +194,11 @@ func open(ctx context.Context, databaseURL string, want Expect) (*sql.DB, Target
 	if _, ok := cfg.RuntimeParams["application_name"]; !ok {
 		cfg.RuntimeParams["application_name"] = ApplicationName
 	}
+	if err := pgpool.CheckHosts(&cfg.Config); err != nil {
+		return nil, Target{}, fmt.Errorf("DATABASE_URL %w", err)
+	}
 	db := stdlib.OpenDB(*cfg)
-	target, err := inspect(ctx, db, cfg.Host)
+	target, err := inspect(ctx, db, cfg)
 	if err != nil {
 		db.Close()
 		return nil, target, err
@@ -204,17 +210,70 @@ func open(ctx context.Context, databaseURL string, want Expect) (*sql.DB, Target
 	return db, target, nil
 }
 
-func inspect(ctx context.Context, db *sql.DB, host string) (Target, error) {
-	t := Target{Host: host}
+// inspect reads what the connection reached: the database, the server's
+// address and port, and the host of the URL it came through (with several
+// hosts, the one pgx settled on, not the first).
+func inspect(ctx context.Context, db *sql.DB, cfg *pgx.ConnConfig) (Target, error) {
+	t := Target{Host: cfg.Host}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return t, fmt.Errorf("connect to database: %w", err)
+	}
+	defer conn.Close()
+	if len(cfg.Fallbacks) > 0 {
+		_ = conn.Raw(func(dc any) error {
+			if c, ok := dc.(*stdlib.Conn); ok {
+				t.Host = reachedHost(cfg, c.Conn().PgConn().Conn().RemoteAddr())
+			}
+			return nil
+		})
+	}
 	var addr sql.NullString
 	var port sql.NullInt64
-	err := db.QueryRowContext(ctx,
+	err = conn.QueryRowContext(ctx,
 		`SELECT current_database(), host(inet_server_addr()), inet_server_port()`).Scan(&t.Database, &addr, &port)
 	if err != nil {
 		return t, fmt.Errorf("connect to database: %w", err)
 	}
 	t.ServerAddr, t.Port = addr.String, int(port.Int64)
 	return t, nil
+}
+
+// reachedHost is the host of cfg's list that remote is: same port, and the
+// host is remote's address or resolves to it. Unknown: remote itself.
+func reachedHost(cfg *pgx.ConnConfig, remote net.Addr) string {
+	tcp, ok := remote.(*net.TCPAddr)
+	if !ok {
+		return remote.String()
+	}
+	candidates := []struct {
+		host string
+		port uint16
+	}{{cfg.Host, cfg.Port}}
+	for _, fb := range cfg.Fallbacks {
+		candidates = append(candidates, struct {
+			host string
+			port uint16
+		}{fb.Host, fb.Port})
+	}
+	for _, c := range candidates {
+		if int(c.port) != tcp.Port {
+			continue
+		}
+		if ip := net.ParseIP(c.host); ip != nil {
+			if ip.Equal(tcp.IP) {
+				return c.host
+			}
+			continue
+		}
+		addrs, _ := net.LookupIP(c.host)
+		for _, a := range addrs {
+			if a.Equal(tcp.IP) {
+				return c.host
+			}
+		}
+	}
+	return tcp.IP.String()
 }
 
 func matches(want Expect, t Target) bool {
