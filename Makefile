@@ -18,9 +18,10 @@ export ENGINE
 # the operator surface, the drill's smoke run, verify against each kind of
 # drift, the harness's own index cleanup (Elasticsearch 8 refuses
 # deletes by wildcard), and the production topologies (a Postgres standby
-# listed in DATABASE_URL).
-ENGINE_TEST_PKGS := ./e2e ./cli ./projection ./classify ./consume ./tools/drill ./internal/testkit/harness ./verify
-ENGINE_TEST_RUN := ^Test(Engine|Search|Identify|ItemResult|Captured|NewElasticClient|LateReplay|RetryAfterTheDelete|TLS|Replicas|Operate|DrillSmoke|DeleteIndex|Verify|Topology)
+# listed in DATABASE_URL, an engine node list, migrations that build indexes
+# concurrently and follow a host list).
+ENGINE_TEST_PKGS := ./e2e ./cli ./projection ./classify ./consume ./tools/drill ./internal/testkit/harness ./verify ./migrations
+ENGINE_TEST_RUN := ^Test(Engine|Search|Identify|ItemResult|Captured|NewElasticClient|LateReplay|RetryAfterTheDelete|TLS|Replicas|Operate|DrillSmoke|DeleteIndex|Verify|Topology|ConcurrentBuild|RerunRebuildsInvalidIndex|UpGuards)
 
 # What `wlproj --version`, /metrics and the package say about the build
 # (scripts/version.sh: the nearest tag, else 0.0.0-g<commit>; -dirty with
