@@ -16,10 +16,12 @@ export ENGINE
 # classifier on the engine's own answers (and every engine's captures), the
 # ledger against forgotten tombstones, TLS with credentials, real replicas,
 # the operator surface, the drill's smoke run, verify against each kind of
-# drift, and the harness's own index cleanup (Elasticsearch 8 refuses
-# deletes by wildcard).
-ENGINE_TEST_PKGS := ./e2e ./cli ./projection ./classify ./consume ./tools/drill ./internal/testkit/harness ./verify
-ENGINE_TEST_RUN := ^Test(Engine|Search|Identify|ItemResult|Captured|NewElasticClient|LateReplay|RetryAfterTheDelete|TLS|Replicas|Operate|DrillSmoke|DeleteIndex|Verify)
+# drift, the harness's own index cleanup (Elasticsearch 8 refuses
+# deletes by wildcard), and the production topologies (a Postgres standby
+# listed in DATABASE_URL, an engine node list, migrations that build indexes
+# concurrently and follow a host list).
+ENGINE_TEST_PKGS := ./e2e ./cli ./projection ./classify ./consume ./tools/drill ./internal/testkit/harness ./verify ./migrations
+ENGINE_TEST_RUN := ^Test(Engine|Search|Identify|ItemResult|Captured|NewElasticClient|LateReplay|RetryAfterTheDelete|TLS|Replicas|Operate|DrillSmoke|DeleteIndex|Verify|Topology|ConcurrentBuild|RerunRebuildsInvalidIndex|UpGuards)
 
 # What `wlproj --version`, /metrics and the package say about the build
 # (scripts/version.sh: the nearest tag, else 0.0.0-g<commit>; -dirty with
@@ -55,8 +57,9 @@ deb:
 		$$nfpm package --config deploy/deb/nfpm.yaml --packager deb --target $(DEB_DIR)/wlproj_$(DEB_VERSION)_$(DEB_ARCH).deb
 	@rm -rf $(DEB_STAGE)
 
+# PG_STANDBY=1 adds a streaming standby of Postgres (scripts/stack.sh).
 stack-up:
-	@$(STACK) up
+	@PG_STANDBY=$(PG_STANDBY) $(STACK) up
 
 stack-down:
 	@$(STACK) down
@@ -102,12 +105,17 @@ bench:
 	@$(STACK) with env BENCH_OUT=$(BENCH_OUT) BENCH_SMOKE=$(BENCH_SMOKE) $(GO) run ./tools/bench $(BENCH_FLAGS)
 
 # Unattended failover drill on the real stack; writes tools/drill/report.json.
+# Its stack has a Postgres standby (PG_STANDBY=1), which postgres-failover
+# promotes.
 # Then the model test (consume/model_test.go) on MODEL_SEEDS random seeds,
 # each printed so a failing one can be run alone (WLPROJ_MODEL_SEED=n).
 MODEL_SEEDS ?= 200
+# The drill's stack is an engine cluster, for engine-node-loss (a stack
+# already up is used as it is).
+DRILL_ENGINE_NODES ?= 3
 drill:
 	@scripts/tools.sh
-	@$(STACK) with $(GO) run ./tools/drill $(DRILL_FLAGS)
+	@PG_STANDBY=1 ENGINE_NODES=$(DRILL_ENGINE_NODES) $(STACK) with $(GO) run ./tools/drill $(DRILL_FLAGS)
 	@$(STACK) with env WLPROJ_MODEL_SEEDS=$(MODEL_SEEDS) $(GO) test -count=1 -timeout 30m -run '^TestModelRandomHistories$$' ./consume
 
 lint:

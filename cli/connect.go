@@ -4,12 +4,16 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/wlproj/wlproj/internal/pgpool"
 )
 
 const connectTimeoutDefault = 10 * time.Second
@@ -32,6 +36,9 @@ func connect(ctx context.Context, databaseURL string) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, usagef("DATABASE_URL: %w", err)
 	}
+	if err := pgpool.CheckHosts(&cfg.Config); err != nil {
+		return nil, usagef("DATABASE_URL: %w", err)
+	}
 	cfg.ConnectTimeout = cmp.Or(cfg.ConnectTimeout, connectTimeoutDefault)
 	if cfg.RuntimeParams["application_name"] == "" {
 		cfg.RuntimeParams["application_name"] = "wlproj-cli"
@@ -44,8 +51,15 @@ func connect(ctx context.Context, databaseURL string) (*pgx.Conn, error) {
 }
 
 // databaseTarget names the database without credentials, for the status
-// header: which database an operator is looking at matters.
+// header: which database an operator is looking at matters. With several
+// hosts in DATABASE_URL it is the one the connection reached, not the first.
 func databaseTarget(conn *pgx.Conn) string {
 	cfg := conn.Config()
-	return fmt.Sprintf("%s:%d/%s", cfg.Host, cfg.Port, cfg.Database)
+	addr := net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
+	if len(cfg.Fallbacks) > 0 {
+		if tcp, ok := conn.PgConn().Conn().RemoteAddr().(*net.TCPAddr); ok {
+			addr = tcp.String()
+		}
+	}
+	return addr + "/" + cfg.Database
 }

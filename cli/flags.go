@@ -17,9 +17,10 @@ func (f dbFlags) databaseURL() string { return f.DatabaseURL }
 // packages' constants (see flagVars): each default has one home. The `field`
 // tag names the package Config field a flag sets (see names.go).
 type elasticFlags struct {
-	ElasticURL      string  `help:"Elasticsearch base URL." env:"ELASTIC_URL" default:"http://127.0.0.1:9200" field:"URL"`
-	ElasticUsername string  `help:"Elasticsearch basic-auth user." env:"ELASTIC_USERNAME"`
-	ElasticPassword string  `help:"Elasticsearch basic-auth password." env:"ELASTIC_PASSWORD"`
+	ElasticURL      string  `help:"Elasticsearch base URL, or several nodes' URLs separated by commas (requests are spread over them)." env:"ELASTIC_URL" default:"http://127.0.0.1:9200" field:"URL"`
+	ElasticUsername string  `help:"Elasticsearch basic-auth user." env:"ELASTIC_USERNAME" field:"Username"`
+	ElasticPassword string  `help:"Elasticsearch basic-auth password." env:"ELASTIC_PASSWORD" field:"Password"`
+	ElasticAPIKey   string  `name:"elastic-api-key" help:"Elasticsearch API key, id:key or its base64 form; instead of basic auth." env:"ELASTIC_API_KEY" field:"APIKey"`
 	ElasticCAFile   string  `name:"elastic-ca-file" help:"PEM file of the CA that signed the engine's TLS certificate." env:"ELASTIC_CA_FILE" type:"existingfile"`
 	ElasticTimeout  float64 `help:"Timeout of one request to the engine, in seconds [${elastic_timeout_range}]." env:"ELASTIC_TIMEOUT_SECONDS" default:"${elastic_timeout}" field:"Timeout"`
 }
@@ -27,5 +28,5 @@ type elasticFlags struct {
 // options are the engine client's settings.
 func (f elasticFlags) options() projection.ElasticOptions {
 	return projection.ElasticOptions{URL: f.ElasticURL, Username: f.ElasticUsername, Password: f.ElasticPassword,
-		CAFile: f.ElasticCAFile, Timeout: seconds(f.ElasticTimeout)}
+		APIKey: f.ElasticAPIKey, CAFile: f.ElasticCAFile, Timeout: seconds(f.ElasticTimeout)}
 }

@@ -6,21 +6,45 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/wlproj/wlproj/migrations"
 )
 
 type migrateCmd struct {
 	dbFlags
-	ExpectDB   string `name:"expect-db" help:"Refuse to migrate unless the connected database has this name." env:"MIGRATE_EXPECT_DB"`
-	ExpectHost string `help:"Refuse to migrate unless connected to this host (as written in the URL, or the server address)." env:"MIGRATE_EXPECT_HOST"`
-	ExpectPort int    `help:"Refuse to migrate unless connected to this port." env:"MIGRATE_EXPECT_PORT"`
+	ExpectDB    string        `name:"expect-db" help:"Refuse to migrate unless the connected database has this name." env:"MIGRATE_EXPECT_DB"`
+	ExpectHost  string        `help:"Refuse to migrate unless connected to this host (as written in the URL, or the server address)." env:"MIGRATE_EXPECT_HOST"`
+	ExpectPort  int           `help:"Refuse to migrate unless connected to this port." env:"MIGRATE_EXPECT_PORT"`
+	DryRun      bool          `name:"dry-run" help:"List the migrations that would run and the lock each statement takes; change nothing."`
+	LockTimeout time.Duration `name:"lock-timeout" help:"How long one statement waits for a lock before it gives up and retries, so that the application's writes never queue behind it longer [${migrate_lock_timeout_range}]." env:"MIGRATE_LOCK_TIMEOUT" default:"${migrate_lock_timeout}" field:"LockTimeout"`
+	LockWait    time.Duration `name:"lock-wait" help:"How long a statement keeps retrying its lock before the migration fails, naming the session in its way [${migrate_lock_wait_range}]." env:"MIGRATE_LOCK_WAIT" default:"${migrate_lock_wait}" field:"LockWait"`
+}
+
+// The lock flags' defaults and ranges live in the migrations package; they
+// are registered here, next to the flags, rather than in vars.go.
+func init() {
+	durationVars["migrate_lock_timeout"] = durationVar{migrations.LockTimeoutDefault, migrations.LockTimeoutRange}
+	durationVars["migrate_lock_wait"] = durationVar{migrations.LockWaitDefault, migrations.LockWaitRange}
 }
 
 func (c *migrateCmd) Run(g *globals) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res, err := migrations.Up(ctx, c.DatabaseURL, migrations.Expect{Database: c.ExpectDB, Host: c.ExpectHost, Port: c.ExpectPort})
+	want := migrations.Expect{Database: c.ExpectDB, Host: c.ExpectHost, Port: c.ExpectPort}
+	cfg := migrations.Config{LockTimeout: c.LockTimeout, LockWait: c.LockWait}
+	if err := cfg.Validate(); err != nil {
+		return renameFields(c, err)
+	}
+	if c.DryRun {
+		plan, err := migrations.DryRun(ctx, c.DatabaseURL, want, cfg)
+		if err != nil {
+			return err
+		}
+		plan.Write(g.stdout)
+		return nil
+	}
+	res, err := migrations.Run(ctx, c.DatabaseURL, want, cfg, g.logger)
 	if err != nil {
 		return err
 	}

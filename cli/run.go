@@ -35,7 +35,7 @@ type runCmd struct {
 
 	BulkSize               int     `help:"Events per claim and per bulk request [${bulk_size_range}]." env:"OUTBOX_BULK_SIZE" default:"${bulk_size}" field:"BulkSize"`
 	Concurrency            int     `help:"Bulk requests in flight at once [${concurrency_range}]." env:"OUTBOX_CONCURRENCY" default:"${concurrency}" field:"Concurrency"`
-	PollIntervalSeconds    float64 `help:"Fallback poll when no NOTIFY arrives [${poll_interval_range}]." env:"OUTBOX_POLL_INTERVAL_SECONDS" default:"${poll_interval}" field:"PollInterval"`
+	PollIntervalSeconds    float64 `help:"Fallback poll when no NOTIFY arrives, and how often a claim starts from the head of the outbox rather than past the last row claimed [${poll_interval_range}]." env:"OUTBOX_POLL_INTERVAL_SECONDS" default:"${poll_interval}" field:"PollInterval"`
 	LeaseSeconds           float64 `help:"Claim lease [${lease_range}]." env:"OUTBOX_LEASE_SECONDS" default:"${lease}" field:"Lease"`
 	ReclaimIntervalSeconds float64 `help:"How often stuck rows are reclaimed [${reclaim_interval_range}]." env:"OUTBOX_RECLAIM_INTERVAL_SECONDS" default:"${reclaim_interval}" field:"ReclaimInterval"`
 	MaxProcessingSeconds   float64 `help:"Time in processing after which a row is stuck whatever its lease [${max_processing_range}]." env:"OUTBOX_MAX_PROCESSING_SECONDS" default:"${max_processing}" field:"MaxProcessing"`

@@ -35,6 +35,15 @@ type Loop struct {
 	log         zerolog.Logger
 	// order is the current term's; Run starts a new one.
 	order *order
+	// names are the projections the loop has handlers for, which claims
+	// past the cursor read.
+	names []string
+	// cursor is where the term's next claim starts, past the last row it
+	// claimed; headAt is when it last claimed from the head instead, which
+	// it does every PollInterval for the rows that fall due behind the
+	// cursor. Both belong to Run's goroutine.
+	cursor *outbox.Cursor
+	headAt time.Time
 
 	mu       sync.Mutex
 	inflight map[int64]struct{}
@@ -59,7 +68,7 @@ func NewLoop(cfg Config, store *outbox.Store, handlers projection.Registry, log 
 	initCounters(names)
 	latest := handlers.LatestOnly()
 	return &Loop{cfg: cfg, store: store, pool: store.Pool, handlers: handlers, latest: latest,
-		latestNames: slices.Sorted(maps.Keys(latest)), order: newOrder(),
+		latestNames: slices.Sorted(maps.Keys(latest)), names: slices.Sorted(slices.Values(names)), order: newOrder(),
 		log: log.With().Str("service", "consume").Logger(), inflight: map[int64]struct{}{}}, nil
 }
 
@@ -98,7 +107,17 @@ func (l *Loop) claim(ctx context.Context, epoch int64) (*flight, error) {
 	var start, end time.Time
 	f, err := l.order.claim(func() ([]outbox.Event, error) {
 		start = time.Now()
-		events, err := l.store.Claim(ctx, epoch, l.cfg.BulkSize, l.cfg.Lease, l.latestNames)
+		after := l.cursor
+		if after != nil && start.Sub(l.headAt) >= l.cfg.PollInterval {
+			after = nil
+		}
+		if after == nil {
+			l.headAt = start
+		}
+		events, err := l.store.ClaimAfter(ctx, epoch, l.cfg.BulkSize, l.cfg.Lease, l.latestNames, after, l.names)
+		if c := outbox.CursorOf(events); c != nil && (l.cursor == nil || c.After(*l.cursor)) {
+			l.cursor = c
+		}
 		end = time.Now()
 		claimDuration.Observe(end.Sub(start).Seconds())
 		return events, err
@@ -115,7 +134,7 @@ func (l *Loop) claim(ctx context.Context, epoch int64) (*flight, error) {
 // (shutdown: stop claiming, let in-flight bulks finish within the grace
 // period, put the rest back to pending without counting an attempt).
 func (l *Loop) Run(ctx context.Context, epoch int64, drain <-chan struct{}) {
-	l.order = newOrder()
+	l.order, l.cursor = newOrder(), nil
 	wake := make(chan struct{}, 1)
 	listenCtx, stopListen := context.WithCancel(ctx)
 	defer stopListen()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/wlproj/wlproj/internal/bounds"
 	"github.com/wlproj/wlproj/internal/metrichelp"
+	"github.com/wlproj/wlproj/internal/pgpool"
 	"github.com/wlproj/wlproj/internal/startstop"
 	"github.com/wlproj/wlproj/outbox"
 )
@@ -52,7 +53,10 @@ func LockSessionName(workerID string) string { return lockSessionPrefix + worker
 
 // Config configures an Elector.
 type Config struct {
-	// DatabaseURL is where the lock connection goes. Required.
+	// DatabaseURL is where the lock connection goes; with several hosts it
+	// must carry target_session_attrs=read-write (or primary), and each
+	// reconnection, after the lock session is lost, goes to whichever host
+	// accepts writes then. Required.
 	DatabaseURL string
 	// Name is the leader name; replicas with the same name compete for one
 	// lock. Defaults to "wlproj".
@@ -98,6 +102,13 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error {
 	if c.DatabaseURL == "" {
 		return errors.New("DatabaseURL is required")
+	}
+	cfg, err := pgx.ParseConfig(c.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("DatabaseURL: %w", err)
+	}
+	if err := pgpool.CheckHosts(&cfg.Config); err != nil {
+		return fmt.Errorf("DatabaseURL: %w", err)
 	}
 	if c.WorkerID == "" {
 		return errors.New("WorkerID is required")

@@ -1,7 +1,10 @@
+-- +goose NO TRANSACTION
 -- +goose Up
 -- A row is written three times (insert, claim, ack) but its payload only
 -- once: kept out of line, the claim and the ack copy an 18-byte pointer
--- instead of the payload, and write that much less WAL.
+-- instead of the payload, and write that much less WAL. Each statement
+-- alone: SET STORAGE takes ACCESS EXCLUSIVE for an instant (catalog only,
+-- nothing is rewritten), the storage parameter SHARE UPDATE EXCLUSIVE.
 ALTER TABLE outbox_events ALTER COLUMN payload SET STORAGE EXTERNAL;
 ALTER TABLE outbox_events SET (toast_tuple_target = 128);
 

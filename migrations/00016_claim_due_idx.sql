@@ -5,9 +5,7 @@
 -- only the rows already due, so neither a paused projection's backlog nor
 -- rows waiting out a backoff are walked past on every claim (300k of either
 -- made a claim of the id-ordered pending index take ~90 ms instead of 0.5).
--- Built CONCURRENTLY: producers insert into this table.
-DROP INDEX CONCURRENTLY IF EXISTS outbox_events_due_idx;
-CREATE INDEX CONCURRENTLY outbox_events_due_idx ON outbox_events (projection, next_retry_at, id) WHERE status = 'pending';
+CREATE INDEX CONCURRENTLY IF NOT EXISTS outbox_events_due_idx ON outbox_events (projection, next_retry_at, id) WHERE status = 'pending';
 
 -- +goose Down
 DROP INDEX CONCURRENTLY IF EXISTS outbox_events_due_idx;

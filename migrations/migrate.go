@@ -1,23 +1,71 @@
 // Package migrations holds the outbox schema as embedded SQL files and applies
 // them with goose, under a Postgres advisory lock, after checking that the
 // connection points at the database the operator expects.
+//
+// The convention every migration file follows, so that applying one never
+// stops the application's writes (checked by TestFilesFollowConvention):
+//
+//   - A statement waits at most Config.LockTimeout (500 ms) for a lock. A
+//     statement queued behind an application's long transaction would hold
+//     every later writer of its table queued behind itself; instead it gives
+//     up, and the runner retries it with backoff for up to Config.LockWait
+//     (5 min), logging each wait with the blocking session, then fails with an
+//     error naming the statement and the blocker. Only the statements of a
+//     CONCURRENTLY build wait the whole LockWait at once: their waits block no
+//     writer.
+//   - An index on a table that already exists is built CREATE INDEX
+//     CONCURRENTLY IF NOT EXISTS in a file marked -- +goose NO TRANSACTION.
+//     Before running it the runner drops an INVALID index of that name (left
+//     by a build that failed), so a rerun builds it again instead of keeping
+//     the broken one. Indexes on tables created in the same file are built
+//     plainly: no application can write those yet.
+//   - In a NO TRANSACTION file each statement commits alone, and a failed
+//     run is rerun from the file's start: every statement is idempotent
+//     (CREATE … IF NOT EXISTS, ADD COLUMN IF NOT EXISTS, DROP … IF EXISTS; a
+//     DROP CONSTRAINT and its replacement in one ALTER TABLE).
+//   - A statement that takes ACCESS EXCLUSIVE on a producer table
+//     (ProducerTables) runs alone: in a NO TRANSACTION file, or as the only
+//     statement of its file, so no later statement's wait extends the lock.
+//   - Data moves over big tables go in pages, one short transaction each (a
+//     DO block that COMMITs per keyset page, in a NO TRANSACTION file).
+//   - -- +wlproj requires-extension NAME before a statement runs it only when
+//     the extension is installed; -- +wlproj locks TEXT tells the dry run what
+//     a DO block locks.
+//
+// A new index on outbox_events, for example, is a file of its own:
+//
+//	-- +goose NO TRANSACTION
+//	-- +goose Up
+//	CREATE INDEX CONCURRENTLY IF NOT EXISTS outbox_events_x_idx ON outbox_events (x) WHERE status = 'pending';
+//
+//	-- +goose Down
+//	DROP INDEX CONCURRENTLY IF EXISTS outbox_events_x_idx;
+//
+// Files already released may be edited to follow the convention only if the
+// schema they leave stays the same: testdata/v15 keeps them as first
+// released, and TestSchemaSameAfterOldToNew compares.
 package migrations
 
 import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
+	"net"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
+
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
+	"github.com/rs/zerolog"
+	"github.com/wlproj/wlproj/internal/pgpool"
 )
 
 //go:embed *.sql
-var files embed.FS
+var embedded embed.FS
 
 // Expect names the database a migration must find before it changes anything.
 // Empty fields are not checked.
@@ -64,55 +112,168 @@ type Result struct {
 	Current int64
 }
 
-// Up checks the guard and applies every pending migration. Running it twice
-// applies nothing the second time.
+// Up checks the guard and applies every pending migration with the default
+// Config. Running it twice applies nothing the second time.
 func Up(ctx context.Context, databaseURL string, want Expect) (Result, error) {
-	cfg, err := pgx.ParseConfig(databaseURL)
-	if err != nil {
-		return Result{}, fmt.Errorf("DATABASE_URL: %w", err)
-	}
-	db := stdlib.OpenDB(*cfg)
-	defer db.Close()
+	return Run(ctx, databaseURL, want, Config{}, zerolog.Nop())
+}
 
-	target, err := inspect(ctx, db, cfg.Host)
-	if err != nil {
+// Run checks the guard and applies the pending migrations up to cfg.UpTo.
+func Run(ctx context.Context, databaseURL string, want Expect, cfg Config, log zerolog.Logger) (Result, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
 		return Result{}, err
 	}
+	db, target, err := open(ctx, databaseURL, want)
 	res := Result{Target: target}
-	if !matches(want, target) {
-		return res, &ErrWrongDatabase{Want: want, Found: target}
+	if err != nil {
+		return res, err
 	}
+	defer db.Close()
 
+	files, err := loadFiles(embedded)
+	if err != nil {
+		return res, err
+	}
+	r := &runner{cfg: cfg, log: log, db: db, waits: map[string]*wait{}}
+	var gooseMigrations []*goose.Migration
+	for _, f := range files {
+		gooseMigrations = append(gooseMigrations, r.migration(f))
+	}
 	locker, err := lock.NewPostgresSessionLocker()
 	if err != nil {
 		return res, err
 	}
-	provider, err := goose.NewProvider(goose.DialectPostgres, db, files, goose.WithSessionLocker(locker))
+	provider, err := goose.NewProvider(goose.DialectPostgres, db, nil,
+		goose.WithSessionLocker(locker), goose.WithGoMigrations(gooseMigrations...), goose.WithDisableGlobalRegistry(true))
 	if err != nil {
 		return res, err
 	}
-	applied, err := provider.Up(ctx)
-	if err != nil {
-		return res, fmt.Errorf("migrate: %w", err)
-	}
-	for _, a := range applied {
-		res.Applied = append(res.Applied, a.Source.Version)
+	for {
+		var applied []*goose.MigrationResult
+		if cfg.UpTo > 0 {
+			applied, err = provider.UpTo(ctx, cfg.UpTo)
+		} else {
+			applied, err = provider.Up(ctx)
+		}
+		var partial *goose.PartialError
+		if errors.As(err, &partial) {
+			applied = partial.Applied
+		}
+		for _, a := range applied {
+			res.Applied = append(res.Applied, a.Source.Version)
+		}
+		// A transactional migration whose statement timed out on a lock was
+		// rolled back whole: wait, then run it again.
+		var lt *LockTimeoutError
+		if errors.As(err, &lt) && lt.retry {
+			if err := r.backoff(ctx, lt); err != nil {
+				return res, err
+			}
+			continue
+		}
+		if errors.As(err, &lt) {
+			return res, lt
+		}
+		if err != nil {
+			return res, fmt.Errorf("migrate: %w", err)
+		}
+		break
 	}
 	res.Current, err = provider.GetDBVersion(ctx)
 	return res, err
 }
 
-func inspect(ctx context.Context, db *sql.DB, host string) (Target, error) {
-	t := Target{Host: host}
+// open connects, as application_name wlproj-migrate so that the operator
+// and the application's DBA can tell its sessions apart, and checks the guard.
+func open(ctx context.Context, databaseURL string, want Expect) (*sql.DB, Target, error) {
+	cfg, err := pgx.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, Target{}, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	if _, ok := cfg.RuntimeParams["application_name"]; !ok {
+		cfg.RuntimeParams["application_name"] = ApplicationName
+	}
+	if err := pgpool.CheckHosts(&cfg.Config); err != nil {
+		return nil, Target{}, fmt.Errorf("DATABASE_URL %w", err)
+	}
+	db := stdlib.OpenDB(*cfg)
+	target, err := inspect(ctx, db, cfg)
+	if err != nil {
+		db.Close()
+		return nil, target, err
+	}
+	if !matches(want, target) {
+		db.Close()
+		return nil, target, &ErrWrongDatabase{Want: want, Found: target}
+	}
+	return db, target, nil
+}
+
+// inspect reads what the connection reached: the database, the server's
+// address and port, and the host of the URL it came through (with several
+// hosts, the one pgx settled on, not the first).
+func inspect(ctx context.Context, db *sql.DB, cfg *pgx.ConnConfig) (Target, error) {
+	t := Target{Host: cfg.Host}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return t, fmt.Errorf("connect to database: %w", err)
+	}
+	defer conn.Close()
+	if len(cfg.Fallbacks) > 0 {
+		_ = conn.Raw(func(dc any) error {
+			if c, ok := dc.(*stdlib.Conn); ok {
+				t.Host = reachedHost(cfg, c.Conn().PgConn().Conn().RemoteAddr())
+			}
+			return nil
+		})
+	}
 	var addr sql.NullString
 	var port sql.NullInt64
-	err := db.QueryRowContext(ctx,
+	err = conn.QueryRowContext(ctx,
 		`SELECT current_database(), host(inet_server_addr()), inet_server_port()`).Scan(&t.Database, &addr, &port)
 	if err != nil {
 		return t, fmt.Errorf("connect to database: %w", err)
 	}
 	t.ServerAddr, t.Port = addr.String, int(port.Int64)
 	return t, nil
+}
+
+// reachedHost is the host of cfg's list that remote is: same port, and the
+// host is remote's address or resolves to it. Unknown: remote itself.
+func reachedHost(cfg *pgx.ConnConfig, remote net.Addr) string {
+	tcp, ok := remote.(*net.TCPAddr)
+	if !ok {
+		return remote.String()
+	}
+	candidates := []struct {
+		host string
+		port uint16
+	}{{cfg.Host, cfg.Port}}
+	for _, fb := range cfg.Fallbacks {
+		candidates = append(candidates, struct {
+			host string
+			port uint16
+		}{fb.Host, fb.Port})
+	}
+	for _, c := range candidates {
+		if int(c.port) != tcp.Port {
+			continue
+		}
+		if ip := net.ParseIP(c.host); ip != nil {
+			if ip.Equal(tcp.IP) {
+				return c.host
+			}
+			continue
+		}
+		addrs, _ := net.LookupIP(c.host)
+		for _, a := range addrs {
+			if a.Equal(tcp.IP) {
+				return c.host
+			}
+		}
+	}
+	return tcp.IP.String()
 }
 
 func matches(want Expect, t Target) bool {

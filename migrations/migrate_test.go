@@ -3,6 +3,8 @@ package migrations_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/url"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -112,4 +114,32 @@ func TestAppendErrorKeepsNewest(t *testing.T) {
 		SELECT outbox_append_error(outbox_append_error(outbox_append_error('[]', '1', 2), '2', 2), '3', 2)::text`).Scan(&got)
 	require.NoError(t, err)
 	require.Equal(t, "[2, 3]", got)
+}
+
+// Behind a URL of several hosts the guard compares the host the migration
+// reached, not the first one named (a host that may be down), and a URL
+// that could settle on a standby is refused.
+func TestUpGuardsTheHostReachedOfSeveral(t *testing.T) {
+	t.Parallel()
+	db := harness.NewEmptyDatabase(t)
+	ctx := context.Background()
+	u, err := url.Parse(db.URL)
+	require.NoError(t, err)
+	closed := harness.Port(t)
+	u.Host = fmt.Sprintf("localhost:%d,127.0.0.1:%s", closed, u.Port())
+
+	_, err = migrations.Up(ctx, u.String(), migrations.Expect{Database: db.Name})
+	require.ErrorContains(t, err, "target_session_attrs=read-write")
+
+	q := u.Query()
+	q.Set("target_session_attrs", "read-write")
+	u.RawQuery = q.Encode()
+	_, err = migrations.Up(ctx, u.String(), migrations.Expect{Database: db.Name, Host: "localhost"})
+	var wrong *migrations.ErrWrongDatabase
+	require.True(t, errors.As(err, &wrong), "the first host named is not the one reached: %v", err)
+	require.Equal(t, "127.0.0.1", wrong.Found.Host)
+
+	res, err := migrations.Up(ctx, u.String(), migrations.Expect{Database: db.Name, Host: "127.0.0.1"})
+	require.NoError(t, err)
+	require.NotEmpty(t, res.Applied)
 }

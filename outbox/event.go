@@ -17,6 +17,9 @@ type Event struct {
 	ScopeKey     *string
 	Attempts     int
 	CreatedAt    time.Time
+	// DueAt is when the row fell due (next_retry_at): with ID, its place in
+	// the order claims take rows (Cursor).
+	DueAt time.Time
 	// Repair marks an event of `wlproj verify --repair`: it is sent even at
 	// the version the ledger holds, and wins over other events of that
 	// version.

@@ -2,9 +2,10 @@ package outbox
 
 // For the plan tests of package outbox_test.
 var (
-	ClaimSQL  = claimSQL
-	ClaimPlan = claimPlan
-	GaugesSQL = gaugesSQL
+	ClaimSQL       = claimSQL
+	ClaimPlan      = claimPlan
+	ClaimStatement = claimStatement
+	GaugesSQL      = gaugesSQL
 
 	AckDoneSQL       = ackDoneSQL
 	AckFailedSQL     = ackFailedSQL

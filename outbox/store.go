@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -50,24 +51,37 @@ const leaderGuard = `EXISTS (SELECT 1 FROM outbox_leader WHERE name = @leader AN
 // statistics can turn it into a join over every pending row), skipping rows
 // another transaction holds (a replay, an ack), and status is checked again
 // on the locked row.
-const claimSQL = `
-UPDATE outbox_events e
-   SET status = 'processing', locked_by = @owner, claim_token = @epoch, claim_seq = @claim,
-       lease_until = now() + make_interval(secs => @lease_secs),
-       processing_started_at = now(), updated_at = now()
- WHERE e.id IN (
-   SELECT o.id FROM outbox_events o
-    WHERE o.id = ANY(ARRAY(
+var claimSQL = strings.NewReplacer("{{projections}}", `
       WITH RECURSIVE pending_projections AS (
           (SELECT projection FROM outbox_events WHERE status = 'pending' ORDER BY projection LIMIT 1)
         UNION ALL
           SELECT (SELECT n.projection FROM outbox_events n
                    WHERE n.status = 'pending' AND n.projection > p.projection
                    ORDER BY n.projection LIMIT 1)
-            FROM pending_projections p WHERE p.projection IS NOT NULL)
+            FROM pending_projections p WHERE p.projection IS NOT NULL)`, "{{cursor}}", "").Replace(claimSQLText)
+
+// claimPastSQL is the claim past a cursor: only rows after the last one the
+// leader claimed in its term, of the projections it names (@projections).
+// Rows claimed before stay in the due index until vacuum, and while any
+// older snapshot is open (a long report, an analyze) the claim cannot skip
+// them: from the head it visited 20k of them in 120 ms; past the cursor it
+// visits none, and the projections' probe, which would walk them too, is
+// replaced by the list.
+var claimPastSQL = strings.NewReplacer("{{projections}}", `
+      WITH pending_projections AS (SELECT unnest(@projections::text[]) AS projection)`, "{{cursor}}", `
+                              AND (next_retry_at, id) > (@after_at, @after_id)`).Replace(claimSQLText)
+
+const claimSQLText = `
+UPDATE outbox_events e
+   SET status = 'processing', locked_by = @owner, claim_token = @epoch, claim_seq = @claim,
+       lease_until = now() + make_interval(secs => @lease_secs),
+       processing_started_at = now(), updated_at = now()
+ WHERE e.id IN (
+   SELECT o.id FROM outbox_events o
+    WHERE o.id = ANY(ARRAY({{projections}}
       SELECT due.id FROM pending_projections p
        CROSS JOIN LATERAL (SELECT id, next_retry_at FROM outbox_events
-                            WHERE status = 'pending' AND projection = p.projection AND next_retry_at <= now()
+                            WHERE status = 'pending' AND projection = p.projection AND next_retry_at <= now(){{cursor}}
                             ORDER BY next_retry_at, id LIMIT @limit) due
        WHERE p.projection IS NOT NULL
          AND p.projection NOT IN (SELECT projection FROM outbox_projection_state WHERE paused)
@@ -76,17 +90,60 @@ UPDATE outbox_events e
     FOR UPDATE SKIP LOCKED)
    AND ` + leaderGuard + `
 RETURNING e.id, e.projection, e.entity_type, e.entity_id, e.op, e.event_version,
-          e.payload, e.scope_key, e.attempts, e.created_at, e.repair, e.traceparent,
+          e.payload, e.scope_key, e.attempts, e.created_at, e.repair, e.traceparent, e.next_retry_at,
           CASE WHEN e.projection = ANY(@latest::text[]) THEN
             (SELECT ARRAY[a.version, a.event_id, a.deleted::int] FROM outbox_applied a
               WHERE a.projection = e.projection AND a.entity_type = e.entity_type AND a.entity_id = e.entity_id)
           END`
+
+// claimStatement is the claim past after, of the named projections, or
+// from the head when after is nil, with the cursor's arguments.
+func claimStatement(after *Cursor, projections []string) (string, pgx.NamedArgs) {
+	if after == nil {
+		return claimSQL, pgx.NamedArgs{}
+	}
+	return claimPastSQL, pgx.NamedArgs{"after_at": after.DueAt, "after_id": after.ID, "projections": projections}
+}
+
+// Cursor is where a claim starts: past the row due at DueAt with id ID, in
+// the order the claim takes rows.
+type Cursor struct {
+	DueAt time.Time
+	ID    int64
+}
+
+// After reports whether c is past d in claim order.
+func (c Cursor) After(d Cursor) bool {
+	return c.DueAt.After(d.DueAt) || (c.DueAt.Equal(d.DueAt) && c.ID > d.ID)
+}
+
+// CursorOf is the cursor past the last of events in claim order, nil if
+// there are none.
+func CursorOf(events []Event) *Cursor {
+	var c *Cursor
+	for _, e := range events {
+		if ec := (Cursor{DueAt: e.DueAt, ID: e.ID}); c == nil || ec.After(*c) {
+			c = &ec
+		}
+	}
+	return c
+}
 
 // Claim moves up to limit due pending rows, oldest due first, to processing under
 // this owner, epoch and a claim number of their own (Event.Claim), each
 // event of a projection named in latest (the ones that keep a ledger) with
 // its document's ledger entry.
 func (s *Store) Claim(ctx context.Context, epoch int64, limit int, lease time.Duration, latest []string) ([]Event, error) {
+	return s.ClaimAfter(ctx, epoch, limit, lease, latest, nil, nil)
+}
+
+// ClaimAfter is Claim of the rows past after only, of the projections
+// named (nil after: from the head, of every projection). A row that
+// becomes due behind the cursor (a producer's transaction that commits
+// late, a row released or skipped while locked, a projection resumed) or
+// of a projection not named is left to the next claim from the head: the
+// caller makes one regularly.
+func (s *Store) ClaimAfter(ctx context.Context, epoch int64, limit int, lease time.Duration, latest []string, after *Cursor, projections []string) ([]Event, error) {
 	if latest == nil {
 		latest = []string{}
 	}
@@ -95,8 +152,11 @@ func (s *Store) Claim(ctx context.Context, epoch int64, limit int, lease time.Du
 	for _, stmt := range claimPlan {
 		batch.Queue(stmt)
 	}
-	batch.Queue(claimSQL, s.args(epoch, map[string]any{"limit": limit, "lease_secs": lease.Seconds(), "claim": claim,
-		"latest": latest}))
+	sql, args := claimStatement(after, projections)
+	for k, v := range map[string]any{"limit": limit, "lease_secs": lease.Seconds(), "claim": claim, "latest": latest} {
+		args[k] = v
+	}
+	batch.Queue(sql, s.args(epoch, args))
 	batch.Queue("COMMIT")
 	br := s.Pool.SendBatch(ctx, batch)
 	defer br.Close()
@@ -142,7 +202,7 @@ func scanClaimed(br pgx.BatchResults, claim int64) ([]Event, error) {
 		var applied []int64
 		var traceparent *string
 		if err := rows.Scan(&e.ID, &e.Projection, &e.EntityType, &e.EntityID, &e.Op, &e.EventVersion,
-			&payload, &e.ScopeKey, &e.Attempts, &e.CreatedAt, &e.Repair, &traceparent, &applied); err != nil {
+			&payload, &e.ScopeKey, &e.Attempts, &e.CreatedAt, &e.Repair, &traceparent, &e.DueAt, &applied); err != nil {
 			return nil, fmt.Errorf("claim: %w", err)
 		}
 		e.Payload, e.Claim = payload, claim

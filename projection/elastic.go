@@ -5,11 +5,11 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -95,14 +95,20 @@ var TimeoutRange = bounds.Range[time.Duration]{Min: 100 * time.Millisecond, Max:
 
 // ElasticOptions configure the client for the search engine.
 type ElasticOptions struct {
-	// URL is the engine's base URL. User info in it is used
-	// for basic auth and removed from the URL, so that it never shows up in
-	// error messages. Required.
+	// URL is the engine's base URL, or several nodes' base URLs separated
+	// by commas, over which requests are spread (see NewElasticClient). User
+	// info in any of them is used for basic auth with every node and removed
+	// from the URLs, so that it never shows up in error messages. Required.
 	URL string
 	// Username for basic auth. Defaults to the user in URL, if any.
 	Username string
 	// Password for basic auth. Defaults to the password in URL, if any.
 	Password string
+	// APIKey is an Elasticsearch API key, the id:key pair or its base64
+	// form (the create-API-key answer's "encoded"), sent as
+	// "Authorization: ApiKey <base64(id:key)>" on every request. It
+	// excludes basic auth. Defaults to none.
+	APIKey string
 	// CAFile is a PEM file of the CAs to trust for https. Defaults to the
 	// system's trust store.
 	CAFile string
@@ -110,11 +116,19 @@ type ElasticOptions struct {
 	Timeout time.Duration
 }
 
-// NewElasticClient builds a client for one engine endpoint: no sniffing and no
-// health checks (a single node or a load balancer, often in a container whose
-// published address differs from what the node reports), and no retries of
-// its own, because the consume loop retries with backoff and records each
-// attempt. It makes no request.
+// NewElasticClient builds a client for the engine endpoint, or the nodes,
+// that o.URL lists: no health checks and no retries of its own, because the
+// consume loop retries with backoff and records each attempt. It makes no
+// request.
+//
+// Several URLs are spread over by the client's transport (nodePicker), not
+// by olivere: olivere's own round robin, without its health checks, never
+// sends to a node it once marked dead until every node is, and its health
+// check (HEAD /) fails on Elasticsearch 8's integ-test distribution and with
+// credentials that may not read the root endpoint. Sniffing stays off:
+// nodes publish the addresses they bind, which the client often cannot
+// reach (containers, NAT, a load balancer in front), and the list the
+// operator gives is the contract.
 //
 // The same client serves every engine of TestedEngines. What wlproj sends
 // (typeless bulk requests with external_gte versions, cluster health, GET /)
@@ -122,25 +136,21 @@ type ElasticOptions struct {
 // compatibility headers (compatible-with=7) are sent: OpenSearch refuses them
 // with a 406. olivere checks neither the product header nor the version.
 func NewElasticClient(o ElasticOptions) (*elastic.Client, error) {
-	if o.URL == "" {
-		return nil, bounds.Invalid("URL", "is required")
+	nodes, user, password, err := ParseNodes(o.URL)
+	if err != nil {
+		return nil, err
 	}
-	u, err := url.Parse(o.URL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		// Not wrapped: url.Parse's error repeats the URL, password included.
-		return nil, bounds.Invalid("URL", "must be an http or https URL")
+	if (user != "" || password != "") && o.APIKey != "" {
+		return nil, bounds.Exclusive("APIKey", "a user in the URL is basic auth; use one way to authenticate", "URL")
 	}
-	if u.User != nil {
-		if o.Username == "" {
-			o.Username = u.User.Username()
-		}
-		if p, ok := u.User.Password(); ok && o.Password == "" {
-			o.Password = p
-		}
-		u.User = nil
-	}
+	o.Username = cmp.Or(o.Username, user)
+	o.Password = cmp.Or(o.Password, password)
 	o.Timeout = cmp.Or(o.Timeout, TimeoutDefault)
 	if err := bounds.Check("Timeout", o.Timeout, TimeoutRange); err != nil {
+		return nil, err
+	}
+
+	if err := o.ValidateAuth(); err != nil {
 		return nil, err
 	}
 
@@ -148,13 +158,23 @@ func NewElasticClient(o ElasticOptions) (*elastic.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	var rt http.RoundTripper = tr
+	if len(nodes) > 1 {
+		rt = newNodePicker(nodes, tr)
+	}
+	if o.APIKey != "" {
+		encoded, _ := encodeAPIKey(o.APIKey)
+		rt = &authTransport{next: rt, authorization: "ApiKey " + encoded}
+	}
 	hc := &http.Client{
-		Transport: &retryAfterTransport{next: tr},
+		Transport: &retryAfterTransport{next: rt},
 		Timeout:   o.Timeout,
 	}
 
 	opts := []elastic.ClientOptionFunc{
-		elastic.SetURL(u.String()),
+		// With several nodes olivere's URL is the first node's; the
+		// transport sends each request to the node it picks.
+		elastic.SetURL(nodes[0].String()),
 		elastic.SetHttpClient(hc),
 		elastic.SetSniff(false),
 		elastic.SetHealthcheck(false),
@@ -170,6 +190,59 @@ func NewElasticClient(o ElasticOptions) (*elastic.Client, error) {
 	}
 	clientTimeouts.Store(client, o.Timeout)
 	return client, nil
+}
+
+// ValidateAuth checks the credentials: an API key in one of its two forms,
+// and not with basic auth. Its errors never hold a credential.
+func (o ElasticOptions) ValidateAuth() error {
+	if o.APIKey == "" {
+		return nil
+	}
+	if o.Username != "" || o.Password != "" {
+		return bounds.Exclusive("APIKey", "use one way to authenticate", "Username", "Password")
+	}
+	_, err := encodeAPIKey(o.APIKey)
+	return err
+}
+
+// encodeAPIKey is key, the id:key pair or its base64 form, as the ApiKey
+// scheme sends it: base64(id:key). Base64 has no colon, so a colon tells
+// the forms apart.
+func encodeAPIKey(key string) (string, error) {
+	key = strings.TrimSpace(key)
+	pair := key
+	if !strings.Contains(key, ":") {
+		b, err := base64.StdEncoding.DecodeString(key)
+		if err != nil {
+			b, err = base64.RawStdEncoding.DecodeString(key)
+		}
+		if err != nil {
+			return "", errMalformedAPIKey
+		}
+		pair = string(b)
+	}
+	id, secret, ok := strings.Cut(pair, ":")
+	if !ok || id == "" || secret == "" || strings.IndexFunc(pair, func(r rune) bool { return r <= ' ' || r > '~' }) >= 0 {
+		return "", errMalformedAPIKey
+	}
+	return base64.StdEncoding.EncodeToString([]byte(pair)), nil
+}
+
+// errMalformedAPIKey names the setting, never its value.
+var errMalformedAPIKey = bounds.Invalid("APIKey",
+	`must be the id:key pair or its base64 form (the "encoded" of the create-API-key answer)`)
+
+// authTransport sets the Authorization header of every request, on a copy:
+// a RoundTripper must not change its request.
+type authTransport struct {
+	next          http.RoundTripper
+	authorization string
+}
+
+func (t *authTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	req.Header.Set("Authorization", t.authorization)
+	return t.next.RoundTrip(req)
 }
 
 // transport is the engine client's: few idle connections, writes bound by

@@ -2,6 +2,7 @@ package projection
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"io"
 	"net"
@@ -274,4 +275,69 @@ func TestParseTimeValue(t *testing.T) {
 		_, err := parseTimeValue(v)
 		require.Error(t, err, v)
 	}
+}
+
+// TestNewElasticClientAPIKey sends each kind of request the daemon makes
+// (identify, health, bulk) to the real engine through a server that records
+// the Authorization header: the key goes with every one, in the ApiKey
+// scheme, whichever of its two forms was configured.
+func TestNewElasticClientAPIKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const id, secret = "VuaCfGcBCdbkQm-e5aOx", "ui2lp2axTNmsyakw9tvNnw"
+	encoded := base64.StdEncoding.EncodeToString([]byte(id + ":" + secret))
+	var mu sync.Mutex
+	var auths []string
+	f := newFront(t, b.base, func(_ int, _ http.ResponseWriter, r *http.Request) bool {
+		mu.Lock()
+		auths = append(auths, r.Header.Get("Authorization"))
+		mu.Unlock()
+		// The engine under test may run without security.
+		r.Header.Del("Authorization")
+		return false
+	})
+	for i, key := range []string{id + ":" + secret, encoded, " " + encoded + "\n", strings.TrimRight(encoded, "=")} {
+		o := ElasticOptions{URL: f.URL, APIKey: key}
+		require.NoError(t, o.ValidateAuth())
+		client, err := NewElasticClient(o)
+		require.NoError(t, err)
+		_, err = Identify(context.Background(), client)
+		require.NoError(t, err)
+		require.NoError(t, NewEngineProbe(client, f.URL).Ping(context.Background()))
+		s, err := NewSearch(SearchConfig{Client: client, Index: b.index})
+		require.NoError(t, err)
+		requireApplied(t, handle(t, s, upsert(int64(i+1), "book", "k", v(int64(i+1)), book("Dune")))[int64(i+1)])
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.GreaterOrEqual(t, len(auths), 4*3)
+	for _, a := range auths {
+		require.Equal(t, "ApiKey "+encoded, a)
+	}
+}
+
+func TestNewElasticClientRefusesBadAPIKeys(t *testing.T) {
+	t.Parallel()
+	const secret = "Zm9vYmFyc2VjcmV0"
+	for _, key := range []string{secret, secret + "!", ":" + secret, secret + ":", "id:" + secret + " x",
+		base64.StdEncoding.EncodeToString([]byte(secret)), base64.StdEncoding.EncodeToString([]byte("id:\x00" + secret))} {
+		o := ElasticOptions{URL: "http://127.0.0.1:9200", APIKey: key}
+		err := o.ValidateAuth()
+		require.ErrorContains(t, err, "APIKey must be the id:key pair or its base64 form", "%q", key)
+		require.NotContains(t, err.Error(), secret)
+		_, err = NewElasticClient(o)
+		require.ErrorContains(t, err, "APIKey must be", "%q", key)
+		require.NotContains(t, err.Error(), secret)
+	}
+
+	for _, o := range []ElasticOptions{{Username: "elastic"}, {Password: "pw"}, {Username: "elastic", Password: "pw"}} {
+		o.URL, o.APIKey = "http://127.0.0.1:9200", "id:"+secret
+		err := o.ValidateAuth()
+		require.EqualError(t, err, "APIKey cannot be used with Username or Password: use one way to authenticate")
+		_, err = NewElasticClient(o)
+		require.EqualError(t, err, "APIKey cannot be used with Username or Password: use one way to authenticate")
+	}
+	_, err := NewElasticClient(ElasticOptions{URL: "http://elastic:pw@127.0.0.1:9200", APIKey: "id:" + secret})
+	require.EqualError(t, err, "APIKey cannot be used with URL: a user in the URL is basic auth; use one way to authenticate")
+	require.NoError(t, ElasticOptions{URL: "http://127.0.0.1:9200"}.ValidateAuth(), "no credentials at all")
 }

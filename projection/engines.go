@@ -122,17 +122,19 @@ const (
 // and checks that it answers.
 type EngineProbe struct {
 	client *elastic.Client
-	url    string
+	url    string // every node, for messages
+	first  string // the first node, for commands to paste
+	nodes  int
 	engine atomic.Pointer[Engine]
 }
 
 // NewEngineProbe probes the engine of client, which rawURL (the client's
-// URL; any user info is dropped) names in messages.
+// URL or node list; any user info is dropped) names in messages.
 func NewEngineProbe(client *elastic.Client, rawURL string) *EngineProbe {
-	p := &EngineProbe{client: client, url: "the engine"}
-	if u, err := url.Parse(rawURL); err == nil {
-		u.User = nil
-		p.url = u.Redacted()
+	p := &EngineProbe{client: client, url: RedactedURLs(rawURL), nodes: 1}
+	p.first, _, _ = strings.Cut(p.url, ",")
+	if nodes, _, _, err := ParseNodes(rawURL); err == nil {
+		p.nodes = len(nodes)
 	}
 	return p
 }
@@ -156,12 +158,21 @@ func (p *EngineProbe) name() string {
 // Ping checks that the engine answers its cluster health with the
 // credentials. The error names the engine, and classify.Classify finds its
 // reason: auth_error for refused credentials, tls_error for a certificate
-// not trusted, connection, timeout, server_error.
+// not trusted, connection, timeout, server_error. Of several nodes, one
+// answering is enough: a request that got no answer is tried on the next
+// node, so that a lost node does not fail readiness each time the client
+// tries it again.
 func (p *EngineProbe) Ping(ctx context.Context) error {
-	if _, err := p.client.ClusterHealth().Do(ctx); err != nil {
-		return fmt.Errorf("%s: %w", p.name(), classify.Classify(err))
+	var err error
+	for range p.nodes {
+		if _, err = p.client.ClusterHealth().Do(ctx); err == nil {
+			return nil
+		}
+		if ce := classify.Classify(err); ce.Status != 0 || ctx.Err() != nil {
+			break
+		}
 	}
-	return nil
+	return fmt.Errorf("%s: %w", p.name(), classify.Classify(err))
 }
 
 // Announce identifies the engine and logs its name and version once, with a
@@ -280,7 +291,7 @@ func (p *EngineProbe) CheckGCDeletes(ctx context.Context, index string, lifetime
 		}
 		if g.Short = g.Value < lifetime; g.Short {
 			g.Command = fmt.Sprintf(`curl -XPUT '%s/%s/_settings' -H 'Content-Type: application/json' -d '{"index.gc_deletes":"%dm"}'`,
-				strings.TrimRight(p.url, "/"), name, raise/time.Minute)
+				strings.TrimRight(p.first, "/"), name, raise/time.Minute)
 		}
 		out = append(out, g)
 	}

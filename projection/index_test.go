@@ -202,3 +202,24 @@ func TestSearchIndexAliasIsLeftAlone(t *testing.T) {
 	require.Equal(t, aliasesBefore, b.aliases(t))
 	require.Nil(t, aliasesBefore[old], "is_write_index unset, as the operator left it")
 }
+
+// TestSearchIndexTakesTheEnginesReplicas: the index EnsureIndex creates has
+// the engine's default of one replica, so that on a cluster every shard has
+// a copy on a second node and a node loss loses nothing (runbook: Engine
+// node loss). On a single node the replica stays unassigned (yellow).
+func TestSearchIndexTakesTheEnginesReplicas(t *testing.T) {
+	t.Parallel()
+	b := indexSetup(t)
+	got, err := EnsureIndex(b.ctx, b.client, b.name, time.Now())
+	require.NoError(t, err)
+	require.Equal(t, IndexCreated, got.State)
+	var settings map[string]struct {
+		Settings struct {
+			Index struct {
+				Replicas string `json:"number_of_replicas"`
+			} `json:"index"`
+		} `json:"settings"`
+	}
+	require.NoError(t, harness.ES(b.ctx, b.base, http.MethodGet, "/"+got.Indexes[0]+"/_settings/index.number_of_replicas", nil, &settings))
+	require.Equal(t, "1", settings[got.Indexes[0]].Settings.Index.Replicas)
+}

@@ -94,6 +94,7 @@ func (c Config) Validate() error {
 		c.leader().Validate(),
 		c.Health.Validate(),
 		bounds.Check("Timeout", c.Elastic.Timeout, projection.TimeoutRange),
+		c.Elastic.ValidateAuth(),
 		bounds.Check("MaxPayloadBytes", c.MaxPayloadBytes, projection.MaxPayloadBytesRange),
 		bounds.Check("ChronicleMaxPayloadBytes", c.ChronicleMaxPayloadBytes, projection.ChronicleMaxPayloadBytesRange),
 		bounds.Check("PerMinute", c.AutoReplayer.PerMinute, replay.PerMinuteRange),

@@ -15,9 +15,15 @@
 # several can run at once. The default engine writes .stack/env, the others
 # .stack/<engine>.env; WLPROJ_STACK_ENV names another file, for a second
 # stack of the same engine.
+# PG_STANDBY=1 also starts a streaming standby of the Postgres cluster
+# (pg_basebackup -R, synchronous commit to it); DATABASE_URL then names both
+# hosts with target_session_attrs=read-write.
 # Environment: WLPROJ_TEST_DATABASE_URL / WLPROJ_TEST_ELASTIC_URL reuse servers
 # the user already runs; ENGINE_VERSION (or ES_VERSION) overrides the
-# engine's version.
+# engine's version. ENGINE_NODES=3 starts a cluster of three nodes instead
+# of one (ES_HEAP each, 384m by default), ELASTIC_URL listing their URLs;
+#   stack.sh start-node N  starts node N of such a stack again (the drill
+#                          kills one with kill -9, STACK_ENGINE_PID_FILES)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,7 +35,9 @@ ENGINES="elasticsearch-7 elasticsearch-8 opensearch-2 opensearch-3"
 ENGINE="${ENGINE:-$DEFAULT_ENGINE}"
 CACHE_DIR="${WLPROJ_CACHE:-/var/cache/wlproj}"
 RUN_USER="${WLPROJ_STACK_USER:-wlproj}"
-ES_HEAP="${ES_HEAP:-512m}"
+ENGINE_NODES="${ENGINE_NODES:-1}"
+case "$ENGINE_NODES" in [1-9]) ;; *) echo "stack: ENGINE_NODES=$ENGINE_NODES: a number of nodes from 1 to 9" >&2; exit 1 ;; esac
+if [ "$ENGINE_NODES" = 1 ]; then ES_HEAP="${ES_HEAP:-512m}"; else ES_HEAP="${ES_HEAP:-384m}"; fi
 
 log() { echo "stack: $*" >&2; }
 die() { echo "stack: $*" >&2; exit 1; }
@@ -64,7 +72,11 @@ ENV_FILE=$(env_file)
 cleanup_failed_up() {
   [ -n "${RUN_DIR:-}" ] || return 0
   [ -n "${PG_DATA:-}" ] && as_user "$(pg_bindir)/pg_ctl" -D "$PG_DATA" -m immediate -w stop >/dev/null 2>&1
-  [ -f "$RUN_DIR/es.pid" ] && kill -9 "$(cat "$RUN_DIR/es.pid")" 2>/dev/null
+  [ -n "${PG_STANDBY_DATA:-}" ] && as_user "$(pg_bindir)/pg_ctl" -D "$PG_STANDBY_DATA" -m immediate -w stop >/dev/null 2>&1
+  local pidfile
+  for pidfile in "$RUN_DIR"/es.pid "$RUN_DIR"/es-[0-9].pid; do
+    [ -f "$pidfile" ] && kill -9 "$(cat "$pidfile")" 2>/dev/null
+  done
   rm -rf "$RUN_DIR"
 }
 
@@ -163,7 +175,19 @@ is_up() {
     if [ -n "${STACK_PG_DATA:-}" ]; then
       "$(pg_bindir)/pg_isready" -q -h 127.0.0.1 -p "$STACK_PG_PORT" || exit 1
     fi
-    curl -sf "$ELASTIC_URL/_cluster/health" >/dev/null || exit 1 )
+    if [ -n "${STACK_PG_STANDBY_PORT:-}" ]; then
+      "$(pg_bindir)/pg_isready" -q -h 127.0.0.1 -p "$STACK_PG_STANDBY_PORT" || exit 1
+    fi
+    curl -sf "${ELASTIC_URL%%,*}/_cluster/health" >/dev/null || exit 1 )
+}
+
+# want_standby fails when PG_STANDBY=1 asks for a standby the running stack
+# does not have: a drill against it would fail late and less clearly.
+want_standby() {
+  [ "${PG_STANDBY:-}" = 1 ] || return 0
+  # shellcheck disable=SC1090
+  ( . "$ENV_FILE"; [ -n "${STACK_PG_STANDBY_PORT:-}" ] ) ||
+    die "PG_STANDBY=1, but the stack of $ENV_FILE is up without a Postgres standby: stop it (stack.sh down) or use another WLPROJ_STACK_ENV"
 }
 
 start_pg() {
@@ -173,11 +197,49 @@ start_pg() {
   PG_DATA="$RUN_DIR/pg"
   as_user "$bindir/initdb" -D "$PG_DATA" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >"$RUN_DIR/initdb.log" 2>&1 \
     || { cat "$RUN_DIR/initdb.log" >&2; die "initdb failed"; }
-  # A throwaway cluster: durability settings are off for speed.
+  # A throwaway cluster: durability settings are off for speed, except that
+  # with a standby a commit waits for it (synchronous_commit=on).
+  # pg_stat_statements is loaded for the bench, which reads what each
+  # statement cost (tools/bench/statements.go).
+  local sync=off
+  [ "${PG_STANDBY:-}" = 1 ] && sync=on
   as_user "$bindir/pg_ctl" -D "$PG_DATA" -l "$RUN_DIR/postgres.log" -w -t 60 \
-    -o "-p $PG_PORT -c listen_addresses=127.0.0.1 -k $RUN_DIR -c max_connections=300 -c fsync=off -c full_page_writes=off -c synchronous_commit=off -c shared_buffers=256MB" \
+    -o "-p $PG_PORT -c listen_addresses=127.0.0.1 -k $RUN_DIR -c max_connections=300 -c fsync=off -c full_page_writes=off -c synchronous_commit=$sync -c shared_buffers=256MB -c shared_preload_libraries=pg_stat_statements" \
     start >/dev/null || { cat "$RUN_DIR/postgres.log" >&2; die "postgres did not start"; }
   DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/postgres?sslmode=disable"
+}
+
+# start_pg_standby copies the cluster with pg_basebackup -R (initdb's trust
+# covers replication from loopback), starts the copy as a hot standby on a
+# port of its own, waits until it streams, and only then makes the primary
+# wait for it on every commit (synchronous_standby_names): set before, the
+# primary's commits would hang until the standby exists. The standby has no
+# synchronous_standby_names of its own, so once promoted it commits alone.
+start_pg_standby() {
+  local bindir; bindir=$(pg_bindir)
+  PG_STANDBY_PORT=$(free_port)
+  PG_STANDBY_DATA="$RUN_DIR/pg-standby"
+  as_user "$bindir/pg_basebackup" -h 127.0.0.1 -p "$PG_PORT" -U postgres -D "$PG_STANDBY_DATA" -R -X stream \
+    -c fast >"$RUN_DIR/basebackup.log" 2>&1 || { cat "$RUN_DIR/basebackup.log" >&2; die "pg_basebackup of the standby failed"; }
+  as_user "$bindir/pg_ctl" -D "$PG_STANDBY_DATA" -l "$RUN_DIR/postgres-standby.log" -w -t 60 \
+    -o "-p $PG_STANDBY_PORT -c listen_addresses=127.0.0.1 -k $RUN_DIR -c max_connections=300 -c fsync=off -c full_page_writes=off -c shared_buffers=256MB -c wal_retrieve_retry_interval=500ms -c cluster_name=standby" \
+    start >/dev/null || { cat "$RUN_DIR/postgres-standby.log" >&2; die "the Postgres standby did not start"; }
+  local psql="$bindir/psql -X -q -A -t -h 127.0.0.1 -U postgres -d postgres" i state=""
+  for i in $(seq 1 120); do
+    state=$($psql -p "$PG_PORT" -c "SELECT state FROM pg_stat_replication WHERE application_name = 'standby'" 2>/dev/null || true)
+    [ "$state" = streaming ] && break
+    sleep 0.25
+  done
+  [ "$state" = streaming ] || { tail -20 "$RUN_DIR/postgres-standby.log" >&2; die "the Postgres standby does not stream (state '$state')"; }
+  $psql -p "$PG_PORT" -c "ALTER SYSTEM SET synchronous_standby_names = 'standby'" -c "SELECT pg_reload_conf()" >/dev/null \
+    || die "could not make the standby synchronous"
+  for i in $(seq 1 40); do
+    state=$($psql -p "$PG_PORT" -c "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'standby'" 2>/dev/null || true)
+    [ "$state" = sync ] && break
+    sleep 0.25
+  done
+  [ "$state" = sync ] || die "the Postgres standby is not synchronous (sync_state '$state')"
+  DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT,127.0.0.1:$PG_STANDBY_PORT/postgres?sslmode=disable&target_session_attrs=read-write"
 }
 
 # start_engine runs one node on loopback with security off: Elasticsearch's
@@ -212,10 +274,90 @@ start_engine() {
   die "$ENGINE did not become healthy"
 }
 
+# start_cluster runs ENGINE_NODES nodes on loopback forming one cluster, with
+# explicit discovery (the transport ports are fixed before the first node
+# starts) and each node's own config, data, log and pid. Nodes start in the
+# background; the cluster must then see all of them.
+start_cluster() {
+  ensure_java
+  ensure_engine
+  local i hosts="" names="" urls=""
+  ENGINE_HTTP_PORTS=""; ENGINE_TRANSPORT_PORTS=""; ENGINE_PID_FILES=""
+  for i in $(seq 1 "$ENGINE_NODES"); do
+    local hp tp; hp=$(free_port); tp=$(free_port)
+    ENGINE_HTTP_PORTS+="${ENGINE_HTTP_PORTS:+ }$hp"; ENGINE_TRANSPORT_PORTS+="${ENGINE_TRANSPORT_PORTS:+ }$tp"
+    ENGINE_PID_FILES+="${ENGINE_PID_FILES:+ }$RUN_DIR/es-$i.pid"
+    hosts+="${hosts:+,}127.0.0.1:$tp"; names+="${names:+,}node-$i"; urls+="${urls:+,}http://127.0.0.1:$hp"
+  done
+  ENGINE_SEED_HOSTS=$hosts; ENGINE_NODE_NAMES=$names
+  for i in $(seq 1 "$ENGINE_NODES"); do
+    local conf="$RUN_DIR/es-config-$i"
+    cp -r "$ENGINE_HOME/config" "$conf"
+    sed -i -e '/Xlog:gc/d' -e '/HeapDump/d' "$conf/jvm.options"
+    chown -R "$RUN_USER" "$conf" 2>/dev/null || true
+    mkdir -p "$RUN_DIR/es-tmp-$i"; chown "$RUN_USER" "$RUN_DIR/es-tmp-$i" 2>/dev/null || true
+    start_node "$i"
+  done
+  ELASTIC_URL=$urls
+  for i in $(seq 1 240); do
+    curl -sf "${ELASTIC_URL%%,*}/_cluster/health?wait_for_nodes=$ENGINE_NODES&wait_for_status=green&timeout=1s" >/dev/null && return
+    sleep 0.5
+  done
+  tail -30 "$RUN_DIR/es-logs-"*/*.log >&2 || true
+  die "$ENGINE: $ENGINE_NODES nodes did not form a green cluster"
+}
+
+# start_node starts node $1 of a cluster with the ports and names in
+# ENGINE_HTTP_PORTS, ENGINE_TRANSPORT_PORTS, ENGINE_SEED_HOSTS and
+# ENGINE_NODE_NAMES; its data directory is kept, so a restarted node rejoins
+# with its shards. cluster.initial_* only matter at the first election.
+start_node() {
+  local i=$1 prefix=ES extra=() hp tp
+  hp=$(echo "$ENGINE_HTTP_PORTS" | cut -d' ' -f"$i"); tp=$(echo "$ENGINE_TRANSPORT_PORTS" | cut -d' ' -f"$i")
+  if [ "$DIST" = opensearch ]; then
+    prefix=OPENSEARCH; extra+=(-Ecluster.initial_cluster_manager_nodes="$ENGINE_NODE_NAMES")
+  else
+    extra+=(-Expack.security.enabled=false -Ecluster.initial_master_nodes="$ENGINE_NODE_NAMES")
+  fi
+  as_user env "${prefix}_JAVA_HOME=$JAVA_HOME_FOUND" "${prefix}_PATH_CONF=$RUN_DIR/es-config-$i" "${prefix}_TMPDIR=$RUN_DIR/es-tmp-$i" \
+    "${prefix}_JAVA_OPTS=-Xms$ES_HEAP -Xmx$ES_HEAP" \
+    "$ENGINE_HOME/bin/$DIST" -d -p "$RUN_DIR/es-$i.pid" \
+    -Ecluster.name=wlproj-stack -Enode.name="node-$i" -Ediscovery.seed_hosts="$ENGINE_SEED_HOSTS" \
+    -Enetwork.host=127.0.0.1 -Ehttp.port="$hp" -Etransport.port="$tp" "${extra[@]}" \
+    -Ecluster.routing.allocation.disk.threshold_enabled=false \
+    -Epath.data="$RUN_DIR/es-data-$i" -Epath.logs="$RUN_DIR/es-logs-$i" >"$RUN_DIR/es-start-$i.log" 2>&1 \
+    || { cat "$RUN_DIR/es-start-$i.log" >&2; tail -30 "$RUN_DIR/es-logs-$i/"*.log >&2 2>/dev/null; die "$ENGINE node $i did not start"; }
+}
+
+# restart_node starts node $1 of the cluster in the env file again, after a
+# kill; it returns once the node answers, not once the cluster is green.
+restart_node() {
+  local i=${1:-}
+  [ -f "$ENV_FILE" ] || die "$ENGINE is not up"
+  # shellcheck disable=SC1090
+  . "$ENV_FILE"
+  [ "${STACK_ENGINE_NODES:-1}" -gt 1 ] || die "start-node: the stack in $ENV_FILE has one engine node"
+  case "$i" in [1-9]) [ "$i" -le "$STACK_ENGINE_NODES" ] || die "start-node $i: the stack has $STACK_ENGINE_NODES nodes" ;;
+    *) die "usage: $0 start-node N (1 to $STACK_ENGINE_NODES)" ;; esac
+  local pidfile="$STACK_RUN_DIR/es-$i.pid"
+  if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then die "start-node $i: node $i is running"; fi
+  RUN_DIR=$STACK_RUN_DIR; ENGINE_HOME=$STACK_ENGINE_HOME; JAVA_HOME_FOUND=$STACK_JAVA_HOME; ES_HEAP=$STACK_ES_HEAP
+  ENGINE_HTTP_PORTS=$STACK_ENGINE_HTTP_PORTS; ENGINE_TRANSPORT_PORTS=$STACK_ENGINE_TRANSPORT_PORTS
+  ENGINE_SEED_HOSTS=$STACK_ENGINE_SEED_HOSTS; ENGINE_NODE_NAMES=$STACK_ENGINE_NODE_NAMES
+  rm -f "$pidfile"
+  start_node "$i"
+  local hp; hp=$(echo "$ENGINE_HTTP_PORTS" | cut -d' ' -f"$i")
+  for _ in $(seq 1 240); do
+    curl -sf "http://127.0.0.1:$hp/_cluster/health?local=true" >/dev/null && { log "node $i up on port $hp"; return; }
+    sleep 0.5
+  done
+  die "$ENGINE node $i did not answer"
+}
+
 up() {
   command -v curl >/dev/null || apt_install curl
   command -v python3 >/dev/null || apt_install python3
-  if is_up; then log "$ENGINE already up ($ENV_FILE)"; return; fi
+  if is_up; then want_standby; log "$ENGINE already up ($ENV_FILE)"; return; fi
   [ -f "$ENV_FILE" ] && down
   ensure_user
   mkdir -p "$STACK_DIR"
@@ -226,13 +368,19 @@ up() {
   chmod 755 "$RUN_DIR"; chown "$RUN_USER" "$RUN_DIR" 2>/dev/null || true
   local t0=$SECONDS
   if [ -n "${WLPROJ_TEST_DATABASE_URL:-}" ]; then
+    [ "${PG_STANDBY:-}" = 1 ] && die "PG_STANDBY=1 needs the stack's own Postgres (unset WLPROJ_TEST_DATABASE_URL)"
     DATABASE_URL="$WLPROJ_TEST_DATABASE_URL"; PG_DATA=""; PG_PORT=""
   else
     start_pg
   fi
+  PG_STANDBY_DATA=""; PG_STANDBY_PORT=""
+  [ "${PG_STANDBY:-}" = 1 ] && start_pg_standby
   ENGINE_HOME=""; JAVA_HOME_FOUND=""
+  ENGINE_HTTP_PORTS=""; ENGINE_TRANSPORT_PORTS=""; ENGINE_PID_FILES=""; ENGINE_SEED_HOSTS=""; ENGINE_NODE_NAMES=""
   if [ -n "${WLPROJ_TEST_ELASTIC_URL:-}" ]; then
     ELASTIC_URL="$WLPROJ_TEST_ELASTIC_URL"
+  elif [ "$ENGINE_NODES" -gt 1 ]; then
+    start_cluster
   else
     start_engine
   fi
@@ -246,7 +394,16 @@ export STACK_RUN_DIR='$RUN_DIR'
 export STACK_PG_DATA='$PG_DATA'
 export STACK_PG_PORT='$PG_PORT'
 export STACK_PG_BINDIR='$(pg_bindir)'
+export STACK_PG_STANDBY_DATA='$PG_STANDBY_DATA'
+export STACK_PG_STANDBY_PORT='$PG_STANDBY_PORT'
 export STACK_RUN_USER='$RUN_USER'
+export STACK_ENGINE_NODES='$ENGINE_NODES'
+export STACK_ES_HEAP='$ES_HEAP'
+export STACK_ENGINE_HTTP_PORTS='$ENGINE_HTTP_PORTS'
+export STACK_ENGINE_TRANSPORT_PORTS='$ENGINE_TRANSPORT_PORTS'
+export STACK_ENGINE_PID_FILES='$ENGINE_PID_FILES'
+export STACK_ENGINE_SEED_HOSTS='$ENGINE_SEED_HOSTS'
+export STACK_ENGINE_NODE_NAMES='$ENGINE_NODE_NAMES'
 ENV
   trap - EXIT
   log "$ENGINE $VERSION up in $((SECONDS - t0))s: DATABASE_URL=$DATABASE_URL ELASTIC_URL=$ELASTIC_URL ($ENV_FILE)"
@@ -259,12 +416,18 @@ down() {
   if [ -n "${STACK_PG_DATA:-}" ] && [ -d "$STACK_PG_DATA" ]; then
     as_user "$STACK_PG_BINDIR/pg_ctl" -D "$STACK_PG_DATA" -m immediate -w stop >/dev/null 2>&1 || true
   fi
-  if [ -f "$STACK_RUN_DIR/es.pid" ]; then
-    local pid; pid=$(cat "$STACK_RUN_DIR/es.pid")
+  # A primary killed by the failover drill leaves pg_ctl nothing to stop.
+  if [ -n "${STACK_PG_STANDBY_DATA:-}" ] && [ -d "$STACK_PG_STANDBY_DATA" ]; then
+    as_user "$STACK_PG_BINDIR/pg_ctl" -D "$STACK_PG_STANDBY_DATA" -m immediate -w stop >/dev/null 2>&1 || true
+  fi
+  local pidfile pid
+  for pidfile in "$STACK_RUN_DIR"/es.pid "$STACK_RUN_DIR"/es-[0-9].pid; do
+    [ -f "$pidfile" ] || continue
+    pid=$(cat "$pidfile")
     kill "$pid" 2>/dev/null || true
     for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
     kill -9 "$pid" 2>/dev/null || true
-  fi
+  done
   case "${STACK_RUN_DIR:-}" in /tmp/wlproj-stack.*) rm -rf "$STACK_RUN_DIR" ;; esac
   rm -f "$ENV_FILE"
   log "$ENGINE down"
@@ -284,6 +447,8 @@ with() {
   if ! is_up; then
     trap 'down; exit 130' INT TERM
     up; started=1
+  else
+    want_standby
   fi
   exec_with_env "$@" || rc=$?
   if [ $started = 1 ]; then down; fi
@@ -300,5 +465,6 @@ case "${1:-}" in
   env) echo "$ENV_FILE" ;;
   engines) echo "$ENGINES" ;;
   version) echo "$VERSION" ;;
-  *) die "usage: $0 up|down|status|exec|with|env|engines|version" ;;
+  start-node) shift; restart_node "$@" ;;
+  *) die "usage: $0 up|down|status|exec|with|env|engines|version|start-node N" ;;
 esac

@@ -31,9 +31,15 @@ type FieldError struct {
 	Floor string
 	// Problem, when set, replaces the range: "Limit must not be negative".
 	Problem string
+	// Excludes, when set, are the fields that must not be set with Field,
+	// e.g. two ways to authenticate; Problem then says why.
+	Excludes []string
 }
 
 func (e *FieldError) Error() string {
+	if len(e.Excludes) > 0 {
+		return e.Field + " cannot be used with " + strings.Join(e.Excludes, " or ") + ": " + e.Problem
+	}
 	if e.Problem != "" {
 		return e.Field + " " + e.Problem
 	}
@@ -54,6 +60,12 @@ func Check[T cmp.Ordered](field string, v T, r Range[T]) error {
 // Invalid returns a *FieldError saying what is wrong with field.
 func Invalid(field, problem string, args ...any) error {
 	return &FieldError{Field: field, Problem: fmt.Sprintf(problem, args...)}
+}
+
+// Exclusive returns a *FieldError for field set together with others, which
+// exclude it; why is the reason.
+func Exclusive(field, why string, others ...string) error {
+	return &FieldError{Field: field, Problem: why, Excludes: others}
 }
 
 // NotBelow returns a *FieldError when field's v is below floor's value.
@@ -88,6 +100,10 @@ func Rename(err error, name map[string]string) error {
 	out.Field = cmp.Or(name[fe.Field], fe.Field)
 	if fe.Floor != "" {
 		out.Floor = cmp.Or(name[fe.Floor], fe.Floor)
+	}
+	out.Excludes = nil
+	for _, f := range fe.Excludes {
+		out.Excludes = append(out.Excludes, cmp.Or(name[f], f))
 	}
 	if strings.HasSuffix(strings.ToLower(out.Field), "seconds") {
 		out.Value, out.Min, out.Max = seconds(fe.Value), seconds(fe.Min), seconds(fe.Max)

@@ -31,6 +31,10 @@ func TestRenameUsesTheOperatorsNameAndSeconds(t *testing.T) {
 		map[string]string{"Retention": "OUTBOX_RETENTION"}), "OUTBOX_RETENTION=0s is out of range [1s, 1h0m0s]",
 		"a duration flag keeps its unit")
 
+	require.EqualError(t, Rename(Exclusive("APIKey", "use one way to authenticate", "Username", "Password"),
+		map[string]string{"APIKey": "ELASTIC_API_KEY", "Username": "ELASTIC_USERNAME", "Password": "ELASTIC_PASSWORD"}),
+		"ELASTIC_API_KEY cannot be used with ELASTIC_USERNAME or ELASTIC_PASSWORD: use one way to authenticate")
+
 	other := errors.New("unrelated")
 	require.Equal(t, other, Rename(other, names))
 	require.EqualError(t, Rename(Check("Unknown", 3, Range[int]{0, 1}), names), "Unknown=3 is out of range [0, 1]")

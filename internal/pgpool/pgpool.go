@@ -1,14 +1,26 @@
 // Package pgpool opens the connection pools of wlproj's processes: the
 // replica's and those of the commands that need more than one connection
-// (rebuild, verify), each named in pg_stat_activity.
+// (rebuild, verify), each named in pg_stat_activity. A URL may name several
+// hosts (a primary and its standbys) with target_session_attrs=read-write:
+// every new connection then goes to whichever host accepts writes, so the
+// pool follows a failover as its broken connections are replaced.
 package pgpool
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
+
+// connectTimeoutDefault bounds one connection attempt to one host when the
+// URL sets no connect_timeout. Without it a host that vanished without an
+// RST (a powered-off primary, a partition) holds each new connection for
+// the kernel's SYN retries, about two minutes, before the next host of the
+// URL is tried.
+const connectTimeoutDefault = 5 * time.Second
 
 // URLError is a database URL that does not parse.
 type URLError struct{ Err error }
@@ -23,6 +35,10 @@ func Open(ctx context.Context, databaseURL string, maxConns int, application str
 	if err != nil {
 		return nil, &URLError{Err: err}
 	}
+	if err := CheckHosts(&cfg.ConnConfig.Config); err != nil {
+		return nil, &URLError{Err: err}
+	}
+	cfg.ConnConfig.ConnectTimeout = cmp.Or(cfg.ConnConfig.ConnectTimeout, connectTimeoutDefault)
 	cfg.MaxConns = int32(maxConns)
 	cfg.ConnConfig.RuntimeParams["application_name"] = application
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)

@@ -50,13 +50,18 @@ type Config struct {
 	RetentionDocs     int
 	RetentionSeed     int
 
-	SustainedRate     int
+	// SustainedRates are the steady rates of the sustained step, each run
+	// in both table states.
+	SustainedRates    []int
 	SustainedDuration time.Duration
 	SustainedHistory  int
 
 	Verify   VerifyConfig
 	NetDelay NetDelayConfig
 
+	// Pin runs the pairs step with the engine on one core and everything
+	// else on the other.
+	Pin bool
 	// ReplicaSettings are KEY=VALUE settings every replica the bench starts
 	// gets after its own, to compare a setting's values in one sitting.
 	ReplicaSettings []string
@@ -75,10 +80,10 @@ func defaultConfig() Config {
 		Docs: 200_000, DocBytes: 1024, Batch: 500, Concurrency: 2, BareBatch: 1000,
 		Rate: 1000, Duration: 30 * time.Second, Failovers: 20, FailoverRate: 500,
 		DoneRows: 1_000_000, FailedRows: 10_000, ParkedRows: 300_000, ScaleRows: 10_000_000, ClaimSamples: 100, PGRounds: 2,
-		Pairs: 3, RebuildRows: 200_000, ConsoleRows: 100_000, ConsoleSamples: 20,
+		Pairs: 3, Pin: true, RebuildRows: 200_000, ConsoleRows: 100_000, ConsoleSamples: 20,
 		RetentionRate: 1000, RetentionDuration: 5 * time.Minute, Retention: time.Minute,
 		RetentionSample: 10 * time.Second, RetentionDocs: 20_000,
-		SustainedRate: 2000, SustainedDuration: 10 * time.Minute, SustainedHistory: 1_000_000,
+		SustainedRates: []int{2000, 500}, SustainedDuration: 10 * time.Minute, SustainedHistory: 1_000_000,
 		Out: "tools/bench/results/results.json", CPUProfile: "tools/bench/results/leader-cpu.pprof", Verify: defaultVerifyConfig(),
 		NetDelay: defaultNetDelayConfig(),
 	}
@@ -97,8 +102,8 @@ func (c Config) smoke() Config {
 	c.RetentionRate, c.RetentionDuration, c.Retention = 200, 4*time.Second, 2*time.Second
 	c.RetentionSample, c.RetentionDocs, c.RetentionSeed = time.Second, 300, 2000
 	c.Pairs, c.RebuildRows, c.ConsoleRows, c.ConsoleSamples = 2, 3000, 2000, 3
-	c.SustainedRate, c.SustainedDuration, c.SustainedHistory = 200, 3*time.Second, 5000
-	c.CPUProfile = ""
+	c.SustainedRates, c.SustainedDuration, c.SustainedHistory = []int{200}, 3*time.Second, 5000
+	c.CPUProfile, c.Pin = "", false
 	c.Verify = c.Verify.smoke()
 	c.NetDelay = c.NetDelay.smoke()
 	return c
@@ -120,7 +125,7 @@ func (c Config) validate() error {
 		{"-retention-seed", c.RetentionSeed, 0, 100_000_000},
 		{"-pairs", c.Pairs, 1, 100}, {"-rebuild-rows", c.RebuildRows, 1, 100_000_000},
 		{"-console-rows", c.ConsoleRows, 1, 100_000_000}, {"-console-samples", c.ConsoleSamples, 1, 10_000},
-		{"-sustained-rate", c.SustainedRate, 1, 100_000}, {"-sustained-history", c.SustainedHistory, 0, 100_000_000},
+		{"-sustained-history", c.SustainedHistory, 0, 100_000_000},
 	} {
 		if f.v < f.lo || f.v > f.hi {
 			return fmt.Errorf("%s=%d is out of range [%d, %d]", f.name, f.v, f.lo, f.hi)
@@ -161,6 +166,14 @@ func (c Config) validate() error {
 	for _, s := range c.Steps {
 		if !slices.Contains(known, s) {
 			return fmt.Errorf("-steps: unknown step %q (known: %s)", s, strings.Join(known, ","))
+		}
+	}
+	if len(c.SustainedRates) == 0 {
+		return errors.New("-sustained-rate names no rate")
+	}
+	for _, r := range c.SustainedRates {
+		if r < 1 || r > 100_000 {
+			return fmt.Errorf("-sustained-rate=%d is outside 1..100000", r)
 		}
 	}
 	for _, kv := range c.ReplicaSettings {

@@ -60,7 +60,9 @@
 //  9. pairs: raw bulk and end to end in turn (ABAB), -pairs times after
 //     one warm-up, each into a fresh index with the same settings; the
 //     median end-to-end / raw ratio with its min and max, and the CPU
-//     microseconds per event of the leader and of Postgres.
+//     microseconds per event of the leader and of Postgres. With -pin (the
+//     default outside the smoke run) the engine runs on cpu 0 and Postgres,
+//     the daemon and the bench on cpu 1 (taskset), recorded in the report.
 //
 //  10. rebuild: -rebuild-rows rows of a source table bulk-loaded by the
 //     rebuild into a new index while a leader drains live events; its
@@ -69,7 +71,7 @@
 //  11. console: the failed page over -console-rows failed rows, timed in
 //     process (first screen under 300 ms, filters under 500 ms).
 //
-//  12. sustained: a producer alone at -sustained-rate for a tenth of
+//  12. sustained: for each of -sustained-rate (2000 and 500), a producer alone at that rate for a tenth of
 //     -sustained-duration (the application's own database cost), then a
 //     leader draining it for -sustained-duration, autovacuum as shipped and
 //     no manual vacuum, twice: on an outbox holding -sustained-history done
@@ -108,6 +110,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 )
@@ -180,11 +183,19 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.RetentionDuration, "retention-duration", c.RetentionDuration, "how long the retention producer runs")
 	fs.DurationVar(&c.Retention, "retention", c.Retention, "the leader's OUTBOX_RETENTION in the retention step")
 	fs.DurationVar(&c.RetentionSample, "retention-sample", c.RetentionSample, "time between two samples of the retention step")
-	fs.IntVar(&c.SustainedRate, "sustained-rate", c.SustainedRate, "events per second of the sustained step's producer")
+	fs.Func("sustained-rate", fmt.Sprintf("events per second of the sustained step's producer, comma-separated for several (default %s)", joinInts(c.SustainedRates)), func(v string) error {
+		rates, err := parseInts(v)
+		if err != nil {
+			return fmt.Errorf("-sustained-rate: %w", err)
+		}
+		c.SustainedRates = rates
+		return nil
+	})
 	fs.DurationVar(&c.SustainedDuration, "sustained-duration", c.SustainedDuration, "how long the sustained step produces, in each table state")
 	fs.IntVar(&c.SustainedHistory, "sustained-history", c.SustainedHistory, "done rows (with their ledger) the sustained step's history state starts with")
 	fs.IntVar(&c.RetentionDocs, "retention-docs", c.RetentionDocs, "books the retention producer updates in turn")
 	fs.IntVar(&c.RetentionSeed, "retention-seed", c.RetentionSeed, "done rows older than the retention written before the retention leader starts")
+	fs.BoolVar(&c.Pin, "pin", c.Pin, "pairs step: engine on cpu 0, Postgres, the daemon and the bench on cpu 1 (taskset)")
 	fs.IntVar(&c.Pairs, "pairs", c.Pairs, "raw bulk / end-to-end pairs, run in turn, of the pairs step")
 	fs.IntVar(&c.RebuildRows, "rebuild-rows", c.RebuildRows, "rows of the source table the rebuild step loads")
 	fs.IntVar(&c.ConsoleRows, "console-rows", c.ConsoleRows, "failed rows the console step's pages show")
@@ -196,4 +207,24 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
+}
+
+func parseInts(v string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a whole number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
 }

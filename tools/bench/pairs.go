@@ -17,10 +17,19 @@ func (b *bench) pairs(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	c := &Comparison{}
+	if b.cfg.Pin {
+		pinning, unpin, err := pin()
+		if err != nil {
+			return err
+		}
+		defer unpin()
+		c.Pinned = pinning
+		b.say("pairs: engine on cpu %s, Postgres, the daemon and the bench on cpu %s", pinning.EngineCPUs, pinning.RestCPUs)
+	}
 	if err := b.warmUp(ctx, client); err != nil {
 		return err
 	}
-	c := &Comparison{}
 	for i := range b.cfg.Pairs {
 		raw, err := b.rawRun(ctx, client)
 		if err != nil {

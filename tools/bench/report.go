@@ -31,7 +31,7 @@ type Report struct {
 	Comparison   *Comparison    `json:"comparison,omitempty"`
 	Rebuild      *RebuildResult `json:"rebuild,omitempty"`
 	Console      *ConsoleReport `json:"console,omitempty"`
-	Sustained    *Sustained     `json:"sustained,omitempty"`
+	Sustained    []*Sustained   `json:"sustained,omitempty"`
 	Verify       *VerifyResult  `json:"verify,omitempty"`
 	SQLScale     *SQLScale      `json:"sql_scale,omitempty"`
 	NetDelay     *NetDelay      `json:"network_delay,omitempty"`
@@ -58,6 +58,8 @@ type Engine struct {
 // Comparison is raw bulk and end to end run in turn, pair after pair.
 type Comparison struct {
 	Pairs []Pair `json:"pairs"`
+	// Pinned says where the processes ran (-pin), nil when unpinned.
+	Pinned *Pinning `json:"pinned,omitempty"`
 	// The median of the pairs' end-to-end / raw ratios, and their spread.
 	MedianRatio float64 `json:"median_ratio"`
 	MinRatio    float64 `json:"min_ratio"`

@@ -56,17 +56,9 @@ func (b *bench) sqlScale(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	res := &SQLScale{Rows: b.cfg.ScaleRows, NoTableScan: runErr == nil}
-	sc := bufio.NewScanner(bytes.NewReader(out.Bytes()))
-	for sc.Scan() {
-		m := scaleLine.FindStringSubmatch(sc.Text())
-		if m == nil {
-			continue
-		}
-		ms, _ := strconv.ParseFloat(m[2], 64)
-		buffers, _ := strconv.Atoi(m[3])
-		res.Statements = append(res.Statements, ScaleStatement{Name: m[1], Ms: ms, Buffers: buffers})
-		b.say("sql at scale: %s %.2f ms, %d buffers", m[1], ms, buffers)
+	res := &SQLScale{Rows: b.cfg.ScaleRows, NoTableScan: runErr == nil, Statements: scaleStatements(out.Bytes())}
+	for _, st := range res.Statements {
+		b.say("sql at scale: %s %.2f ms, %d buffers", st.Name, st.Ms, st.Buffers)
 	}
 	if runErr != nil {
 		res.Output = tail(out.String(), 4000)
@@ -77,6 +69,23 @@ func (b *bench) sqlScale(ctx context.Context) error {
 	}
 	b.rep.SQLScale = res
 	return nil
+}
+
+// scaleStatements reads the scale test's "scale: <name> <ms> ms <buffers>
+// buffers" lines.
+func scaleStatements(out []byte) []ScaleStatement {
+	var sts []ScaleStatement
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		m := scaleLine.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		ms, _ := strconv.ParseFloat(m[2], 64)
+		buffers, _ := strconv.Atoi(m[3])
+		sts = append(sts, ScaleStatement{Name: m[1], Ms: ms, Buffers: buffers})
+	}
+	return sts
 }
 
 func tail(s string, n int) string {

@@ -46,17 +46,32 @@ type SustainedRun struct {
 	// less the producer's own (Base); WlprojCPUPerEv is the replica's.
 	DatabaseCPUPerEv float64 `json:"database_cpu_us_per_event_wlproj"`
 	WlprojCPUPerEv   float64 `json:"wlproj_cpu_us_per_event"`
+	// StatementsPerEv is the database time of wlproj's statements per
+	// event, from pg_stat_statements (the producer's insert left out), and
+	// Statements the costliest statements of the run; both empty where the
+	// server does not load it.
+	StatementsPerEv float64         `json:"statements_us_per_event_wlproj,omitempty"`
+	Statements      []StatementCost `json:"statements,omitempty"`
 }
 
-// 12. Sustained live load, autovacuum as shipped.
+// 12. Sustained live load, autovacuum as shipped, at each rate.
 func (b *bench) sustained(ctx context.Context) error {
-	s := &Sustained{Rate: b.cfg.SustainedRate, Seconds: b.cfg.SustainedDuration.Seconds()}
+	for _, rate := range b.cfg.SustainedRates {
+		if err := b.sustainedAt(ctx, rate); err != nil {
+			return fmt.Errorf("%d/s: %w", rate, err)
+		}
+	}
+	return nil
+}
+
+func (b *bench) sustainedAt(ctx context.Context, rate int) error {
+	s := &Sustained{Rate: rate, Seconds: b.cfg.SustainedDuration.Seconds()}
 	var err error
-	if s.Base, err = b.sustainedBaseline(ctx); err != nil {
+	if s.Base, err = b.sustainedBaseline(ctx, rate); err != nil {
 		return fmt.Errorf("producer alone: %w", err)
 	}
 	for _, state := range []string{"history", "emptied"} {
-		run, err := b.sustainedRun(ctx, state, s.Base)
+		run, err := b.sustainedRun(ctx, state, rate, s.Base)
 		if err != nil {
 			return fmt.Errorf("%s: %w", state, err)
 		}
@@ -64,12 +79,12 @@ func (b *bench) sustained(ctx context.Context) error {
 		b.say("sustained %s at %d/s: lag p99 %.1f ms (thirds %v), claim p99 %.2f ms, %d lease expiries, database %.1f µs/event, wlproj %.1f µs/event",
 			state, s.Rate, run.LagP99ms, run.LagP99ByThird, run.ClaimP99ms, run.LeaseExpiries, run.DatabaseCPUPerEv, run.WlprojCPUPerEv)
 	}
-	b.rep.Sustained = s
+	b.rep.Sustained = append(b.rep.Sustained, s)
 	return nil
 }
 
 // sustainedBaseline measures the producer alone, then empties the outbox.
-func (b *bench) sustainedBaseline(ctx context.Context) (SustainedBaseline, error) {
+func (b *bench) sustainedBaseline(ctx context.Context, rate int) (SustainedBaseline, error) {
 	if err := b.reset(ctx); err != nil {
 		return SustainedBaseline{}, err
 	}
@@ -78,7 +93,7 @@ func (b *bench) sustainedBaseline(ctx context.Context) (SustainedBaseline, error
 	if err != nil {
 		return SustainedBaseline{}, err
 	}
-	p := b.startProducer(ctx, b.cfg.SustainedRate, 0, b.cfg.Docs)
+	p := b.startProducer(ctx, rate, 0, b.cfg.Docs)
 	if err := harness.Sleep(ctx, secs); err != nil {
 		p.Stop()
 		return SustainedBaseline{}, err
@@ -116,7 +131,7 @@ func (b *bench) sustainedState(ctx context.Context, run *SustainedRun) error {
 	return nil
 }
 
-func (b *bench) sustainedRun(ctx context.Context, state string, base SustainedBaseline) (SustainedRun, error) {
+func (b *bench) sustainedRun(ctx context.Context, state string, rate int, base SustainedBaseline) (SustainedRun, error) {
 	run := SustainedRun{State: state}
 	if err := b.sustainedState(ctx, &run); err != nil {
 		return run, err
@@ -136,7 +151,8 @@ func (b *bench) sustainedRun(ctx context.Context, state string, base SustainedBa
 	if err != nil {
 		return run, err
 	}
-	p := b.startProducer(ctx, b.cfg.SustainedRate, 1_000_000_000, b.cfg.Docs)
+	statements := b.resetStatements(ctx)
+	p := b.startProducer(ctx, rate, 1_000_000_000, b.cfg.Docs)
 	if err := harness.Sleep(ctx, b.cfg.SustainedDuration); err != nil {
 		p.Stop()
 		return run, err
@@ -155,6 +171,13 @@ func (b *bench) sustainedRun(ctx context.Context, state string, base SustainedBa
 	cpu := sampleCPU().since(cpuBefore)
 	if run.ClaimP99ms, err = claimP99(r); err != nil {
 		return run, err
+	}
+	if statements {
+		var ms float64
+		if run.Statements, ms, err = b.readStatements(ctx); err != nil {
+			return run, err
+		}
+		run.StatementsPerEv = harness.Round3(perEvent(ms/1000, int(p.Committed())))
 	}
 	b.stopReplicas()
 	run.Events = p.Committed()

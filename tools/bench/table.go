@@ -155,15 +155,16 @@ func consoleRows(r *Report, tw io.Writer) {
 }
 
 func sustainedRows(r *Report, tw io.Writer) {
-	s := r.Sustained
-	if s == nil {
-		return
-	}
-	fmt.Fprintf(tw, "12 sustained, producer alone\t%d events in %.0fs: database %.1f µs/event\t\n", s.Base.Events, s.Base.Seconds, s.Base.DatabaseCPUPerEv)
-	for _, run := range s.Runs {
-		fmt.Fprintf(tw, "  %s at %d/s for %.0fs\tlag p50 %.1f ms, p99 %.1f ms (thirds %v, %.2f); claim p99 %.1f ms; %d lease expiries; database %.1f µs/event, wlproj %.1f µs/event\t\n",
-			run.State, s.Rate, s.Seconds, run.LagP50ms, run.LagP99ms, run.LagP99ByThird, run.Flatness, run.ClaimP99ms,
-			run.LeaseExpiries, run.DatabaseCPUPerEv, run.WlprojCPUPerEv)
+	for _, s := range r.Sustained {
+		fmt.Fprintf(tw, "12 sustained %d/s, producer alone\t%d events in %.0fs: database %.1f µs/event\t\n", s.Rate, s.Base.Events, s.Base.Seconds, s.Base.DatabaseCPUPerEv)
+		for _, run := range s.Runs {
+			fmt.Fprintf(tw, "  %s at %d/s for %.0fs\tlag p50 %.1f ms, p99 %.1f ms (thirds %v, %.2f); claim p99 %.1f ms; %d lease expiries; database %.1f µs/event (its statements %.1f), wlproj %.1f µs/event\t\n",
+				run.State, s.Rate, s.Seconds, run.LagP50ms, run.LagP99ms, run.LagP99ByThird, run.Flatness, run.ClaimP99ms,
+				run.LeaseExpiries, run.DatabaseCPUPerEv, run.StatementsPerEv, run.WlprojCPUPerEv)
+			for _, st := range run.Statements {
+				fmt.Fprintf(tw, "    %d calls, %.2f ms each%s\t%s\t\n", st.Calls, st.MeanMs, map[bool]string{true: " (producer)"}[st.Producer], st.Query)
+			}
+		}
 	}
 }
 

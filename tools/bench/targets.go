@@ -27,7 +27,13 @@ var stepTargets = []func(r *Report, add addTarget){
 // one pair is noise on a shared machine.
 func throughputTargets(r *Report, add addTarget) {
 	if c := r.Comparison; c != nil && len(c.Pairs) > 0 {
-		add(fmt.Sprintf("end-to-end / raw bulk, median of %d pairs", len(c.Pairs)), ">= 0.9", c.MedianRatio, "ratio", c.MedianRatio >= 0.9)
+		how := "unpinned"
+		if c.Pinned != nil {
+			how = "engine on cpu " + c.Pinned.EngineCPUs + ", the rest on cpu " + c.Pinned.RestCPUs
+		}
+		add(fmt.Sprintf("end-to-end / raw bulk, median of %d pairs, %s", len(c.Pairs), how), ">= 0.9", c.MedianRatio, "ratio", c.MedianRatio >= 0.9)
+		add("Postgres CPU per event, bulk drain", "<= 25", c.PostgresMicrosPerEvent, "µs", c.PostgresMicrosPerEvent <= 25)
+		add("wlproj CPU per event, bulk drain", "<= 12", c.WlprojMicrosPerEvent, "µs", c.WlprojMicrosPerEvent <= 12)
 	} else if r.RawBulk != nil && r.EndToEnd != nil {
 		add("end-to-end / raw bulk", ">= 0.9", r.Ratios.EndToEndToRaw, "ratio", r.Ratios.EndToEndToRaw >= 0.9)
 	}
@@ -50,6 +56,8 @@ func latencyTargets(r *Report, add addTarget) {
 func failoverTargets(r *Report, add addTarget) {
 	if r.Failover != nil {
 		add("failover median", "<= 1", r.Failover.Seconds.Median, "s", r.Failover.Seconds.Median <= 1)
+		p99 := r.Failover.Seconds.P99 * 1000
+		add(fmt.Sprintf("kill -9 to first ack p99, %d kills at %d/s", r.Failover.Rounds, r.Failover.Rate), "<= 50", p99, "ms", p99 <= 50)
 	}
 }
 
@@ -87,10 +95,12 @@ func rebuildTargets(r *Report, add addTarget) {
 }
 
 func sustainedTargets(r *Report, add addTarget) {
-	s := r.Sustained
-	if s == nil {
-		return
+	for _, s := range r.Sustained {
+		sustainedRunTargets(s, add)
 	}
+}
+
+func sustainedRunTargets(s *Sustained, add addTarget) {
 	for _, run := range s.Runs {
 		at := fmt.Sprintf("sustained %d/s, %s", s.Rate, run.State)
 		add(at+": lag p99", "<= 250", run.LagP99ms, "ms", run.LagP99ms <= 250)

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -75,6 +76,9 @@ type Config struct {
 	// PGRestart runs the Postgres restart scenario; it restarts the whole
 	// cluster, so tests sharing it leave it off.
 	PGRestart bool
+	// PGFailover runs the Postgres failover scenario: it kills the primary
+	// and promotes the standby (PG.StandbyData), so it runs last.
+	PGFailover bool
 	// Settle is the pause before each fault.
 	Settle time.Duration
 	// DrainTimeout bounds the final drain.
@@ -94,6 +98,11 @@ type Config struct {
 	ElasticURL string
 	// PG restarts Postgres.
 	PG PGControl
+	// NodeLoss runs engine-node-loss, which needs a stack of several engine
+	// nodes, Nodes, and keeps the killed one down for NodeOutage.
+	NodeLoss   bool
+	Nodes      NodeControl
+	NodeOutage time.Duration
 	// Out receives the progress lines and the summary.
 	Out io.Writer
 }
@@ -116,23 +125,34 @@ func (c Config) validate() error {
 		return fmt.Errorf("-outage %s: must be at least 1s", c.Outage)
 	case c.MaxAttempts < 1 || c.MaxAttempts > 1000:
 		return fmt.Errorf("-max-attempts %d: out of range [1, 1000]", c.MaxAttempts)
+	case c.NodeLoss && c.NodeOutage < time.Second:
+		return fmt.Errorf("-node-outage %s: must be at least 1s", c.NodeOutage)
 	case c.PGRestart && (c.PG.Data == "" || c.PG.BinDir == ""):
 		return errors.New("the Postgres restart needs STACK_PG_DATA and STACK_PG_BINDIR (from .stack/env); or pass -pg-restart=false")
+	case c.PGFailover && (c.PG.Data == "" || c.PG.BinDir == "" || c.PG.StandbyData == ""):
+		return errors.New("postgres-failover needs a Postgres standby (STACK_PG_STANDBY_DATA, STACK_PG_DATA, STACK_PG_BINDIR): start the stack with PG_STANDBY=1, as `make drill` does; or pass -pg-failover=false")
 	}
 	return nil
 }
 
-// PGControl restarts the stack's Postgres as its unprivileged user.
+// PGControl restarts the stack's Postgres as its unprivileged user, and
+// kills it and promotes its standby (StandbyData) for the failover.
 type PGControl struct {
 	Data, BinDir, RunUser, RunDir string
+	StandbyData                   string
 }
 
 // ctl runs pg_ctl as the cluster's user. It ignores the drill's context: a
 // pg_ctl killed half way could leave Postgres down.
 func (pg PGControl) ctl(args ...string) ([]byte, error) {
+	return pg.ctlData(pg.Data, args...)
+}
+
+// ctlData is ctl on the cluster in dataDir.
+func (pg PGControl) ctlData(dataDir string, args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	argv := append([]string{filepath.Join(pg.BinDir, "pg_ctl"), "-D", pg.Data}, args...)
+	argv := append([]string{filepath.Join(pg.BinDir, "pg_ctl"), "-D", dataDir}, args...)
 	if os.Geteuid() == 0 && pg.RunUser != "" && pg.RunUser != "root" {
 		argv = append([]string{"setpriv", "--reuid=" + pg.RunUser, "--regid=" + pg.RunUser, "--init-groups", "--", "env", "HOME=/tmp"}, argv...)
 	}
@@ -183,19 +203,28 @@ type drill struct {
 	// written counts the rows the drill wrote itself (the replay seed).
 	written     int64
 	pgRestarted bool
-	procsMu     sync.Mutex
-	procs       []*proc
+	// failedOver: the primary was killed and the standby promoted; the old
+	// primary must stay down (a second read-write host).
+	failedOver bool
+	// nodeList: the replicas talk to the engine's nodes directly, over
+	// ELASTIC_URL's list (engine-node-loss on), not through the proxies.
+	nodeList bool
+	procsMu  sync.Mutex
+	procs    []*proc
 }
 
 // slot is one replica name with its own paths to Postgres and to the
 // engine (through the fault proxy); each restart of the replica is a new
 // proc in the same slot.
 type slot struct {
-	name   string
-	proxy  *tcpproxy.Proxy
-	engine *holdproxy.Proxy
-	cur    *proc
-	starts int
+	name string
+	// proxy is the path to the first host of DATABASE_URL, the primary;
+	// proxies has one path per host (a standby's too).
+	proxy   *tcpproxy.Proxy
+	proxies []*tcpproxy.Proxy
+	engine  *holdproxy.Proxy
+	cur     *proc
+	starts  int
 }
 
 // proc is one `wlproj run` process.
@@ -224,7 +253,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	d := &drill{cfg: cfg, start: time.Now(), rep: &Report{
 		RunReport: harness.RunReport{StartedAt: time.Now().UTC()},
 		Settings: Settings{Rate: cfg.Rate, Entities: cfg.Entities, Kills: cfg.Kills, Replays: cfg.Replays, OutageSeconds: cfg.Outage.Seconds(),
-			PGRestart: cfg.PGRestart, MaxAttempts: cfg.MaxAttempts, KeepaliveWindow: keepaliveWindow.Seconds()},
+			PGRestart: cfg.PGRestart, PGFailover: cfg.PGFailover, MaxAttempts: cfg.MaxAttempts, KeepaliveWindow: keepaliveWindow.Seconds()},
 	}}
 	defer d.close()
 	if err := d.setup(ctx); err != nil {
@@ -322,7 +351,9 @@ func (d *drill) applyRoles(ctx context.Context) error {
 // what the slot's replica sends.
 func (d *drill) setupProxies() error {
 	var err error
-	if d.engine, err = faultproxy.New(d.cfg.ElasticURL); err != nil {
+	// The proxies front the first node of a node list.
+	first, _, _ := strings.Cut(d.cfg.ElasticURL, ",")
+	if d.engine, err = faultproxy.New(first); err != nil {
 		return err
 	}
 	d.s.OnClose(func() { _ = d.engine.Close() })
@@ -330,29 +361,45 @@ func (d *drill) setupProxies() error {
 	if err != nil {
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
-	pgAddr := net.JoinHostPort(pgCfg.Host, strconv.Itoa(int(pgCfg.Port)))
+	pgAddrs := pgHosts(pgCfg)
 	engine, err := url.Parse(d.engine.URL())
 	if err != nil {
 		return err
 	}
 	for _, name := range []string{"a", "b"} {
-		p, err := tcpproxy.New(pgAddr)
-		if err != nil {
+		s := &slot{name: name}
+		for _, addr := range pgAddrs {
+			p, err := tcpproxy.New(addr)
+			if err != nil {
+				return err
+			}
+			d.s.OnClose(func() { _ = p.Close() })
+			s.proxies = append(s.proxies, p)
+		}
+		s.proxy = s.proxies[0]
+		if s.engine, err = holdproxy.New(engine.Host); err != nil {
 			return err
 		}
-		d.s.OnClose(func() { _ = p.Close() })
-		h, err := holdproxy.New(engine.Host)
-		if err != nil {
-			return err
-		}
-		d.s.OnClose(func() { _ = h.Close() })
-		d.slots = append(d.slots, &slot{name: name, proxy: p, engine: h})
+		d.s.OnClose(func() { _ = s.engine.Close() })
+		d.slots = append(d.slots, s)
 	}
 	return nil
 }
 
+// pgHosts lists the host:port of each host DATABASE_URL names, in order
+// (sslmode=prefer lists a host twice, with and without TLS).
+func pgHosts(cfg *pgx.ConnConfig) []string {
+	addrs := []string{net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))}
+	for _, fb := range cfg.Fallbacks {
+		if a := net.JoinHostPort(fb.Host, strconv.Itoa(int(fb.Port))); !slices.Contains(addrs, a) {
+			addrs = append(addrs, a)
+		}
+	}
+	return addrs
+}
+
 func (d *drill) ensurePostgres() {
-	if !d.pgRestarted {
+	if !d.pgRestarted || d.failedOver {
 		return
 	}
 	if err := d.cfg.PG.ensureRunning(); err != nil {
@@ -366,8 +413,18 @@ func (d *drill) ensurePostgres() {
 func (d *drill) env(s *slot) []string {
 	u, _ := url.Parse(d.s.DB.URL)
 	u.User = url.UserPassword(d.s.Runtime, d.runtimePassword)
-	u.Host = s.proxy.Addr()
-	return harness.ReplicaEnv(u.String(), "http://"+s.engine.Addr(), d.s.Index, slices.Concat(harness.Quick, []string{
+	// One proxy per host of DATABASE_URL, in its order, so the replicas
+	// follow a failover as they would follow the hosts themselves.
+	hosts := make([]string, len(s.proxies))
+	for i, p := range s.proxies {
+		hosts[i] = p.Addr()
+	}
+	u.Host = strings.Join(hosts, ",")
+	engine := "http://" + s.engine.Addr()
+	if d.nodeList {
+		engine = d.cfg.ElasticURL
+	}
+	return harness.ReplicaEnv(u.String(), engine, d.s.Index, slices.Concat(harness.Quick, []string{
 		"OUTBOX_LEADER_CHECK_INTERVAL_SECONDS=0.25",
 		"OUTBOX_TCP_KEEPALIVES_IDLE=" + strconv.Itoa(keepalivesIdle),
 		"OUTBOX_TCP_KEEPALIVES_INTERVAL=" + strconv.Itoa(keepalivesInterval),

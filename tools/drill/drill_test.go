@@ -79,3 +79,14 @@ func TestSettleCountsVanishedRowsLost(t *testing.T) {
 	require.Equal(t, Events{Produced: 97, Done: 90, Failed: 3, Discarded: 1, Lost: 3, Unaccounted: 2}, settle(v, 95),
 		"an insert that failed on the client but committed is more, not lost")
 }
+
+// postgres-failover without a standby is refused before anything starts,
+// naming what is missing: `make drill` must never skip it silently.
+func TestConfigRefusesFailoverWithoutStandby(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Rate: 1, Entities: 1, Outage: time.Second, MaxAttempts: 1, AdminURL: "postgres://x", ElasticURL: "http://x",
+		PGFailover: true, PG: PGControl{Data: "/pg", BinDir: "/bin"}}
+	require.ErrorContains(t, cfg.validate(), "postgres-failover needs a Postgres standby (STACK_PG_STANDBY_DATA")
+	cfg.PG.StandbyData = "/pg-standby"
+	require.NoError(t, cfg.validate())
+}

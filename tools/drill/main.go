@@ -13,11 +13,14 @@
 // STACK_PG_BINDIR, STACK_RUN_USER and STACK_RUN_DIR say how to restart
 // Postgres (pg_ctl restart -m fast, as the stack's user). With
 // -pg-restart=false those four are not needed and Postgres is left alone.
+// STACK_PG_STANDBY_DATA names the standby postgres-failover promotes (the
+// stack's PG_STANDBY=1, which `make drill` sets); without one the drill
+// refuses to start unless -pg-failover=false.
 //
 // Setup: a database of its own, migrated by the admin; deploy/sql/roles.sql
 // applied with role names of its own; an index from testdata/mapping.json;
-// replicas a and b logged in as the runtime role, each through its own TCP
-// proxy to Postgres and its own hold proxy (internal/testkit/holdproxy) to one HTTP
+// replicas a and b logged in as the runtime role, each through TCP proxies
+// of its own to Postgres (one per host of DATABASE_URL, in its order) and its own hold proxy (internal/testkit/holdproxy) to one HTTP
 // fault proxy in front of the engine. A
 // producer inserts -rate events per second as the admin: upserts (and a few
 // deletes) of -entities books, each with increasing versions, of which 5%
@@ -33,13 +36,18 @@
 // Scenarios, in order:
 //
 //  1. kill-9: -kills times, kill -9 the leader, restart it as a standby.
+//
 //  2. engine-down: the fault proxy refuses connections for -outage.
+//
 //  3. postgres-restart: pg_ctl restart -m fast; the replicas reconnect alone.
+//
 //  4. network-cut: the leader's proxy blackholes (no FIN, no RST); after the
 //     keepalive window it resets the server side, as Postgres' keepalive
 //     would; then the path is restored.
+//
 //  5. rolling-sigterm: SIGTERM the standby then the leader, each restarted
 //     and back as standby before the next; each must exit 0.
+//
 //  6. replay-after-delete: the producer pauses, the outbox drains, and the
 //     engine forgets its deletes' versions (index.gc_deletes at 0 for a
 //     refresh and a flush, proven on a canary document); the producer
@@ -47,6 +55,7 @@
 //     seeded failures to pending as the runtime role, and the leader is
 //     killed at once. Every replayed row must end done; the ledger must
 //     have dropped all but the left-alone books' unsent.
+//
 //  7. deposed-leader-late-write: the producer pauses and the outbox drains;
 //     the leader's hold proxy holds what it sends to the engine; upsert v5
 //     of a fresh book is written and, once the held bytes hold its bulk,
@@ -55,6 +64,18 @@
 //     bytes are released: the book must stay absent. The hold proxy
 //     delivers them only if the dead leader's connection ended without an
 //     RST (SO_LINGER 0 sends one); the report says which it was.
+//
+//  8. engine-node-loss (on a stack of several engine nodes, ENGINE_NODES=3
+//     in `make drill`): the replicas roll onto ELASTIC_URL's node list, the
+//     index gets a replica, and the node holding its primary is killed -9
+//     under load for -node-outage, then started again with its data; reads
+//     through the other nodes must keep answering and nothing may fail.
+//
+//  8. postgres-failover: kill -9 of the primary's postmaster, pg_ctl promote
+//     of the synchronous standby; the replicas, whose DATABASE_URL names
+//     both (through a proxy each) with target_session_attrs=read-write,
+//     reconnect to it and elect a leader. Last, as it leaves the first host
+//     down.
 //
 // Then the producer stops, the outbox drains, and harness.Verify checks that
 // every event is done with its document at the newest version, or failed
@@ -75,6 +96,8 @@
 //     stopped or killed, its highest value summed over the processes.
 //   - events the ledger dropped unsent: outbox_superseded_total
 //     {cause="ledger"}, scraped the same way; replayed rows: replay_count > 0.
+//   - postgres-failover: kill → standby promoted, and kill → the first ack
+//     on the promoted standby (any ack after it accepted writes).
 //   - network-cut's stop-writing time: from the cut until the cut leader's
 //     /healthz says standby, which the elector says only once its services
 //     have stopped.
@@ -104,6 +127,9 @@ func main() {
 	fs.IntVar(&cfg.Replays, "replays", replaysDefault, "books per story of the replay scenario (0 skips it)")
 	fs.DurationVar(&cfg.Outage, "outage", outageDefault, "how long the engine is down")
 	fs.BoolVar(&cfg.PGRestart, "pg-restart", true, "run the Postgres restart scenario (restarts the stack's Postgres)")
+	fs.BoolVar(&cfg.PGFailover, "pg-failover", true, "run the Postgres failover scenario (kills the stack's primary, promotes its standby; needs PG_STANDBY=1)")
+	fs.BoolVar(&cfg.NodeLoss, "node-loss", true, "run engine-node-loss (needs a stack of several engine nodes)")
+	fs.DurationVar(&cfg.NodeOutage, "node-outage", nodeOutageDefault, "how long engine-node-loss keeps the killed node down")
 	fs.DurationVar(&cfg.Settle, "settle", settleDefault, "pause before each fault, so the leader is mid-stream")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", drainTimeoutDefault, "how long the final drain may take")
 	fs.IntVar(&cfg.MaxAttempts, "max-attempts", maxAttemptsDefault, "OUTBOX_MAX_ATTEMPTS of the replicas; must outlast the outage")
@@ -114,9 +140,11 @@ func main() {
 
 	cfg.AdminURL = os.Getenv("DATABASE_URL")
 	cfg.ElasticURL = os.Getenv("ELASTIC_URL")
+	cfg.Nodes = nodeControlFromEnv()
 	cfg.PG = PGControl{
 		Data: os.Getenv("STACK_PG_DATA"), BinDir: os.Getenv("STACK_PG_BINDIR"),
 		RunUser: os.Getenv("STACK_RUN_USER"), RunDir: os.Getenv("STACK_RUN_DIR"),
+		StandbyData: os.Getenv("STACK_PG_STANDBY_DATA"),
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -60,6 +60,7 @@ type Settings struct {
 	Replays         int     `json:"replay_books_per_story"`
 	OutageSeconds   float64 `json:"outage_seconds"`
 	PGRestart       bool    `json:"pg_restart"`
+	PGFailover      bool    `json:"pg_failover"`
 	MaxAttempts     int     `json:"max_attempts"`
 	KeepaliveWindow float64 `json:"keepalive_window_seconds"`
 }
@@ -132,6 +133,10 @@ type Scenario struct {
 	MaxAttempts     *int64   `json:"max_attempts_seen,omitempty"`
 	// postgres-restart
 	PGDownSeconds *float64 `json:"pg_restart_seconds,omitempty"`
+	// postgres-failover: kill -9 of the primary → the standby promoted
+	// (pg_ctl promote returned), and → the first ack on it.
+	PromotedSeconds      *float64 `json:"promoted_seconds,omitempty"`
+	FirstAckOnNewPrimary *float64 `json:"first_ack_on_new_primary_seconds,omitempty"`
 	// network-cut
 	StopWritingSeconds *float64 `json:"cut_leader_stopped_writing_seconds,omitempty"`
 	// rolling-sigterm
@@ -150,6 +155,8 @@ type Scenario struct {
 	HeldBytes   *int64 `json:"held_bytes,omitempty"`
 	HeldOutcome string `json:"held_bytes_outcome,omitempty"`
 	Resurrected *bool  `json:"resurrected,omitempty"`
+	// engine-node-loss
+	NodeLoss *NodeLoss `json:"engine_node_loss,omitempty"`
 
 	Leaders   []string `json:"leaders,omitempty"` // who led after each fault
 	takeovers []float64
@@ -213,6 +220,12 @@ func (s *Scenario) notes() string {
 	if s.PGDownSeconds != nil {
 		n = append(n, fmt.Sprintf("pg_ctl restart took %.1f s", *s.PGDownSeconds))
 	}
+	if s.PromotedSeconds != nil {
+		n = append(n, fmt.Sprintf("standby promoted %.2f s after the kill", *s.PromotedSeconds))
+	}
+	if s.FirstAckOnNewPrimary != nil {
+		n = append(n, fmt.Sprintf("first ack on the new primary %.2f s after the kill", *s.FirstAckOnNewPrimary))
+	}
 	if s.StopWritingSeconds != nil {
 		n = append(n, fmt.Sprintf("cut leader stopped writing after %.2f s", *s.StopWritingSeconds))
 	}
@@ -230,6 +243,9 @@ func (s *Scenario) notes() string {
 	}
 	if s.Resurrected != nil {
 		n = append(n, fmt.Sprintf("resurrected: %t", *s.Resurrected))
+	}
+	if s.NodeLoss != nil {
+		n = append(n, s.NodeLoss.notes())
 	}
 	if s.Error != "" {
 		n = append(n, "error: "+s.Error)

@@ -37,6 +37,9 @@ func (d *drill) run(ctx context.Context) {
 		{"rolling-sigterm", false, d.rollingSigterm},
 		{"replay-after-delete", d.cfg.Replays == 0, d.replayAfterDelete},
 		{"deposed-leader-late-write", false, d.deposedLateWrite},
+		{"engine-node-loss", !d.cfg.NodeLoss, d.engineNodeLoss},
+		// Last: the others restart or use the first host, which this kills.
+		{"postgres-failover", !d.cfg.PGFailover, d.pgFailover},
 	}
 	for _, st := range steps {
 		if st.skip || ctx.Err() != nil {

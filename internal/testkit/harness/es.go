@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,16 +19,24 @@ import (
 )
 
 // ES sends one request to the engine at base and decodes a 2xx answer into
-// out (if not nil); any other status is an error quoting the engine.
+// out (if not nil); any other status is an error quoting the engine. base
+// may list several nodes, comma-separated (ELASTIC_URL of an ENGINE_NODES
+// stack): the request goes to the first that accepts the connection.
 func ES(ctx context.Context, base, method, path string, body []byte, out any) error {
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(base, "/")+path, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
+	var resp *http.Response
+	nodes := strings.Split(base, ",")
+	for i, node := range nodes {
+		req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(strings.TrimSpace(node), "/")+path, bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if resp, err = http.DefaultClient.Do(req); err == nil {
+			break
+		}
+		if i == len(nodes)-1 || !errors.Is(err, syscall.ECONNREFUSED) || ctx.Err() != nil {
+			return err
+		}
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)

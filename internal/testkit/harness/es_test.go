@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -30,4 +31,19 @@ func TestDeleteIndex(t *testing.T) {
 		require.Equal(t, http.StatusNotFound, se.Code, name)
 	}
 	require.NoError(t, DeleteIndex(ctx, base, alias), "nothing left is no error")
+}
+
+// TestESNodeListSkipsARefusingNode: with ELASTIC_URL listing nodes, a node
+// that refuses connections (killed) is passed over for the next one.
+func TestESNodeListSkipsARefusingNode(t *testing.T) {
+	t.Parallel()
+	port, err := FreePort()
+	require.NoError(t, err)
+	down := fmt.Sprintf("http://127.0.0.1:%d", port)
+	var health struct {
+		Status string `json:"status"`
+	}
+	require.NoError(t, ES(context.Background(), down+","+ElasticURL(t), http.MethodGet, "/_cluster/health", nil, &health))
+	require.NotEmpty(t, health.Status)
+	require.ErrorIs(t, ES(context.Background(), down, http.MethodGet, "/_cluster/health", nil, nil), syscall.ECONNREFUSED)
 }

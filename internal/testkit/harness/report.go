@@ -24,8 +24,11 @@ func (r *RunReport) Problem(p string) { r.Problems = append(r.Problems, p) }
 
 // Stats summarises a few samples.
 type Stats struct {
-	Min     float64   `json:"min"`
-	Median  float64   `json:"median"`
+	Min    float64 `json:"min"`
+	Median float64 `json:"median"`
+	// P99 is the nearest-rank 99th percentile: the maximum under 100
+	// samples.
+	P99     float64   `json:"p99"`
 	Max     float64   `json:"max"`
 	Samples []float64 `json:"samples"`
 }
@@ -45,7 +48,8 @@ func NewStats(samples []float64) *Stats {
 	for i, v := range samples {
 		rounded[i] = Round3(v)
 	}
-	return &Stats{Min: Round3(s[0]), Median: Round3(med), Max: Round3(s[len(s)-1]), Samples: rounded}
+	p99 := s[int(math.Ceil(0.99*float64(len(s))))-1]
+	return &Stats{Min: Round3(s[0]), Median: Round3(med), P99: Round3(p99), Max: Round3(s[len(s)-1]), Samples: rounded}
 }
 
 // Round3 rounds to 3 decimals, enough for milliseconds in seconds.

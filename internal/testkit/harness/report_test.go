@@ -12,7 +12,12 @@ func TestNewStats(t *testing.T) {
 	t.Parallel()
 	require.Nil(t, NewStats(nil))
 	s := NewStats([]float64{0.3, 0.1, 0.2, 0.4})
-	require.Equal(t, &Stats{Min: 0.1, Median: 0.25, Max: 0.4, Samples: []float64{0.3, 0.1, 0.2, 0.4}}, s)
+	require.Equal(t, &Stats{Min: 0.1, Median: 0.25, P99: 0.4, Max: 0.4, Samples: []float64{0.3, 0.1, 0.2, 0.4}}, s)
+	samples := make([]float64, 200)
+	for i := range samples {
+		samples[i] = float64(200 - i)
+	}
+	require.Equal(t, 198.0, NewStats(samples).P99, "the 198th of 200 samples in order")
 	require.Equal(t, 0.2, NewStats([]float64{0.3, 0.1, 0.2}).Median)
 	require.Equal(t, 1.235, Round3(1.23456))
 }

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -11,9 +12,11 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/base64"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -123,6 +126,9 @@ type SecuredConfig struct {
 	User, Password string
 	// Heap is the JVM heap. Defaults to 384m.
 	Heap string
+	// APIKeys makes the node able to create API keys (see storesAPIKeys).
+	// It costs a compilation at start, so only tests of keys ask for it.
+	APIKeys bool
 }
 
 // SecuredNode is a node of its own of the stack's Elasticsearch, with the
@@ -133,6 +139,7 @@ type SecuredNode struct {
 	// URL is https://127.0.0.1:port, without credentials.
 	URL    string
 	Engine EngineInfo
+	cfg    SecuredConfig
 	cmd    *exec.Cmd
 	dir    string
 	exited chan struct{}
@@ -159,7 +166,7 @@ func StartSecuredNode(ctx context.Context, stackEnv map[string]string, engine En
 	if err != nil {
 		return nil, err
 	}
-	n := &SecuredNode{dir: dir, Engine: engine, exited: make(chan struct{})}
+	n := &SecuredNode{dir: dir, Engine: engine, cfg: cfg, exited: make(chan struct{})}
 	if err := n.start(ctx, home, javaHome, stackEnv["STACK_RUN_USER"], cfg); err != nil {
 		n.Close()
 		return nil, err
@@ -171,6 +178,12 @@ func (n *SecuredNode) start(ctx context.Context, home, javaHome, runUser string,
 	conf := filepath.Join(n.dir, "config")
 	if err := n.configure(home, conf, cfg); err != nil {
 		return err
+	}
+	if cfg.APIKeys {
+		var err error
+		if home, err = n.storesAPIKeys(home, javaHome); err != nil {
+			return fmt.Errorf("a home that stores API keys: %w", err)
+		}
 	}
 	httpPort, err := FreePort()
 	if err != nil {
@@ -224,6 +237,118 @@ func (n *SecuredNode) configure(home, conf string, cfg SecuredConfig) error {
 		}
 	}
 	return os.WriteFile(jvm, []byte(strings.Join(kept, "\n")), 0o644)
+}
+
+// securityAnalysis is an analysis plugin with stand-ins for what the
+// .security index's "email" analyzer names: a uax_url_email tokenizer (here
+// Lucene's standard one) and pattern_capture and unique filters (here
+// passing their tokens through). Elasticsearch keeps API keys in that index,
+// and the analysis-common module that provides those is not in the
+// integ-test zips, so without them the index, and with it every key, cannot
+// be created. The analyzer only reads the email of the native realm's
+// users, which these tests have none of.
+const securityAnalysis = `package wlproj;
+
+import java.util.Map;
+import org.apache.lucene.analysis.TokenStream;
+import org.apache.lucene.analysis.Tokenizer;
+import org.apache.lucene.analysis.standard.StandardTokenizer;
+import org.elasticsearch.index.analysis.TokenFilterFactory;
+import org.elasticsearch.index.analysis.TokenizerFactory;
+import org.elasticsearch.indices.analysis.AnalysisModule.AnalysisProvider;
+import org.elasticsearch.plugins.AnalysisPlugin;
+import org.elasticsearch.plugins.Plugin;
+
+public class SecurityAnalysisPlugin extends Plugin implements AnalysisPlugin {
+    @Override
+    public Map<String, AnalysisProvider<TokenizerFactory>> getTokenizers() {
+        return Map.of("uax_url_email", (indexSettings, env, name, settings) -> new TokenizerFactory() {
+            @Override
+            public String name() {
+                return name;
+            }
+
+            @Override
+            public Tokenizer create() {
+                return new StandardTokenizer();
+            }
+        });
+    }
+
+    @Override
+    public Map<String, AnalysisProvider<TokenFilterFactory>> getTokenFilters() {
+        return Map.of("pattern_capture", SecurityAnalysisPlugin::passThrough, "unique", SecurityAnalysisPlugin::passThrough);
+    }
+
+    private static TokenFilterFactory passThrough(Object indexSettings, Object env, String name, Object settings) {
+        return new TokenFilterFactory() {
+            @Override
+            public String name() {
+                return name;
+            }
+
+            @Override
+            public TokenStream create(TokenStream in) {
+                return in;
+            }
+        };
+    }
+}
+`
+
+// storesAPIKeys makes a home of the node's own: the distribution's bin
+// copied (its scripts find the home from their own path), its lib and
+// modules linked, and plugins holding securityAnalysis, compiled against the
+// distribution's jars. It returns the new home.
+func (n *SecuredNode) storesAPIKeys(home, javaHome string) (string, error) {
+	own := filepath.Join(n.dir, "home")
+	build := filepath.Join(n.dir, "plugin-build")
+	plugin := filepath.Join(own, "plugins", "wlproj-security-analysis")
+	for _, d := range []string{filepath.Join(build, "wlproj"), plugin} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return "", err
+		}
+	}
+	if out, err := exec.Command("cp", "-r", filepath.Join(home, "bin"), filepath.Join(own, "bin")).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("copy bin: %v: %s", err, out)
+	}
+	for _, d := range []string{"lib", "modules"} {
+		if err := os.Symlink(filepath.Join(home, d), filepath.Join(own, d)); err != nil {
+			return "", err
+		}
+	}
+	src := filepath.Join(build, "wlproj", "SecurityAnalysisPlugin.java")
+	if err := os.WriteFile(src, []byte(securityAnalysis), 0o644); err != nil {
+		return "", err
+	}
+	classes := filepath.Join(build, "classes")
+	steps := [][]string{
+		{filepath.Join(javaHome, "bin", "javac"), "-d", classes, "-cp", filepath.Join(home, "lib", "*"), src},
+		{filepath.Join(javaHome, "bin", "jar"), "cf", filepath.Join(plugin, "wlproj-security-analysis.jar"), "-C", classes, "."},
+	}
+	for _, step := range steps {
+		if out, err := exec.Command(step[0], step[1:]...).CombinedOutput(); err != nil {
+			return "", fmt.Errorf("%s: %v: %s", filepath.Base(step[0]), err, out)
+		}
+	}
+	version, err := distributionVersion(home)
+	if err != nil {
+		return "", err
+	}
+	descriptor := "description=analysis stand-ins for the security index of a test node\nversion=1.0\n" +
+		"name=wlproj-security-analysis\nclassname=wlproj.SecurityAnalysisPlugin\njava.version=17\n" +
+		"elasticsearch.version=" + version + "\n"
+	return own, os.WriteFile(filepath.Join(plugin, "plugin-descriptor.properties"), []byte(descriptor), 0o644)
+}
+
+// distributionVersion is the version in the name of home's server jar,
+// lib/elasticsearch-<version>.jar.
+func distributionVersion(home string) (string, error) {
+	jars, err := filepath.Glob(filepath.Join(home, "lib", "elasticsearch-[0-9]*.jar"))
+	if err != nil || len(jars) != 1 {
+		return "", fmt.Errorf("no single elasticsearch-<version>.jar in %s/lib: %v", home, jars)
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(filepath.Base(jars[0]), "elasticsearch-"), ".jar"), nil
 }
 
 // launch starts the node with security on and TLS on HTTP only.
@@ -320,6 +445,74 @@ func (n *SecuredNode) Close() {
 		<-n.exited
 	}
 	_ = os.RemoveAll(n.dir)
+}
+
+// Do sends one request to the node as its superuser and decodes a 2xx
+// answer's JSON into out, if not nil; any other status is a *StatusError.
+func (n *SecuredNode) Do(ctx context.Context, method, path string, body []byte, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, n.URL+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.SetBasicAuth(n.cfg.User, n.cfg.Password)
+	client := &http.Client{Timeout: 30 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: n.cfg.CA.Pool()}}}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= 300 {
+		return &StatusError{Request: method + " " + path, Code: resp.StatusCode, Body: string(data)}
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(data, out)
+}
+
+// APIKey is an API key the node created: its id, its secret, and the
+// base64 of id:key that the create answer calls encoded.
+type APIKey struct {
+	ID      string `json:"id"`
+	Key     string `json:"api_key"`
+	Encoded string `json:"encoded"`
+}
+
+// Pair is the key as id:key.
+func (k APIKey) Pair() string { return k.ID + ":" + k.Key }
+
+// CreateAPIKey creates an API key as the superuser (POST /_security/api_key),
+// limited to roleDescriptors, a JSON object of role name to descriptor. The
+// answer's encoded field is 8.x's; for 7.x it is computed the same way.
+func (n *SecuredNode) CreateAPIKey(ctx context.Context, name string, roleDescriptors string) (APIKey, error) {
+	body, err := json.Marshal(map[string]any{"name": name, "role_descriptors": json.RawMessage(roleDescriptors)})
+	if err != nil {
+		return APIKey{}, err
+	}
+	var k APIKey
+	if err := n.Do(ctx, http.MethodPost, "/_security/api_key", body, &k); err != nil {
+		return APIKey{}, err
+	}
+	if k.Encoded == "" {
+		k.Encoded = base64.StdEncoding.EncodeToString([]byte(k.Pair()))
+	}
+	return k, nil
+}
+
+// InvalidateAPIKey invalidates the key of id: the node refuses it from then
+// on with a 401.
+func (n *SecuredNode) InvalidateAPIKey(ctx context.Context, id string) error {
+	body, err := json.Marshal(map[string]any{"ids": []string{id}})
+	if err != nil {
+		return err
+	}
+	return n.Do(ctx, http.MethodDelete, "/_security/api_key", body, nil)
 }
 
 // SecuredEngine is StartSecuredNode for tests, on the stack under test,

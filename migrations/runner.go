@@ -1,0 +1,386 @@
+package migrations
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pressly/goose/v3"
+	"github.com/rs/zerolog"
+
+	"github.com/wlproj/wlproj/internal/bounds"
+)
+
+const (
+	// ApplicationName is the application_name of the migration's sessions.
+	ApplicationName = "wlproj-migrate"
+
+	lockTimeoutDefault = 500 * time.Millisecond
+	lockWaitDefault    = 5 * time.Minute
+	backoffFirst       = 250 * time.Millisecond
+	backoffMax         = 5 * time.Second
+	blockerPoll        = 100 * time.Millisecond
+)
+
+// The defaults and ranges the CLI documents. Half a second: an insert
+// queued behind a waiting ALTER waits at most that long, once per try.
+const (
+	LockTimeoutDefault = lockTimeoutDefault
+	LockWaitDefault    = lockWaitDefault
+)
+
+var (
+	LockTimeoutRange = bounds.Range[time.Duration]{Min: 10 * time.Millisecond, Max: time.Minute}
+	LockWaitRange    = bounds.Range[time.Duration]{Min: 10 * time.Millisecond, Max: 24 * time.Hour}
+)
+
+// Config tunes how migrations wait for locks.
+type Config struct {
+	// LockTimeout is how long one statement waits for a lock before it gives
+	// up and is retried; while it waits, the application's writes to the
+	// same table queue behind it. Defaults to 500ms.
+	LockTimeout time.Duration
+	// LockWait is how long a statement keeps retrying its lock before the
+	// migration fails. Defaults to 5m.
+	LockWait time.Duration
+	// UpTo stops after this version; 0 applies every migration. Defaults to 0.
+	UpTo int64
+}
+
+func (c Config) withDefaults() Config {
+	if c.LockTimeout == 0 {
+		c.LockTimeout = lockTimeoutDefault
+	}
+	if c.LockWait == 0 {
+		c.LockWait = lockWaitDefault
+	}
+	return c
+}
+
+// Validate names the first field out of range.
+func (c Config) Validate() error {
+	var upTo error
+	if c.UpTo < 0 {
+		upTo = bounds.Invalid("UpTo", "must not be negative, got %d", c.UpTo)
+	}
+	return bounds.First(
+		bounds.Check("LockTimeout", c.LockTimeout, LockTimeoutRange),
+		bounds.Check("LockWait", c.LockWait, LockWaitRange),
+		bounds.NotBelow("LockWait", c.LockWait, "LockTimeout", c.LockTimeout),
+		upTo,
+	)
+}
+
+// Blocker is a session holding a lock a migration statement waited for.
+type Blocker struct {
+	PID         int
+	Application string
+	State       string
+	XactStart   time.Time
+	Query       string
+}
+
+func (b Blocker) String() string {
+	s := fmt.Sprintf("pid %d", b.PID)
+	if b.Application != "" {
+		s += " " + b.Application
+	}
+	if b.State != "" {
+		s += ", " + b.State
+	}
+	if !b.XactStart.IsZero() {
+		s += fmt.Sprintf(", transaction open %s", time.Since(b.XactStart).Round(time.Second))
+	}
+	if b.Query != "" {
+		s += ", last query: " + firstLine(b.Query)
+	}
+	return s
+}
+
+// LockTimeoutError: a statement did not get its lock within LockTimeout.
+// When the runner gives up, it is the migration's error.
+type LockTimeoutError struct {
+	File      string
+	Statement string
+	Attempts  int
+	Waited    time.Duration
+	Blockers  []Blocker
+	Err       error
+
+	retry bool // the runner will try again
+}
+
+func (e *LockTimeoutError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "migration %s: statement %q did not get its lock after %d tries over %s",
+		e.File, firstLine(e.Statement), e.Attempts, e.Waited.Round(time.Millisecond))
+	if len(e.Blockers) > 0 {
+		b.WriteString("; blocked by ")
+		for i, bl := range e.Blockers {
+			if i > 0 {
+				b.WriteString("; ")
+			}
+			b.WriteString(bl.String())
+		}
+	}
+	b.WriteString("; end that transaction or wait for it, then run wlproj migrate again (what was applied stays applied)")
+	return b.String()
+}
+
+func (e *LockTimeoutError) Unwrap() error { return e.Err }
+
+// wait is the retry state of one statement.
+type wait struct {
+	first    time.Time
+	attempts int
+}
+
+type runner struct {
+	cfg   Config
+	log   zerolog.Logger
+	db    *sql.DB
+	waits map[string]*wait
+}
+
+// migration wraps f as a goose Go migration run by r.
+func (r *runner) migration(f file) *goose.Migration {
+	var up, down *goose.GoFunc
+	if f.NoTx {
+		up = &goose.GoFunc{RunDB: func(ctx context.Context, db *sql.DB) error { return r.runNoTx(ctx, f, f.Up) }}
+		down = &goose.GoFunc{RunDB: func(ctx context.Context, db *sql.DB) error { return r.runNoTx(ctx, f, f.Down) }}
+	} else {
+		up = &goose.GoFunc{RunTx: func(ctx context.Context, tx *sql.Tx) error { return r.runTx(ctx, tx, f, f.Up) }}
+		down = &goose.GoFunc{RunTx: func(ctx context.Context, tx *sql.Tx) error { return r.runTx(ctx, tx, f, f.Down) }}
+	}
+	return goose.NewGoMigration(f.Version, up, down)
+}
+
+// runTx runs stmts in goose's transaction. A lock timeout ends the attempt:
+// goose rolls the transaction back, and Run calls backoff and tries again.
+func (r *runner) runTx(ctx context.Context, tx *sql.Tx, f file, stmts []statement) error {
+	if _, err := tx.ExecContext(ctx, "SELECT set_config('lock_timeout', $1, true)", pgInterval(r.cfg.LockTimeout)); err != nil {
+		return err
+	}
+	var pid int
+	if err := tx.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		return err
+	}
+	for i, st := range stmts {
+		if skip, err := r.skip(ctx, tx, f, st); err != nil || skip {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		blockers, err := r.watch(ctx, pid, func() error { _, err := tx.ExecContext(ctx, st.SQL); return err })
+		if err != nil {
+			return r.failed(f, i, st, r.cfg.LockTimeout, blockers, err)
+		}
+	}
+	return nil
+}
+
+// runNoTx runs each statement alone on a session of its own, retrying a
+// statement that timed out on a lock in place.
+func (r *runner) runNoTx(ctx context.Context, f file, stmts []statement) error {
+	conn, err := r.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	// The session goes back to the pool, where goose records versions.
+	defer conn.ExecContext(context.WithoutCancel(ctx), "RESET lock_timeout") //nolint:errcheck
+	var pid int
+	if err := conn.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		return err
+	}
+	for i, st := range stmts {
+		if skip, err := r.skip(ctx, conn, f, st); err != nil || skip {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		timeout := r.cfg.LockTimeout
+		if concurrentRE.MatchString(st.SQL) {
+			// Its waits (the table's SHARE UPDATE EXCLUSIVE, older
+			// transactions) block no writer: no point giving up early.
+			timeout = r.cfg.LockWait
+		}
+		if _, err := conn.ExecContext(ctx, "SELECT set_config('lock_timeout', $1, false)", pgInterval(timeout)); err != nil {
+			return err
+		}
+		for {
+			start := time.Now()
+			blockers, err := r.watch(ctx, pid, func() error {
+				if err := r.dropInvalid(ctx, conn, st); err != nil {
+					return err
+				}
+				_, err := conn.ExecContext(ctx, st.SQL)
+				return err
+			})
+			if err == nil {
+				r.log.Debug().Str("migration", f.Name).Str("statement", firstLine(st.SQL)).Dur("took", time.Since(start)).Msg("migration statement done")
+				break
+			}
+			ferr := r.failed(f, i, st, timeout, blockers, err)
+			lt, ok := ferr.(*LockTimeoutError)
+			if !ok || !lt.retry {
+				return ferr
+			}
+			if err := r.backoff(ctx, lt); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// failed turns a statement's error into the migration's error: a lock
+// timeout becomes a LockTimeoutError (retry set while within LockWait,
+// counted from the start of the statement's first try, timeout ago).
+func (r *runner) failed(f file, i int, st statement, timeout time.Duration, blockers []Blocker, err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" { // lock_not_available
+		return fmt.Errorf("migration %s: statement %q: %w", f.Name, firstLine(st.SQL), err)
+	}
+	key := fmt.Sprintf("%d/%d", f.Version, i)
+	w := r.waits[key]
+	if w == nil {
+		w = &wait{first: time.Now().Add(-timeout)}
+		r.waits[key] = w
+	}
+	w.attempts++
+	waited := time.Since(w.first)
+	return &LockTimeoutError{File: f.Name, Statement: st.SQL, Attempts: w.attempts, Waited: waited,
+		Blockers: blockers, Err: err, retry: waited < r.cfg.LockWait}
+}
+
+// backoff logs the wait and sleeps before the next try, or returns lt when
+// the next try would pass LockWait.
+func (r *runner) backoff(ctx context.Context, lt *LockTimeoutError) error {
+	d := backoffFirst << min(lt.Attempts-1, 10)
+	d = min(d, backoffMax)
+	if lt.Waited+d >= r.cfg.LockWait {
+		lt.retry = false
+		return lt
+	}
+	ev := r.log.Warn().Str("migration", lt.File).Str("statement", firstLine(lt.Statement)).
+		Int("attempt", lt.Attempts).Dur("lock_timeout", r.cfg.LockTimeout).Dur("retry_in", d).Dur("waited", lt.Waited)
+	for _, b := range lt.Blockers {
+		ev = ev.Int("blocked_by_pid", b.PID).Str("blocked_by", b.String())
+	}
+	ev.Msg("migration statement gave up waiting for a lock so as not to hold up the application's writes; retrying")
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// watch runs fn while polling, from another session, which sessions block
+// pid; it returns the last blockers seen.
+func (r *runner) watch(ctx context.Context, pid int, fn func() error) ([]Blocker, error) {
+	done := make(chan struct{})
+	result := make(chan []Blocker, 1)
+	go func() {
+		var last []Blocker
+		// Often enough to see the blocker before lock_timeout ends the wait.
+		t := time.NewTicker(max(min(blockerPoll, r.cfg.LockTimeout/4), 5*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				result <- last
+				return
+			case <-t.C:
+				if b := r.blockers(ctx, pid); len(b) > 0 {
+					last = b
+				}
+			}
+		}
+	}()
+	err := fn()
+	close(done)
+	return <-result, err
+}
+
+const blockersSQL = `
+SELECT b.pid, coalesce(b.application_name, ''), coalesce(b.state, ''), b.xact_start, left(coalesce(b.query, ''), 300)
+  FROM unnest(pg_blocking_pids($1)) AS bp(pid)
+  JOIN pg_stat_activity b ON b.pid = bp.pid
+ ORDER BY b.xact_start NULLS LAST`
+
+func (r *runner) blockers(ctx context.Context, pid int) []Blocker {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	rows, err := r.db.QueryContext(ctx, blockersSQL, pid)
+	if err != nil {
+		return nil
+	}
+	defer rows.Close()
+	var out []Blocker
+	for rows.Next() {
+		var b Blocker
+		var xs sql.NullTime
+		if rows.Scan(&b.PID, &b.Application, &b.State, &xs, &b.Query) == nil {
+			b.XactStart = xs.Time
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// skip reports whether st must not run: its required extension is missing.
+func (r *runner) skip(ctx context.Context, db execer, f file, st statement) (bool, error) {
+	if st.RequiresExtension == "" {
+		return false, nil
+	}
+	var ok bool
+	if err := db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = $1)", st.RequiresExtension).Scan(&ok); err != nil {
+		return false, err
+	}
+	if !ok {
+		r.log.Warn().Str("migration", f.Name).Str("statement", firstLine(st.SQL)).Str("extension", st.RequiresExtension).
+			Msg("extension not installed: statement skipped")
+	}
+	return !ok, nil
+}
+
+var concurrentRE = regexp.MustCompile(`(?is)^\s*(CREATE\s+(UNIQUE\s+)?INDEX|DROP\s+INDEX|REINDEX)\s+.*CONCURRENTLY`)
+
+// dropInvalid drops the INVALID index a failed CREATE INDEX CONCURRENTLY IF
+// NOT EXISTS left under st's name, which IF NOT EXISTS would keep.
+func (r *runner) dropInvalid(ctx context.Context, conn *sql.Conn, st statement) error {
+	m := createIndexRE.FindStringSubmatch(strings.TrimSpace(st.SQL))
+	if m == nil || m[2] == "" || m[3] == "" {
+		return nil
+	}
+	var invalid bool
+	err := conn.QueryRowContext(ctx,
+		`SELECT NOT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass($1)`, m[4]).Scan(&invalid)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && !invalid) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	r.log.Warn().Str("index", m[4]).Msg("dropping the invalid index an interrupted build left, to build it again")
+	_, err = conn.ExecContext(ctx, "DROP INDEX CONCURRENTLY IF EXISTS "+m[4])
+	return err
+}
+
+func pgInterval(d time.Duration) string { return fmt.Sprintf("%dms", d.Milliseconds()) }
