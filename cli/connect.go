@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/wlproj/wlproj/internal/pgpool"
 )
@@ -29,6 +30,19 @@ func opsRun(cmd dbCommand, fn func(ctx context.Context, conn *pgx.Conn) error) e
 	}
 	defer conn.Close(context.Background())
 	return commandError(cmd, fn(ctx, conn))
+}
+
+// checkHosts refuses a DATABASE_URL of several hosts that could settle on a
+// standby (pgpool.CheckHosts), before anything connects.
+func checkHosts(databaseURL string) error {
+	cfg, err := pgconn.ParseConfig(databaseURL)
+	if err != nil {
+		return usagef("DATABASE_URL: %w", err)
+	}
+	if err := pgpool.CheckHosts(cfg); err != nil {
+		return usagef("DATABASE_URL: %w", err)
+	}
+	return nil
 }
 
 func connect(ctx context.Context, databaseURL string) (*pgx.Conn, error) {

@@ -36,6 +36,9 @@ func (c *migrateCmd) Run(g *globals) error {
 	if err := cfg.Validate(); err != nil {
 		return renameFields(c, err)
 	}
+	if err := checkHosts(c.DatabaseURL); err != nil {
+		return &exitError{code: exitUsage, err: err}
+	}
 	if c.DryRun {
 		plan, err := migrations.DryRun(ctx, c.DatabaseURL, want, cfg)
 		if err != nil {

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -82,6 +83,24 @@ func TestMigrateRefusesBadLockTimeout(t *testing.T) {
 	code = Run([]string{"migrate", "--database-url", db.URL, "--lock-timeout", "2s", "--lock-wait", "1s"}, &stdout, &stderr)
 	require.NotZero(t, code)
 	require.Contains(t, stderr.String(), "MIGRATE_LOCK_WAIT")
+	var tables int
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'`).Scan(&tables))
+	require.Zero(t, tables)
+}
+
+func TestMigrateRefusesSeveralHostsWithoutReadWrite(t *testing.T) {
+	t.Parallel()
+	db := harness.NewEmptyDatabase(t)
+	u, err := url.Parse(db.URL)
+	require.NoError(t, err)
+	u.Host = "127.0.0.1:1," + u.Host
+	for _, args := range [][]string{{"migrate"}, {"migrate", "--dry-run"}} {
+		var stdout, stderr bytes.Buffer
+		code := Run(append(args, "--database-url", u.String()), &stdout, &stderr)
+		require.Equal(t, exitUsage, code, stderr.String())
+		require.Contains(t, stderr.String(), "target_session_attrs=read-write")
+	}
 	var tables int
 	require.NoError(t, db.Pool.QueryRow(context.Background(),
 		`SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'`).Scan(&tables))

@@ -150,8 +150,19 @@ func TestOperateMetricsPassPromtoolAndShowLag(t *testing.T) {
 
 	c.proxy.Set(faultproxy.Fault{Refuse: true})
 	c.produce(100, 1)
-	// The leader refreshes the gauges every 5s; 100 books wait.
-	harness.Eventually(t, 15*time.Second, "lag rises while the engine is down", func() bool { return lag() == 100 })
+	// The leader refreshes the gauges every 5s from one reading: the 100
+	// books are pending, or in flight between two failed attempts.
+	harness.Eventually(t, 30*time.Second, "lag rises while the engine is down", func() bool {
+		scrape := opScrape(t, r)
+		pending, ok := opMetric(t, scrape, "outbox_lag_events")
+		require.True(t, ok)
+		inflight, ok := opMetric(t, scrape, "outbox_inflight_events")
+		require.True(t, ok)
+		if len(seen) == 0 || seen[len(seen)-1] != pending {
+			seen = append(seen, pending)
+		}
+		return pending > 0 && pending+inflight == 100
+	})
 
 	c.proxy.Clear()
 	harness.Eventually(t, 30*time.Second, "lag falls back to 0 once it is back", func() bool { return lag() == 0 })

@@ -61,7 +61,6 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 	"github.com/rs/zerolog"
-	"github.com/wlproj/wlproj/internal/pgpool"
 )
 
 //go:embed *.sql
@@ -193,9 +192,6 @@ func open(ctx context.Context, databaseURL string, want Expect) (*sql.DB, Target
 	}
 	if _, ok := cfg.RuntimeParams["application_name"]; !ok {
 		cfg.RuntimeParams["application_name"] = ApplicationName
-	}
-	if err := pgpool.CheckHosts(&cfg.Config); err != nil {
-		return nil, Target{}, fmt.Errorf("DATABASE_URL %w", err)
 	}
 	db := stdlib.OpenDB(*cfg)
 	target, err := inspect(ctx, db, cfg)
