@@ -50,7 +50,11 @@ const leaderGuard = `EXISTS (SELECT 1 FROM outbox_leader WHERE name = @leader AN
 // locked one by one through the primary key (an array, so that no
 // statistics can turn it into a join over every pending row), skipping rows
 // another transaction holds (a replay, an ack), and status is checked again
-// on the locked row.
+// on the locked row. That check compares with a subquery's value, which no
+// partial index's predicate matches: with statistics that say "empty" the
+// planner otherwise found the pending indexes as cheap as the primary key,
+// and a full walk of the due index for each claim collapsed a 2,000/s
+// burst (52 ms a claim, lag 23 s).
 var claimSQL = strings.NewReplacer("{{projections}}", `
       WITH RECURSIVE pending_projections AS (
           (SELECT projection FROM outbox_events WHERE status = 'pending' ORDER BY projection LIMIT 1)
@@ -86,7 +90,7 @@ UPDATE outbox_events e
        WHERE p.projection IS NOT NULL
          AND p.projection NOT IN (SELECT projection FROM outbox_projection_state WHERE paused)
        ORDER BY due.next_retry_at, due.id LIMIT @limit))
-      AND o.status = 'pending'
+      AND o.status = (SELECT 'pending')
     FOR UPDATE SKIP LOCKED)
    AND ` + leaderGuard + `
 RETURNING e.id, e.projection, e.entity_type, e.entity_id, e.op, e.event_version,
