@@ -18,7 +18,7 @@ const (
 	BaseBackoffDefault     = time.Second
 	MaxBackoffDefault      = 300 * time.Second
 	ShutdownGraceDefault   = 20 * time.Second
-	ClaimCooldownDefault   = 10 * time.Millisecond
+	ClaimCooldownDefault   = 50 * time.Millisecond
 )
 
 // Accepted ranges of Config.
@@ -67,7 +67,10 @@ type Config struct {
 	// ClaimCooldown is how long the leader waits after a claim that found
 	// less than a full batch before it claims again: under a steady
 	// trickle every insert's NOTIFY would otherwise cost a claim, an ack
-	// and a bulk for one or two events. Defaults to 10ms.
+	// and a bulk for one or two events. Defaults to 50ms: in the sustained
+	// bench it cost the database 36-55 µs per event at 2,000/s against
+	// 60-87 µs with 10ms, and 70-88 against 136-289 at 500/s, for a lag p99
+	// of 57-75 ms (10ms: 15-138 ms, and less flat).
 	ClaimCooldown time.Duration
 }
 
