@@ -70,7 +70,7 @@ type Config struct {
 	// and a bulk for one or two events. Defaults to 50ms: in the sustained
 	// bench it cost the database 36-55 µs per event at 2,000/s against
 	// 60-87 µs with 10ms, and 70-88 against 136-289 at 500/s, for a lag p99
-	// of 57-75 ms (10ms: 15-138 ms, and less flat).
+	// of 57-82 ms (10ms: 15-138 ms, and less flat).
 	ClaimCooldown time.Duration
 }
 
