@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/wlproj/wlproj/internal/pgpool"
 )
@@ -32,26 +31,23 @@ func opsRun(cmd dbCommand, fn func(ctx context.Context, conn *pgx.Conn) error) e
 	return commandError(cmd, fn(ctx, conn))
 }
 
-// checkHosts refuses a DATABASE_URL of several hosts that could settle on a
-// standby (pgpool.CheckHosts), before anything connects.
-func checkHosts(databaseURL string) error {
-	cfg, err := pgconn.ParseConfig(databaseURL)
-	if err != nil {
-		return usagef("DATABASE_URL: %w", err)
-	}
-	if err := pgpool.CheckHosts(cfg); err != nil {
-		return usagef("DATABASE_URL: %w", err)
-	}
-	return nil
-}
-
-func connect(ctx context.Context, databaseURL string) (*pgx.Conn, error) {
+// parseURL parses DATABASE_URL and refuses a list of several hosts that
+// could settle on a standby (pgpool.CheckHosts), before anything connects.
+func parseURL(databaseURL string) (*pgx.ConnConfig, error) {
 	cfg, err := pgx.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, usagef("DATABASE_URL: %w", err)
 	}
 	if err := pgpool.CheckHosts(&cfg.Config); err != nil {
 		return nil, usagef("DATABASE_URL: %w", err)
+	}
+	return cfg, nil
+}
+
+func connect(ctx context.Context, databaseURL string) (*pgx.Conn, error) {
+	cfg, err := parseURL(databaseURL)
+	if err != nil {
+		return nil, err
 	}
 	cfg.ConnectTimeout = cmp.Or(cfg.ConnectTimeout, connectTimeoutDefault)
 	if cfg.RuntimeParams["application_name"] == "" {

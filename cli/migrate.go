@@ -36,7 +36,7 @@ func (c *migrateCmd) Run(g *globals) error {
 	if err := cfg.Validate(); err != nil {
 		return renameFields(c, err)
 	}
-	if err := checkHosts(c.DatabaseURL); err != nil {
+	if _, err := parseURL(c.DatabaseURL); err != nil {
 		return &exitError{code: exitUsage, err: err}
 	}
 	if c.DryRun {

@@ -28,7 +28,8 @@ func scaleRows(t *testing.T) int {
 	return n
 }
 
-// Every statement the leader runs per batch or on a schedule, and the
+// Every statement the leader runs per batch or on a schedule (the claim
+// from the head and past its cursor among them), and the
 // replicas' metrics poller, EXPLAIN ANALYZEd next to a long done history, a
 // ledger of a fifth of it, and a backlog in every status: none may read
 // outbox_events or the ledger sequentially. Each line it logs ("scale:
@@ -36,7 +37,6 @@ func scaleRows(t *testing.T) int {
 // step reads.
 func TestStatementsAtScaleReadNoTableWhole(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	b := setup(t)
 	b.Lead(t, 1)
 	n := scaleRows(t)
@@ -86,6 +86,10 @@ func TestStatementsAtScaleReadNoTableWhole(t *testing.T) {
 		return a
 	}
 
+	pastSQL, pastArgs := outbox.ClaimStatement(outbox.CursorOf(claimed), []string{"search"})
+	for k, v := range (pgx.NamedArgs{"limit": 500, "lease_secs": 30.0, "claim": 99, "latest": []string{"search"}}) {
+		pastArgs[k] = v
+	}
 	for _, st := range []struct {
 		name string
 		sql  string
@@ -94,6 +98,7 @@ func TestStatementsAtScaleReadNoTableWhole(t *testing.T) {
 	}{
 		{"claim", outbox.ClaimSQL, []any{fenced(pgx.NamedArgs{"limit": 500, "lease_secs": 30.0, "claim": 99,
 			"latest": []string{"search"}})}, outbox.ClaimPlan},
+		{"claim-past-cursor", pastSQL, []any{fenced(pastArgs)}, outbox.ClaimPlan},
 		{"ack-done", outbox.AckDoneSQL, []any{fenced(pgx.NamedArgs{"ids": ids, "applied": ids, "claim": claim})}, nil},
 		{"ack-failed", outbox.AckFailedSQL, []any{failures()}, nil},
 		{"release", outbox.ReleaseSQL, []any{fenced(pgx.NamedArgs{"ids": ids})}, nil},
@@ -114,7 +119,6 @@ func TestStatementsAtScaleReadNoTableWhole(t *testing.T) {
 			require.NotContains(t, plan, "Seq Scan on "+table, "%s reads %s whole\n%s", st.name, table, plan)
 		}
 	}
-	_ = ctx
 }
 
 // explainAnalyze runs sql under EXPLAIN (ANALYZE, BUFFERS) after settings,
