@@ -246,8 +246,14 @@ func TestConcurrentBuildWaitsWithoutBlockingWrites(t *testing.T) {
 		_, err := migrations.Run(ctx, db.URL, expect, migrations.Config{LockTimeout: 100 * time.Millisecond, LockWait: 3 * time.Second, UpTo: 4}, zerolog.Nop())
 		done <- outcome{err}
 	}()
-	// While the build waits, inserts go on.
-	time.Sleep(time.Second)
+	// While the build waits on the application's transaction, inserts go on.
+	harness.Eventually(t, 10*time.Second, "the index build waits on the application's transaction", func() bool {
+		var waiting bool
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE query LIKE 'CREATE INDEX CONCURRENTLY%' AND $1 = ANY(pg_blocking_pids(pid)))`,
+			int(app.PgConn().PID())).Scan(&waiting))
+		return waiting
+	})
 	for i := range 5 {
 		start := time.Now()
 		_, err := db.Pool.Exec(ctx, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', $1, 'upsert')`, fmt.Sprint(i))
