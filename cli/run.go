@@ -5,6 +5,8 @@ import (
 	"context"
 	"os"
 	"os/signal"
+	"runtime/debug"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -110,8 +112,9 @@ func (c *runCmd) Run(g *globals) error {
 	cfg := c.config()
 	cfg.WorkerID = cmp.Or(cfg.WorkerID, replica.WorkerIDDefault())
 	log := g.logger.With().Str("worker_id", cfg.WorkerID).Logger()
+	gcPercent := setGCPercent()
 	// The first line says which build runs, as `wlproj version --json` does.
-	log.Info().Interface("build", buildinfo.Get()).Msg("starting")
+	log.Info().Interface("build", buildinfo.Get()).Int("gc_percent", gcPercent).Msg("starting")
 	stopTracing, err := startTracing(log)
 	if err != nil {
 		return err
@@ -126,6 +129,30 @@ func (c *runCmd) Run(g *globals) error {
 	r.Run(ctx)
 	log.Info().Msg("stopped")
 	return nil
+}
+
+// GCPercentDefault is the daemon's GOGC unless the environment sets one.
+// Its live heap is the batches in flight, small and short-lived, so Go's
+// default (100) collects every few megabytes. In a bulk drain of 300,000
+// events of 1 KB (bench step 2) 400 took the leader from 15-17 to 11-12 µs
+// of CPU per event, for a peak RSS of 67 MB instead of 41.
+const GCPercentDefault = 400
+
+// setGCPercent applies GCPercentDefault when GOGC is unset and returns the
+// percent in effect.
+func setGCPercent() int {
+	if v, ok := os.LookupEnv("GOGC"); ok {
+		if v == "off" {
+			return -1
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return 100 // the runtime ignores a malformed GOGC
+		}
+		return n
+	}
+	debug.SetGCPercent(GCPercentDefault)
+	return GCPercentDefault
 }
 
 // drainOnSignal returns a context that the first SIGTERM or SIGINT cancels

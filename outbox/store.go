@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -202,16 +203,22 @@ func scanClaimed(br pgx.BatchResults, claim int64) ([]Event, error) {
 	var events []Event
 	for rows.Next() {
 		var e Event
+		// Nullable columns scan into pgtype values: into a pointer, pgx
+		// allocates its target by reflection.
+		var version pgtype.Int8
+		var scopeKey, traceparent pgtype.Text
 		var payload []byte
 		var applied []int64
-		var traceparent *string
-		if err := rows.Scan(&e.ID, &e.Projection, &e.EntityType, &e.EntityID, &e.Op, &e.EventVersion,
-			&payload, &e.ScopeKey, &e.Attempts, &e.CreatedAt, &e.Repair, &traceparent, &e.DueAt, &applied); err != nil {
+		if err := rows.Scan(&e.ID, &e.Projection, &e.EntityType, &e.EntityID, &e.Op, &version,
+			&payload, &scopeKey, &e.Attempts, &e.CreatedAt, &e.Repair, &traceparent, &e.DueAt, &applied); err != nil {
 			return nil, fmt.Errorf("claim: %w", err)
 		}
-		e.Payload, e.Claim = payload, claim
-		if traceparent != nil {
-			e.Traceparent = *traceparent
+		e.Payload, e.Claim, e.Traceparent = payload, claim, traceparent.String
+		if version.Valid {
+			e.EventVersion = &version.Int64
+		}
+		if scopeKey.Valid {
+			e.ScopeKey = &scopeKey.String
 		}
 		if len(applied) == 3 {
 			e.Applied = &Applied{Version: applied[0], EventID: applied[1], Deleted: applied[2] == 1}

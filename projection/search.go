@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/olivere/elastic/v7"
@@ -131,9 +133,8 @@ func (s *Search) Handle(ctx context.Context, events []outbox.Event) []Result {
 		}
 		return results
 	}
-	reqs := make([]elastic.BulkableRequest, len(events))
-	sizes := make([]int, len(events))
-	candidates := s.candidates(events, reqs, sizes, results)
+	actions := make([]bulkAction, len(events))
+	candidates := s.candidates(events, actions, results)
 	docs := slices.Sorted(maps.Keys(candidates))
 	for len(docs) > 0 {
 		send := make([]int, 0, len(docs))
@@ -143,11 +144,11 @@ func (s *Search) Handle(ctx context.Context, events []outbox.Event) []Result {
 		slices.Sort(send)
 		for rest := send; len(rest) > 0; {
 			n, total := 0, 0
-			for n < len(rest) && (n == 0 || total+sizes[rest[n]] <= s.bulkBytes) {
-				total += sizes[rest[n]]
+			for n < len(rest) && (n == 0 || total+actions[rest[n]].size() <= s.bulkBytes) {
+				total += actions[rest[n]].size()
 				n++
 			}
-			s.send(ctx, target, rest[:n], events, reqs, results)
+			s.send(ctx, target, rest[:n], events, actions, results)
 			rest = rest[n:]
 		}
 		docs = docs[:0:0]
@@ -185,18 +186,17 @@ func (s *Search) Handle(ctx context.Context, events []outbox.Event) []Result {
 // of an older one of its document fails as version_reused: under
 // external_gte the engine would let either overwrite the other, so a late
 // copy of the first could replace the second for good.
-func (s *Search) candidates(events []outbox.Event, reqs []elastic.BulkableRequest, sizes []int, results []Result) map[string][]int {
+func (s *Search) candidates(events []outbox.Event, actions []bulkAction, results []Result) map[string][]int {
 	byDoc := map[string][]int{}
 	for i, ev := range events {
 		results[i].ID = ev.ID
-		req, size, err := s.request(ev)
+		action, err := s.action(ev)
 		if err != nil {
 			results[i].Err = err
 			continue
 		}
-		reqs[i], sizes[i] = req, size
-		id := DocumentID(ev.EntityType, ev.EntityID)
-		byDoc[id] = append(byDoc[id], i)
+		actions[i] = action
+		byDoc[action.id] = append(byDoc[action.id], i)
 	}
 	for doc, idx := range byDoc {
 		slices.SortFunc(idx, func(a, b int) int {
@@ -269,13 +269,13 @@ func (s *Search) rebuildIndex(ctx context.Context) (Rebuilding, error) {
 // swap the target's answer is the event's, and the old index, kept for a
 // rollback, must take what it took: only a refusal for good (its older
 // mapping) is let go.
-func (s *Search) send(ctx context.Context, target Rebuilding, idx []int, events []outbox.Event, reqs []elastic.BulkableRequest, results []Result) {
+func (s *Search) send(ctx context.Context, target Rebuilding, idx []int, events []outbox.Event, actions []bulkAction, results []Result) {
 	if target.Target == "" {
-		s.bulk(ctx, s.index, idx, events, reqs, results)
+		s.bulk(ctx, s.index, idx, events, actions, results)
 		return
 	}
 	if target.Swapped {
-		s.bulk(ctx, target.Target, idx, events, reqs, results)
+		s.bulk(ctx, target.Target, idx, events, actions, results)
 		took := make([]int, 0, len(idx))
 		for _, i := range idx {
 			if results[i].Err == nil {
@@ -283,7 +283,7 @@ func (s *Search) send(ctx context.Context, target Rebuilding, idx []int, events 
 			}
 		}
 		inOld := make([]Result, len(events))
-		s.bulk(ctx, target.Old, took, events, reqs, inOld)
+		s.bulk(ctx, target.Old, took, events, actions, inOld)
 		for _, i := range took {
 			switch ce := classify.Classify(inOld[i].Err); {
 			case ce == nil:
@@ -298,7 +298,7 @@ func (s *Search) send(ctx context.Context, target Rebuilding, idx []int, events 
 	}
 	second := cmp.Or(target.Old, s.index)
 	inTarget := make([]Result, len(events))
-	s.bulk(ctx, target.Target, idx, events, reqs, inTarget)
+	s.bulk(ctx, target.Target, idx, events, actions, inTarget)
 	took := make([]int, 0, len(idx))
 	for _, i := range idx {
 		if err := inTarget[i].Err; err != nil {
@@ -309,7 +309,7 @@ func (s *Search) send(ctx context.Context, target Rebuilding, idx []int, events 
 		}
 		took = append(took, i)
 	}
-	s.bulk(ctx, second, took, events, reqs, results)
+	s.bulk(ctx, second, took, events, actions, results)
 	for _, i := range took {
 		results[i].Superseded = results[i].Superseded && inTarget[i].Superseded
 		if replaced(results[i].Err) {
@@ -327,40 +327,37 @@ func replaced(err error) bool {
 	return ce != nil && ce.Status == http.StatusNotFound && strings.Contains(ce.Message, "index_not_found_exception")
 }
 
-// request builds the bulk request of one event, or the payload_invalid error
-// that keeps it from being sent. size estimates its bytes in the bulk body.
-func (s *Search) request(ev outbox.Event) (req elastic.BulkableRequest, size int, err error) {
+// action builds the bulk action of one event, or the payload_invalid error
+// that keeps it from being sent.
+func (s *Search) action(ev outbox.Event) (bulkAction, error) {
 	if ev.EntityType == "" || ev.EntityID == "" {
-		return nil, 0, classify.New(classify.PayloadInvalid, "empty entity_type or entity_id")
+		return bulkAction{}, classify.New(classify.PayloadInvalid, "empty entity_type or entity_id")
 	}
 	id := DocumentID(ev.EntityType, ev.EntityID)
 	if len(id) > maxIDBytes {
-		return nil, 0, classify.New(classify.PayloadInvalid,
+		return bulkAction{}, classify.New(classify.PayloadInvalid,
 			fmt.Sprintf("document id is %d bytes, the engine allows %d", len(id), maxIDBytes))
 	}
 	version := ev.Version()
 	if version < 0 {
 		// The engine rejects the whole bulk request for one negative version.
-		return nil, 0, classify.New(classify.PayloadInvalid, fmt.Sprintf("negative event_version %d", version))
+		return bulkAction{}, classify.New(classify.PayloadInvalid, fmt.Sprintf("negative event_version %d", version))
 	}
-	const actionBytes = 96 // {"index":{"_id":"","version":N,"version_type":"external_gte"}}
 	switch ev.Op {
 	case outbox.OpUpsert:
 		if len(ev.Payload) > s.maxPayloadBytes {
-			return nil, 0, classify.New(classify.PayloadInvalid,
+			return bulkAction{}, classify.New(classify.PayloadInvalid,
 				fmt.Sprintf("payload is %d bytes, the limit is %d", len(ev.Payload), s.maxPayloadBytes))
 		}
 		doc, err := jsonObject(ev.Payload)
 		if err != nil {
-			return nil, 0, classify.New(classify.PayloadInvalid, err.Error())
+			return bulkAction{}, classify.New(classify.PayloadInvalid, err.Error())
 		}
-		return elastic.NewBulkIndexRequest().Id(id).Version(version).VersionType(versionType).Doc(doc),
-			actionBytes + len(id) + len(doc), nil
+		return bulkAction{op: actionIndex, id: id, version: version, doc: doc}, nil
 	case outbox.OpDelete:
-		return elastic.NewBulkDeleteRequest().Id(id).Version(version).VersionType(versionType),
-			actionBytes + len(id), nil
+		return bulkAction{op: actionDelete, id: id, version: version}, nil
 	}
-	return nil, 0, classify.New(classify.PayloadInvalid, fmt.Sprintf("unknown op %q", ev.Op))
+	return bulkAction{}, classify.New(classify.PayloadInvalid, fmt.Sprintf("unknown op %q", ev.Op))
 }
 
 // jsonObject checks that payload is one JSON object on one line, as the bulk
@@ -378,7 +375,7 @@ func jsonObject(payload json.RawMessage) (json.RawMessage, error) {
 	if trimmed[0] != '{' {
 		return nil, fmt.Errorf("upsert payload is a JSON %s, not an object", jsonKind(trimmed[0]))
 	}
-	if trimmed[len(trimmed)-1] == '}' && !bytes.ContainsAny(trimmed, "\r\n") {
+	if trimmed[len(trimmed)-1] == '}' && bytes.IndexByte(trimmed, '\n') < 0 && bytes.IndexByte(trimmed, '\r') < 0 {
 		return trimmed, nil
 	}
 	var buf bytes.Buffer
@@ -407,7 +404,7 @@ func jsonKind(first byte) string {
 
 // bulk sends the events at idx in one request to index and fills in their
 // results.
-func (s *Search) bulk(ctx context.Context, index string, idx []int, events []outbox.Event, reqs []elastic.BulkableRequest, results []Result) {
+func (s *Search) bulk(ctx context.Context, index string, idx []int, events []outbox.Event, actions []bulkAction, results []Result) {
 	if len(idx) == 0 {
 		return
 	}
@@ -417,18 +414,37 @@ func (s *Search) bulk(ctx context.Context, index string, idx []int, events []out
 	deadline, serverTimeout := bulkTimeouts(timeoutOf(s.client))
 	ctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
-	// Only what itemResult reads: a 500-item answer shrinks to a tenth,
-	// which the engine does not have to write nor the daemon to decode.
-	svc := s.client.Bulk().Index(index).FilterPath("errors", "items.*.status", "items.*.error").
-		Timeout(fmt.Sprintf("%dms", serverTimeout.Milliseconds()))
+	var body strings.Builder
+	total := 0
 	for _, i := range idx {
-		svc.Add(reqs[i])
+		total += actions[i].size()
+	}
+	body.Grow(total)
+	for _, i := range idx {
+		actions[i].writeTo(&body)
 	}
 	ctx, retryAfter := withRetryAfter(ctx)
-	resp, err := svc.Do(ctx)
-	if err == nil && len(resp.Items) != len(idx) {
+	var reply bulkReply
+	res, err := s.client.PerformRequest(ctx, elastic.PerformRequestOptions{
+		Method: http.MethodPost,
+		Path:   "/" + url.PathEscape(index) + "/_bulk",
+		// Only what itemResult reads: a 500-item answer shrinks to a tenth,
+		// which the engine does not have to write nor the daemon to decode.
+		Params: url.Values{
+			"filter_path": {"errors,items.*.status,items.*.error"},
+			"timeout":     {strconv.FormatInt(serverTimeout.Milliseconds(), 10) + "ms"},
+		},
+		Body:        body.String(),
+		ContentType: "application/x-ndjson",
+	})
+	if err == nil {
+		if err = json.Unmarshal(res.Body, &reply); err != nil {
+			err = classify.New(classify.Unknown, "bulk response: "+err.Error())
+		}
+	}
+	if err == nil && len(reply.Items) != len(idx) {
 		err = classify.New(classify.Unknown,
-			fmt.Sprintf("bulk response has %d items for %d requests", len(resp.Items), len(idx)))
+			fmt.Sprintf("bulk response has %d items for %d requests", len(reply.Items), len(idx)))
 	}
 	if err != nil {
 		ce := classify.Classify(err)
@@ -442,18 +458,14 @@ func (s *Search) bulk(ctx context.Context, index string, idx []int, events []out
 		return
 	}
 	for k, i := range idx {
-		results[i] = itemResult(events[i], resp.Items[k])
+		results[i] = itemResult(events[i], reply.Items[k].status())
 	}
 }
 
 // itemResult reads the engine's answer for one event. Responses come in the
-// order of the requests, one single-key map per item.
-func itemResult(ev outbox.Event, item map[string]*elastic.BulkResponseItem) Result {
+// order of the requests.
+func itemResult(ev outbox.Event, it *bulkItemStatus) Result {
 	r := Result{ID: ev.ID}
-	var it *elastic.BulkResponseItem
-	for _, v := range item {
-		it = v
-	}
 	if it == nil {
 		r.Err = classify.New(classify.Unknown, "empty bulk response item")
 		return r

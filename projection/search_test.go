@@ -553,12 +553,13 @@ func TestItemResultOnCapturedResponses(t *testing.T) {
 				data, err := os.ReadFile(filepath.Join(harness.Root(t), "testdata", engine.Line, tc.file))
 				require.NoError(t, err)
 				var c struct {
-					Body elastic.BulkResponse `json:"body"`
+					Body bulkReply `json:"body"`
 				}
 				require.NoError(t, json.Unmarshal(data, &c))
 				require.Len(t, c.Body.Items, 1)
+				require.NotNil(t, c.Body.Items[0].status(), "the item's answer is read under its action's name")
 
-				r := itemResult(outbox.Event{ID: 42, Op: tc.op}, c.Body.Items[0])
+				r := itemResult(outbox.Event{ID: 42, Op: tc.op}, c.Body.Items[0].status())
 				require.Equal(t, int64(42), r.ID)
 				require.Equal(t, tc.superseded, r.Superseded)
 				if tc.reason == "" {
@@ -571,8 +572,7 @@ func TestItemResultOnCapturedResponses(t *testing.T) {
 	}
 
 	// Only a delete may miss its document.
-	r := itemResult(outbox.Event{ID: 1, Op: outbox.OpUpsert},
-		map[string]*elastic.BulkResponseItem{"index": {Status: 404, Result: "not_found"}})
+	r := itemResult(outbox.Event{ID: 1, Op: outbox.OpUpsert}, &bulkItemStatus{Status: 404})
 	require.Equal(t, classify.ClientError, classify.Classify(r.Err).Reason)
 }
 
