@@ -58,6 +58,7 @@ type Config struct {
 
 	Verify   VerifyConfig
 	NetDelay NetDelayConfig
+	River    RiverConfig
 
 	// Pin runs the pairs step with the engine on one core and everything
 	// else on the other.
@@ -85,7 +86,7 @@ func defaultConfig() Config {
 		RetentionSample: 10 * time.Second, RetentionDocs: 20_000,
 		SustainedRates: []int{2000, 500}, SustainedDuration: 10 * time.Minute, SustainedHistory: 1_000_000,
 		Out: "tools/bench/results/results.json", CPUProfile: "tools/bench/results/leader-cpu.pprof", Verify: defaultVerifyConfig(),
-		NetDelay: defaultNetDelayConfig(),
+		NetDelay: defaultNetDelayConfig(), River: defaultRiverConfig(),
 	}
 }
 
@@ -106,6 +107,7 @@ func (c Config) smoke() Config {
 	c.CPUProfile, c.Pin = "", false
 	c.Verify = c.Verify.smoke()
 	c.NetDelay = c.NetDelay.smoke()
+	c.River = c.River.smoke()
 	return c
 }
 
@@ -135,6 +137,9 @@ func (c Config) validate() error {
 		return err
 	}
 	if err := c.NetDelay.validate(); err != nil {
+		return err
+	}
+	if err := c.River.validate(); err != nil {
 		return err
 	}
 	switch {
@@ -256,6 +261,7 @@ func (b *bench) steps() []step {
 		{"verify", "verify", b.verifyStep},
 		{"sqlscale", "statements at scale", b.sqlScale},
 		{"netdelay", "end to end through network delay", b.netDelay},
+		{"river", "postgres path next to River", b.river},
 	}
 }
 

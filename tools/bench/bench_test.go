@@ -27,8 +27,10 @@ func TestBenchSmoke(t *testing.T) {
 	cfg.CPUProfile = filepath.Join(t.TempDir(), "leader.pprof")
 	// sqlscale runs `go test ./outbox`, whose scale test this suite runs
 	// already; its reading of that output is TestSQLScaleReadsTheTestsLines.
+	// river builds River (a module of its own) and runs it: make bench's
+	// step, not the suite's; its parts are TestRiver*.
 	for _, s := range (&bench{}).steps() {
-		if s.flag != "sqlscale" {
+		if s.flag != "sqlscale" && s.flag != "river" {
 			cfg.Steps = append(cfg.Steps, s.flag)
 		}
 	}
@@ -112,6 +114,7 @@ func TestBenchSmoke(t *testing.T) {
 	require.Positive(t, rep.ClaimCost.BackoffMedianMs)
 
 	require.Nil(t, rep.SQLScale)
+	require.Nil(t, rep.River)
 	require.Positive(t, rep.Memory.PeakRSSMB)
 
 	rt := rep.Retention
@@ -217,6 +220,8 @@ func TestBenchRefusesOutOfRangeSettings(t *testing.T) {
 		{func(c *Config) { c.RetentionSample = 40 * time.Second }, "-retention-sample=40s is over half of -retention=1m0s"},
 		{func(c *Config) { c.PGRounds = 0 }, "-pg-rounds=0 is out of range"},
 		{func(c *Config) { c.Pairs = 0 }, "-pairs=0 is out of range"},
+		{func(c *Config) { c.River.Rounds = 0 }, "-river-rounds=0 is out of range"},
+		{func(c *Config) { c.River.FetchCooldown = 0 }, "-river-fetch-cooldown=0s is below River's minimum of 1ms"},
 	} {
 		cfg := defaultConfig()
 		cfg.AdminURL, cfg.ElasticURL = "postgres://unused", "http://unused"

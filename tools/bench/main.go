@@ -99,6 +99,17 @@
 //     -netdelay-rounds times, every other round reversed; medians (goal:
 //     at 20 ms, with the runbook's settings, at least 0.8x the 0 ms rate).
 //
+//  16. river: River v0.51.1 (tools/bench/river, a Go module of its own, so
+//     wlproj's go.mod never depends on River; built with go build) drains
+//     -river-jobs no-op jobs from a database of its own on the same server
+//     (-river-workers workers, -river-fetch-cooldown, bulk-inserted, timed
+//     from the client's Start to the last job's completion event), in turn
+//     with step 3's daemon loop (with the ledger, at -batch) draining as
+//     many events, -river-rounds times, every other round reversed. River's
+//     jobs/s (median, min, max), the daemon's events/s, and the daemon /
+//     River ratio of each round with its median (goal: at least 2.0). Not
+//     in make test's smoke run.
+//
 // CPU seconds used by the engine, Postgres, the daemon and the bench itself
 // are recorded for steps 1 to 3 (from /proc), so the report can say who the
 // machine's cores were busy with.
@@ -121,10 +132,11 @@ func main() {
 	cfg.flags(fs)
 	cfg.Verify.flags(fs)
 	cfg.NetDelay.flags(fs)
+	cfg.River.flags(fs)
 	compare := fs.Bool("compare", false, "print one table of the results JSON files given as arguments (one per engine), write it as JSON to -compare-out if given, and exit")
 	replicaSettings := fs.String("replica-env", "", "comma-separated KEY=VALUE settings for every replica the bench starts, e.g. OUTBOX_CLAIM_COOLDOWN_SECONDS=0.05")
 	compareOut := fs.String("compare-out", "", "with -compare: where the per-engine table goes as JSON")
-	steps := fs.String("steps", "", "comma-separated steps to run (raw,e2e,pg,latency,failover,claim,retention,pairs,rebuild,console,sustained,verify,sqlscale,netdelay; default all)")
+	steps := fs.String("steps", "", "comma-separated steps to run (raw,e2e,pg,latency,failover,claim,retention,pairs,rebuild,console,sustained,verify,sqlscale,netdelay,river; default all)")
 	fs.StringVar(&cfg.Out, "out", envOr("BENCH_OUT", cfg.Out), "where the JSON goes (BENCH_OUT)")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", cfg.CPUProfile, "write a CPU profile of the leader during step 2 here")
 	fs.StringVar(&cfg.Bin, "bin", "", "a built wlproj binary (default: go build the checkout)")

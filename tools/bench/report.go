@@ -35,6 +35,7 @@ type Report struct {
 	Verify       *VerifyResult  `json:"verify,omitempty"`
 	SQLScale     *SQLScale      `json:"sql_scale,omitempty"`
 	NetDelay     *NetDelay      `json:"network_delay,omitempty"`
+	River        *River         `json:"river,omitempty"`
 	CPUProfile   string         `json:"cpu_profile,omitempty"`
 	// QuiesceSeconds is the time spent waiting for the engine and Postgres
 	// to go idle before each step.
