@@ -53,6 +53,9 @@ type Loop struct {
 	// nothing more until a slot frees, which tests wait for instead of
 	// sleeping.
 	slotWait chan<- struct{}
+	// beforeListen, set by tests, runs in the listener before each LISTEN:
+	// what it inserts sends its NOTIFY to nobody.
+	beforeListen func()
 }
 
 // NewLoop validates cfg (after defaults) and builds a loop.
@@ -138,7 +141,8 @@ func (l *Loop) Run(ctx context.Context, epoch int64, drain <-chan struct{}) {
 	wake := make(chan struct{}, 1)
 	listenCtx, stopListen := context.WithCancel(ctx)
 	defer stopListen()
-	go l.listen(listenCtx, wake)
+	listening := newListening()
+	go l.listen(listenCtx, listening, wake)
 
 	workCtx, cancelWork := context.WithCancel(ctx)
 	defer cancelWork()
@@ -162,6 +166,9 @@ func (l *Loop) Run(ctx context.Context, epoch int64, drain <-chan struct{}) {
 		// At most one batch waits so, within its lease like the others.
 		f, err := l.claim(ctx, epoch)
 		if f != nil {
+			if len(f.events) >= quietAfter {
+				listening.set(false) // claiming after each cooldown anyway
+			}
 			if len(slots) == cap(slots) {
 				l.signal(l.slotWait)
 			}
@@ -186,6 +193,7 @@ func (l *Loop) Run(ctx context.Context, epoch int64, drain <-chan struct{}) {
 		if err != nil && ctx.Err() == nil {
 			l.log.Error().Err(err).Msg("claim failed")
 		}
+		listening.set(true) // a wake-up follows LISTEN: rows inserted meanwhile are claimed
 		l.idle(ctx, poll, wake, drain)
 	}
 }
