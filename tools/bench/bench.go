@@ -79,7 +79,7 @@ type Config struct {
 func defaultConfig() Config {
 	return Config{
 		Docs: 200_000, DocBytes: 1024, Batch: 500, Concurrency: 2, BareBatch: 1000,
-		Rate: 1000, Duration: 30 * time.Second, Failovers: 20, FailoverRate: 500,
+		Rate: 1000, Duration: 30 * time.Second, Failovers: 100, FailoverRate: 200,
 		DoneRows: 1_000_000, FailedRows: 10_000, ParkedRows: 300_000, ScaleRows: 10_000_000, ClaimSamples: 100, PGRounds: 2,
 		Pairs: 3, Pin: true, RebuildRows: 200_000, ConsoleRows: 100_000, ConsoleSamples: 20,
 		RetentionRate: 1000, RetentionDuration: 5 * time.Minute, Retention: time.Minute,
