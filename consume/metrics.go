@@ -19,7 +19,7 @@ var (
 	// claimDuration is fine-grained below 5 ms: a claim's cost is what the
 	// application's database pays per batch.
 	claimDuration = promhist.New(`outbox_claim_duration_seconds`, []float64{
-		0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5})
+		0.0002, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5})
 	eventLatency = promhist.New(`outbox_event_latency_seconds`, []float64{
 		0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600})
 )
