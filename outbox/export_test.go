@@ -4,6 +4,7 @@ package outbox
 var (
 	ClaimSQL       = claimSQL
 	ClaimPlan      = claimPlan
+	AckPlan        = ackPlan
 	ClaimStatement = claimStatement
 	GaugesSQL      = gaugesSQL
 

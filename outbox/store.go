@@ -273,21 +273,52 @@ func (s *Store) AckDone(ctx context.Context, epoch, claim int64, ids, applied []
 	if applied == nil {
 		applied = []int64{}
 	}
-	rows, err := s.Pool.Query(ctx, ackDoneSQL, s.args(epoch, map[string]any{"ids": ids, "applied": applied, "claim": claim}))
+	acked := make(map[int64]float64, len(ids))
+	err := s.byKey(ctx, ackDoneSQL, s.args(epoch, map[string]any{"ids": ids, "applied": applied, "claim": claim}),
+		func(rows pgx.Rows) error {
+			var id int64
+			var secs float64
+			err := rows.Scan(&id, &secs)
+			acked[id] = secs
+			return err
+		})
 	if err != nil {
 		return nil, fmt.Errorf("ack done: %w", err)
 	}
-	defer rows.Close()
-	acked := make(map[int64]float64, len(ids))
-	for rows.Next() {
-		var id int64
-		var secs float64
-		if err := rows.Scan(&id, &secs); err != nil {
-			return nil, fmt.Errorf("ack done: %w", err)
-		}
-		acked[id] = secs
+	return acked, nil
+}
+
+// ackPlan turns sequential scans off for one statement that finds its rows
+// by key (ids): its plan, cached on the connection, may have been made when
+// the outbox was empty, and would then read the whole outbox for each ack.
+var ackPlan = []string{"SELECT set_config('enable_seqscan', 'off', true)"}
+
+// byKey runs sql after ackPlan, in one round trip and one implicit
+// transaction (the setting ends with it), and calls each for every row.
+func (s *Store) byKey(ctx context.Context, sql string, args pgx.NamedArgs, each func(pgx.Rows) error) error {
+	batch := &pgx.Batch{}
+	for _, stmt := range ackPlan {
+		batch.Queue(stmt)
 	}
-	return acked, rows.Err()
+	batch.Queue(sql, args)
+	br := s.Pool.SendBatch(ctx, batch)
+	defer br.Close()
+	for range ackPlan {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := each(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }
 
 // Failure is how one event failed and what happens to it next.
@@ -428,20 +459,17 @@ func (s *Store) args(epoch int64, extra map[string]any) pgx.NamedArgs {
 }
 
 func (s *Store) ids(ctx context.Context, what, sql string, args pgx.NamedArgs) ([]int64, error) {
-	rows, err := s.Pool.Query(ctx, sql, args)
+	var ids []int64
+	err := s.byKey(ctx, sql, args, func(rows pgx.Rows) error {
+		var id int64
+		err := rows.Scan(&id)
+		ids = append(ids, id)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	defer rows.Close()
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, fmt.Errorf("%s: %w", what, err)
-		}
-		ids = append(ids, id)
-	}
-	return ids, rows.Err()
+	return ids, nil
 }
 
 func truncate(s string, n int) string {
