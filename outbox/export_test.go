@@ -4,7 +4,7 @@ package outbox
 var (
 	ClaimSQL       = claimSQL
 	ClaimPlan      = claimPlan
-	AckPlan        = ackPlan
+	ByKeyPlan      = byKeyPlan
 	ClaimStatement = claimStatement
 	GaugesSQL      = gaugesSQL
 

@@ -318,7 +318,7 @@ func TestAckFindsItsRowsByKeyWhateverTheStatistics(t *testing.T) {
 	b.Lead(t, 1)
 	b.Exec(t, `ANALYZE outbox_events`)
 	explain := cachedPlan(t, b, outbox.AckDoneSQL, pgx.NamedArgs{"owner": "w1", "epoch": 1, "leader": "test", "claim": 1,
-		"ids": []int64{1, 2, 3}, "applied": []int64{1, 2, 3}}, outbox.AckPlan)
+		"ids": []int64{1, 2, 3}, "applied": []int64{1, 2, 3}}, outbox.ByKeyPlan)
 
 	b.insert(t, 30000)
 	plan := explain()

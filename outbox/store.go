@@ -288,22 +288,22 @@ func (s *Store) AckDone(ctx context.Context, epoch, claim int64, ids, applied []
 	return acked, nil
 }
 
-// ackPlan turns sequential scans off for one statement that finds its rows
+// byKeyPlan turns sequential scans off for one statement that finds its rows
 // by key (ids): its plan, cached on the connection, may have been made when
 // the outbox was empty, and would then read the whole outbox for each ack.
-var ackPlan = []string{"SELECT set_config('enable_seqscan', 'off', true)"}
+var byKeyPlan = []string{"SELECT set_config('enable_seqscan', 'off', true)"}
 
-// byKey runs sql after ackPlan, in one round trip and one implicit
+// byKey runs sql after byKeyPlan, in one round trip and one implicit
 // transaction (the setting ends with it), and calls each for every row.
 func (s *Store) byKey(ctx context.Context, sql string, args pgx.NamedArgs, each func(pgx.Rows) error) error {
 	batch := &pgx.Batch{}
-	for _, stmt := range ackPlan {
+	for _, stmt := range byKeyPlan {
 		batch.Queue(stmt)
 	}
 	batch.Queue(sql, args)
 	br := s.Pool.SendBatch(ctx, batch)
 	defer br.Close()
-	for range ackPlan {
+	for range byKeyPlan {
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
