@@ -102,23 +102,10 @@ var buffersLine = regexp.MustCompile(`Buffers: shared(?: hit=(\d+))?(?: read=(\d
 // shared buffers the whole statement touched.
 func (b bundle) explainClaim(t *testing.T, settings []string) (string, int) {
 	t.Helper()
-	ctx := context.Background()
-	tx, err := b.Pool.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx) //nolint:errcheck
-	for _, s := range settings {
-		if s != "BEGIN" {
-			_, err := tx.Exec(ctx, s)
-			require.NoError(t, err)
-		}
-	}
-	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+outbox.ClaimSQL, pgx.NamedArgs{
+	plan, _, buffers := explainAnalyze(t, b, outbox.ClaimSQL, []any{pgx.NamedArgs{
 		"owner": "w1", "epoch": 1, "leader": "test", "limit": 500, "lease_secs": 30.0, "claim": 1,
-		"latest": []string{"search"}})
-	require.NoError(t, err)
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	return planBuffers(t, lines)
+		"latest": []string{"search"}}}, settings)
+	return plan, buffers
 }
 
 // planBuffers joins an EXPLAIN (ANALYZE, BUFFERS) output and returns it
@@ -205,22 +192,11 @@ func heapFetches(plan string) int {
 // from the head).
 func (b bundle) explainClaimAfter(t *testing.T, after *outbox.Cursor) string {
 	t.Helper()
-	ctx := context.Background()
-	tx, err := b.Pool.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx) //nolint:errcheck
-	for _, s := range outbox.ClaimPlan[1:] {
-		_, err := tx.Exec(ctx, s)
-		require.NoError(t, err)
-	}
 	sql, args := outbox.ClaimStatement(after, []string{"search"})
 	args["owner"], args["epoch"], args["leader"], args["limit"], args["lease_secs"], args["claim"], args["latest"] =
 		"w1", 1, "test", 500, 30.0, 99, []string{"search"}
-	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+sql, args)
-	require.NoError(t, err)
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	return strings.Join(lines, "\n")
+	plan, _, _ := explainAnalyze(t, b, sql, []any{args}, outbox.ClaimPlan)
+	return plan
 }
 
 // cachedPlan prepares sql (named args) on one connection and runs it once
