@@ -199,5 +199,10 @@ func TestMigrateDoesNotBlockProducers(t *testing.T) {
 		rows, out.end.Sub(migStart).Round(time.Millisecond), appEnd.Sub(migStart).Round(time.Millisecond),
 		len(base), p99(base), len(during), p99(during), during[len(during)-1])
 	require.Less(t, during[len(during)-1], time.Second, "no insert may wait a second or more during the migration")
-	require.LessOrEqual(t, p99(during), 2*p99(base), "p99 insert latency during the migration must stay within 2x the baseline")
+	// The CONCURRENTLY builds share the CPUs with the producer (and, under
+	// go test ./..., with other packages): that alone can double a p99 of
+	// half a millisecond. An insert queued behind a lock waits tens of ms
+	// or more, so the floor keeps what this checks.
+	bound := max(2*p99(base), 5*time.Millisecond)
+	require.LessOrEqual(t, p99(during), bound, "p99 insert latency during the migration must stay within 2x the baseline (at least 5 ms)")
 }
