@@ -44,7 +44,12 @@ func TestListenerQuietWhileBusyAndBackOnIdle(t *testing.T) {
 		}
 		return results
 	})
-	start(t, b, Config{PollInterval: time.Minute, ClaimCooldown: 10 * time.Millisecond}, projection.Registry{"search": h})
+	// The claim after the full one comes a cooldown later, finds nothing and
+	// listens again, in-flight batch or not: the longest cooldown leaves a
+	// second to see the loop quiet.
+	start(t, b, Config{PollInterval: time.Minute, ClaimCooldown: time.Second}, projection.Registry{"search": h})
+	var unblock sync.Once
+	t.Cleanup(func() { unblock.Do(func() { close(release) }) }) // before the loop's drain, which waits for the handler
 	harness.Eventually(t, 5*time.Second, "listening at start", func() bool {
 		return listenerQuery(t, b) == "LISTEN "+outbox.NotifyChannel
 	})
@@ -55,7 +60,7 @@ func TestListenerQuietWhileBusyAndBackOnIdle(t *testing.T) {
 	harness.Eventually(t, 5*time.Second, "quiet while a full claim is in flight", func() bool {
 		return listenerQuery(t, b) == "UNLISTEN "+outbox.NotifyChannel
 	})
-	close(release)
+	unblock.Do(func() { close(release) })
 	harness.Eventually(t, 10*time.Second, "all done", func() bool { return b.Count(t, `status = 'done'`) == quietAfter*3 })
 	harness.Eventually(t, 5*time.Second, "listening again once a claim found nothing", func() bool {
 		return listenerQuery(t, b) == "LISTEN "+outbox.NotifyChannel
