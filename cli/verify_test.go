@@ -227,8 +227,14 @@ func TestVerifyScheduledByTheLeaderAsTheRuntimeRole(t *testing.T) {
 	require.Equal(t, 1, db.Int(t, `SELECT count(*) FROM outbox_verify_runs WHERE projection = 'search' AND checked = 50
 		AND resurrected = 1 AND repaired = 1 AND missing + stale + extra = 0 AND source_table = 'search_index'`))
 	require.Equal(t, 1, db.Int(t, `SELECT count(*) FROM outbox_replay_audit WHERE action = 'repair' AND replayed_by = 'verify-auto'`))
-	scrape, err := r.Scrape()
-	require.NoError(t, err)
+	// The run is recorded, then its gauges set: wait for them.
+	var scrape string
+	harness.Eventually(t, 10*time.Second, "the run's gauges exported", func() bool {
+		var err error
+		scrape, err = r.Scrape()
+		_, ok, _ := harness.ParseMetric(scrape, `outbox_verify_checked_documents{projection="search"}`)
+		return err == nil && ok
+	})
 	for name, want := range map[string]float64{
 		`outbox_verify_drift_documents{projection="search",kind="resurrected"}`: 0,
 		`outbox_verify_checked_documents{projection="search"}`:                  50,
