@@ -153,23 +153,18 @@ func (s *Store) ClaimAfter(ctx context.Context, epoch int64, limit int, lease ti
 		latest = []string{}
 	}
 	claim := s.claims.Add(1)
-	batch := &pgx.Batch{}
-	for _, stmt := range claimPlan {
-		batch.Queue(stmt)
-	}
 	sql, args := claimStatement(after, projections)
 	for k, v := range map[string]any{"limit": limit, "lease_secs": lease.Seconds(), "claim": claim, "latest": latest} {
 		args[k] = v
 	}
-	batch.Queue(sql, s.args(epoch, args))
-	batch.Queue("COMMIT")
-	br := s.Pool.SendBatch(ctx, batch)
-	defer br.Close()
-	for range claimPlan {
-		if _, err := br.Exec(); err != nil {
-			return nil, fmt.Errorf("claim: %w", err)
-		}
+	br, err := s.sendAfter(ctx, claimPlan, func(batch *pgx.Batch) {
+		batch.Queue(sql, s.args(epoch, args))
+		batch.Queue("COMMIT")
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
 	}
+	defer br.Close()
 	events, err := scanClaimed(br, claim)
 	if err != nil {
 		return nil, err
@@ -288,6 +283,24 @@ func (s *Store) AckDone(ctx context.Context, epoch, claim int64, ids, applied []
 	return acked, nil
 }
 
+// sendAfter sends plan's statements, then those queue adds, in one round
+// trip, and reads plan's results; the caller reads the rest and closes br.
+func (s *Store) sendAfter(ctx context.Context, plan []string, queue func(*pgx.Batch)) (pgx.BatchResults, error) {
+	batch := &pgx.Batch{}
+	for _, stmt := range plan {
+		batch.Queue(stmt)
+	}
+	queue(batch)
+	br := s.Pool.SendBatch(ctx, batch)
+	for range plan {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return nil, err
+		}
+	}
+	return br, nil
+}
+
 // byKeyPlan turns sequential scans off for one statement that finds its rows
 // by key (ids): its plan, cached on the connection, may have been made when
 // the outbox was empty, and would then read the whole outbox for each ack.
@@ -296,18 +309,11 @@ var byKeyPlan = []string{"SELECT set_config('enable_seqscan', 'off', true)"}
 // byKey runs sql after byKeyPlan, in one round trip and one implicit
 // transaction (the setting ends with it), and calls each for every row.
 func (s *Store) byKey(ctx context.Context, sql string, args pgx.NamedArgs, each func(pgx.Rows) error) error {
-	batch := &pgx.Batch{}
-	for _, stmt := range byKeyPlan {
-		batch.Queue(stmt)
+	br, err := s.sendAfter(ctx, byKeyPlan, func(batch *pgx.Batch) { batch.Queue(sql, args) })
+	if err != nil {
+		return err
 	}
-	batch.Queue(sql, args)
-	br := s.Pool.SendBatch(ctx, batch)
 	defer br.Close()
-	for range byKeyPlan {
-		if _, err := br.Exec(); err != nil {
-			return err
-		}
-	}
 	rows, err := br.Query()
 	if err != nil {
 		return err
