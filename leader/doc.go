@@ -4,6 +4,13 @@
 // holder's session ends, which is what makes failover after kill -9 take
 // milliseconds rather than a lease timeout.
 //
+// The wait is a series of statements, each ended by the lock session's
+// lock_timeout after outbox.LockWaitSlice: a running statement holds a
+// snapshot, and a standby that waited in one statement for hours would stop
+// vacuum in the whole database (the application's tables included) for
+// hours. A statement started after the leader's session ends takes the lock
+// at once, so the slices cost a takeover nothing.
+//
 // On winning, the replica increments the epoch in outbox_leader and uses it as
 // its fencing token: every claim and ack checks it, so a deposed leader's late
 // writes change nothing. The leader checks its lock connection every

@@ -13,6 +13,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/rs/zerolog"
 
 	"github.com/wlproj/wlproj/internal/bounds"
@@ -244,6 +245,9 @@ func (e *Elector) connect(ctx context.Context) (*pgx.Conn, error) {
 	}
 	secs := func(d time.Duration) string { return strconv.Itoa(int(d.Seconds())) }
 	cfg.RuntimeParams["application_name"] = LockSessionName(e.cfg.WorkerID)
+	// Every statement of the lock session gives up a lock wait after a
+	// slice (waitInSlices), the standby's wait for leadership above all.
+	cfg.RuntimeParams["lock_timeout"] = strconv.Itoa(int(outbox.LockWaitSlice.Milliseconds()))
 	cfg.RuntimeParams["tcp_keepalives_idle"] = secs(e.cfg.KeepalivesIdle)
 	cfg.RuntimeParams["tcp_keepalives_interval"] = secs(e.cfg.KeepalivesInterval)
 	cfg.RuntimeParams["tcp_keepalives_count"] = strconv.Itoa(e.cfg.KeepalivesCount)
@@ -265,35 +269,51 @@ func (e *Elector) campaign(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close(context.Background())
-
-	// The blocking wait runs aside so the loop keeps ticking for liveness.
-	locked := make(chan error, 1)
-	waitCtx, stopWaiting := context.WithCancel(ctx)
-	defer stopWaiting()
-	go func() {
-		_, err := conn.Exec(waitCtx, outbox.LockSQL, e.cfg.Name)
-		locked <- err
-	}()
-	ticker := time.NewTicker(e.cfg.TickInterval)
-	defer ticker.Stop()
-	for waiting := true; waiting; {
-		select {
-		case err := <-locked:
-			if err != nil {
-				return fmt.Errorf("wait for lock: %w", err)
-			}
-			waiting = false
-		case <-ticker.C:
-			e.ticked()
-		}
+	if err := e.waitForLock(ctx, conn); err != nil {
+		return err
 	}
-
 	var epoch int64
 	err = conn.QueryRow(ctx, outbox.BumpEpochSQL, e.cfg.Name, e.cfg.WorkerID).Scan(&epoch)
 	if err != nil {
 		return fmt.Errorf("bump epoch: %w", err)
 	}
 	return e.lead(ctx, conn, epoch)
+}
+
+// waitForLock returns once conn holds the leader lock. The wait runs aside
+// so the loop keeps ticking for liveness.
+func (e *Elector) waitForLock(ctx context.Context, conn *pgx.Conn) error {
+	locked := make(chan error, 1)
+	waitCtx, stopWaiting := context.WithCancel(ctx)
+	defer stopWaiting()
+	go func() { locked <- waitInSlices(waitCtx, conn, e.cfg.Name) }()
+	ticker := time.NewTicker(e.cfg.TickInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case err := <-locked:
+			if err != nil {
+				return fmt.Errorf("wait for lock: %w", err)
+			}
+			return nil
+		case <-ticker.C:
+			e.ticked()
+		}
+	}
+}
+
+// waitInSlices runs LockSQL until it takes the lock. The lock connection's
+// lock_timeout (outbox.LockWaitSlice) ends each wait, and with it the
+// statement's snapshot, so a standby never holds the database's vacuum
+// horizon back by more than a slice, however long it stands by.
+func waitInSlices(ctx context.Context, conn *pgx.Conn, name string) error {
+	for {
+		_, err := conn.Exec(ctx, outbox.LockSQL, name)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != outbox.LockNotAvailable {
+			return err
+		}
+	}
 }
 
 func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, epoch int64) error {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wlproj/wlproj/internal/testkit/harness"
+	"github.com/wlproj/wlproj/outbox"
 )
 
 // replica runs one elector whose services record their life.
@@ -133,4 +134,34 @@ func TestHealthTicksWhileStandby(t *testing.T) {
 	harness.Eventually(t, 2*time.Second, "standby ticks while it waits for the lock", func() bool {
 		return standby.e.LastTick().After(before)
 	})
+}
+
+// A standby waits for leadership as long as the leader lives. Its wait must
+// not hold a snapshot: one held anywhere in the database stops VACUUM from
+// removing rows deleted after it was taken, in the application's tables too.
+func TestStandbyWaitHoldsNoSnapshot(t *testing.T) {
+	t.Parallel()
+	db, _, standby := startPair(t)
+	ctx := context.Background()
+	lockSession := LockSessionName(standby.e.State().WorkerID)
+	harness.Eventually(t, 5*time.Second, "standby waiting for the lock", func() bool {
+		return db.Int(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+		                  AND application_name = $1 AND wait_event_type = 'Lock'`, lockSession) == 1
+	})
+
+	watch := harness.WatchSnapshots(db.Pool, lockSessionPrefix, 50*time.Millisecond)
+	rows, err := harness.DeleteRows(ctx, db.Pool, "application_rows", 1000)
+	require.NoError(t, err)
+	var left int64
+	harness.Eventually(t, 3*outbox.LockWaitSlice, "VACUUM removes rows deleted while the standby waits", func() bool {
+		left, err = rows.Vacuum(ctx)
+		require.NoError(t, err)
+		return left == 0
+	})
+	time.Sleep(2 * outbox.LockWaitSlice) // watch a few more slices of the wait
+	oldest, samples, err := watch.Stop()
+	require.NoError(t, err)
+	require.Less(t, oldest.Age, outbox.LockWaitSlice+500*time.Millisecond,
+		"no lock session holds a snapshot longer than one wait slice; oldest of %d samples: %s", samples, oldest)
+	require.Equal(t, RoleStandby, standby.e.State().Role, "the standby still stands by")
 }

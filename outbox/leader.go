@@ -1,6 +1,9 @@
 package outbox
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // The election's SQL lives here, next to the leader table it writes and the
 // status query that reads it, so the lock key is written once.
@@ -9,8 +12,21 @@ import "fmt"
 // pg_locks shows split into classid (high half) and objid (low half).
 const lockKey = `hashtextextended(%s, 0)`
 
-// LockSQL blocks until this session holds the leader lock of the name $1.
+// LockSQL blocks until this session holds the leader lock of the name $1,
+// or until the session's lock_timeout ends the wait (SQLSTATE 55P03). A
+// statement holds a snapshot for as long as it runs, and a snapshot anywhere
+// in the database holds back vacuum of every table in it, so the elector
+// waits in slices of LockWaitSlice and runs this again after each.
 var LockSQL = "SELECT pg_advisory_lock(" + fmt.Sprintf(lockKey, "$1") + ")"
+
+// LockWaitSlice is the longest one LockSQL statement waits: the oldest
+// snapshot a standby's wait may hold. Postgres hands a released lock to a
+// waiter at once, and a statement started after the release takes it at
+// once, so the slice bounds the snapshot without slowing a takeover.
+const LockWaitSlice = time.Second
+
+// LockNotAvailable is the SQLSTATE of a lock wait ended by lock_timeout.
+const LockNotAvailable = "55P03"
 
 // UnlockSQL releases the leader lock of the name $1.
 var UnlockSQL = "SELECT pg_advisory_unlock(" + fmt.Sprintf(lockKey, "$1") + ")"
