@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/wlproj/wlproj/internal/testkit/harness"
 	"github.com/wlproj/wlproj/outbox"
 	"github.com/wlproj/wlproj/projection"
@@ -32,4 +34,58 @@ func TestRowsBehindTheCursorAreClaimedFromTheHead(t *testing.T) {
 		return b.Count(t, `entity_id = 'late' AND status = 'done'`) == 1 &&
 			b.Count(t, `projection = 'ghost' AND status = 'failed' AND error_reason = 'unknown_projection'`) == 1
 	})
+}
+
+// A backlog that falls due behind the cursor (here a producer's transaction
+// of 200 rows that commits late) drains at the loop's rate once the head
+// claim finds it, not one batch per poll interval: a head claim that comes
+// back full is followed by another.
+func TestBacklogBehindTheCursorDrainsAtFullRate(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	h := funcHandler(func(context.Context, outbox.Event) projection.Result { return projection.Result{} })
+	poll := 2 * time.Second
+	start(t, b, Config{BulkSize: 10, PollInterval: poll}, projection.Registry{"search": h})
+
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', 'first', 'upsert')`)
+	harness.Eventually(t, 10*time.Second, "the cursor past the first row", func() bool {
+		return b.Count(t, `status = 'done'`) == 1
+	})
+	inserted := time.Now()
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, next_retry_at, created_at)
+		SELECT 'book', 'late-' || g, 'upsert', now() - interval '1 hour', now() - interval '1 hour'
+		  FROM generate_series(1, 200) g`)
+	// One batch of 10 per poll interval would take 40 s.
+	harness.Eventually(t, 4*poll, "200 rows behind the cursor done", func() bool {
+		return b.Count(t, `status = 'done'`) == 201
+	})
+	t.Logf("200 rows behind the cursor drained in %s (poll interval %s, bulk 10)", time.Since(inserted), poll)
+}
+
+// A resume asks the leader, busy or idle, to claim from the head at once:
+// the resumed projection's events are behind the cursor, which the other
+// projection's events moved on while it was paused.
+func TestResumeClaimsFromTheHeadAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ok := funcHandler(func(context.Context, outbox.Event) projection.Result { return projection.Result{} })
+	known := []string{"search", "chronicle"}
+	start(t, b, Config{BulkSize: 10, PollInterval: time.Minute}, projection.Registry{"search": ok, "chronicle": ok})
+	ctx := context.Background()
+	_, err := outbox.SetPaused(ctx, b.Pool, outbox.PauseRequest{Projection: "search", Paused: true, By: "t", Why: "test", Known: known})
+	require.NoError(t, err)
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) SELECT 'book', g::text, 'upsert' FROM generate_series(1, 200) g`)
+	b.Exec(t, `INSERT INTO outbox_events (projection, entity_type, entity_id, op) VALUES ('chronicle', 'book', 'c', 'upsert')`)
+	harness.Eventually(t, 10*time.Second, "the chronicle's event done past the paused ones", func() bool {
+		return b.Count(t, `projection = 'chronicle' AND status = 'done'`) == 1
+	})
+
+	resumed := time.Now()
+	_, err = outbox.SetPaused(ctx, b.Pool, outbox.PauseRequest{Projection: "search", Paused: false, By: "t", Why: "test", Known: known})
+	require.NoError(t, err)
+	// Without the head request the first of them waits a whole minute.
+	harness.Eventually(t, 10*time.Second, "the resumed events done", func() bool {
+		return b.Count(t, `projection = 'search' AND status = 'done'`) == 200
+	})
+	t.Logf("200 resumed events drained in %s (poll interval 1m, bulk 10)", time.Since(resumed))
 }

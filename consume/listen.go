@@ -6,6 +6,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/wlproj/wlproj/outbox"
 )
 
@@ -48,71 +51,12 @@ func (s *listening) get() (bool, <-chan struct{}) {
 // listen turns NOTIFYs from the insert trigger into wake-ups while the loop
 // wants them (l.listening), and sends one more wake-up each time it starts
 // listening: a row inserted before LISTEN took effect sent its NOTIFY to
-// nobody, so the loop claims once more. Polling covers the gaps while it
-// reconnects.
+// nobody, so the loop claims once more. HeadChannel's NOTIFYs (a resume, a
+// repair) it hears all the time, busy or not, and asks the next claim to
+// start from the head. Polling covers the gaps while it reconnects.
 func (l *Loop) listen(ctx context.Context, state *listening, wake chan<- struct{}) {
 	for ctx.Err() == nil {
-		err := func() error {
-			conn, err := l.pool.Acquire(ctx)
-			if err != nil {
-				return err
-			}
-			defer conn.Release()
-			// A connection that was LISTENing must not go back to the pool.
-			defer conn.Conn().Close(context.Background())
-			on := false
-			for {
-				want, changed := state.get()
-				if want != on {
-					stmt := "UNLISTEN "
-					if want {
-						stmt = "LISTEN "
-						if l.beforeListen != nil {
-							l.beforeListen()
-						}
-					}
-					if _, err := conn.Exec(ctx, stmt+outbox.NotifyChannel); err != nil {
-						return err
-					}
-					on = want
-					if on {
-						l.signal(wake)
-					}
-					continue
-				}
-				if !on {
-					select {
-					case <-changed:
-						continue
-					case <-ctx.Done():
-						return ctx.Err()
-					}
-				}
-				// The wait ends with a NOTIFY, the term, or a change of
-				// want; pgx ends it by a read deadline, which leaves the
-				// connection usable.
-				waitCtx, stop := context.WithCancel(ctx)
-				go func() {
-					select {
-					case <-changed:
-						stop()
-					case <-waitCtx.Done():
-					}
-				}()
-				_, err := conn.Conn().WaitForNotification(waitCtx)
-				stop()
-				switch {
-				case err == nil:
-					l.signal(wake)
-				case ctx.Err() != nil:
-					return ctx.Err()
-				case errors.Is(err, context.Canceled) || waitCtx.Err() != nil:
-					// want changed: loop round
-				default:
-					return err
-				}
-			}
-		}()
+		err := l.listenOn(ctx, state, wake)
 		if ctx.Err() != nil {
 			return
 		}
@@ -122,4 +66,83 @@ func (l *Loop) listen(ctx context.Context, state *listening, wake chan<- struct{
 		case <-time.After(l.cfg.PollInterval):
 		}
 	}
+}
+
+// listenOn listens on one connection of the pool until an error or the end
+// of the term.
+func (l *Loop) listenOn(ctx context.Context, state *listening, wake chan<- struct{}) error {
+	conn, err := l.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	// A connection that was LISTENing must not go back to the pool.
+	defer conn.Conn().Close(context.Background())
+	if _, err := conn.Exec(ctx, "LISTEN "+outbox.HeadChannel); err != nil {
+		return err
+	}
+	// A head request sent while no connection listened reached nobody.
+	l.headWanted.Store(true)
+	l.signal(wake)
+	on := false
+	for {
+		want, changed := state.get()
+		if want != on {
+			if err := l.setListening(ctx, conn.Conn(), want); err != nil {
+				return err
+			}
+			on = want
+			if on {
+				l.signal(wake)
+			}
+			continue
+		}
+		n, err := waitNotification(ctx, conn.Conn(), changed)
+		switch {
+		case err == nil:
+			if n.Channel == outbox.HeadChannel {
+				l.headWanted.Store(true)
+			}
+			l.signal(wake)
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, context.Canceled):
+			// want changed: loop round
+		default:
+			return err
+		}
+	}
+}
+
+// setListening LISTENs to the insert trigger's channel, or UNLISTENs.
+func (l *Loop) setListening(ctx context.Context, conn *pgx.Conn, want bool) error {
+	stmt := "UNLISTEN "
+	if want {
+		stmt = "LISTEN "
+		if l.beforeListen != nil {
+			l.beforeListen()
+		}
+	}
+	_, err := conn.Exec(ctx, stmt+outbox.NotifyChannel)
+	return err
+}
+
+// waitNotification waits for a NOTIFY, the term, or a change of want
+// (context.Canceled); pgx ends the wait by a read deadline, which leaves
+// the connection usable.
+func waitNotification(ctx context.Context, conn *pgx.Conn, changed <-chan struct{}) (*pgconn.Notification, error) {
+	waitCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		select {
+		case <-changed:
+			stop()
+		case <-waitCtx.Done():
+		}
+	}()
+	n, err := conn.WaitForNotification(waitCtx)
+	if err != nil && ctx.Err() == nil && waitCtx.Err() != nil {
+		return nil, context.Canceled
+	}
+	return n, err
 }

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -44,6 +45,12 @@ type Loop struct {
 	// cursor. Both belong to Run's goroutine.
 	cursor *outbox.Cursor
 	headAt time.Time
+	// headNext is set after a claim from the head that came back full: the
+	// head has more, so the next claim starts there too. Run's goroutine's.
+	headNext bool
+	// headWanted is set by the listener when someone asks for a claim
+	// from the head at once (outbox.HeadChannel: a resume, a repair).
+	headWanted atomic.Bool
 
 	mu       sync.Mutex
 	inflight map[int64]struct{}
@@ -111,13 +118,11 @@ func (l *Loop) claim(ctx context.Context, epoch int64) (*flight, error) {
 	f, err := l.order.claim(func() ([]outbox.Event, error) {
 		start = time.Now()
 		after := l.cursor
-		if after != nil && start.Sub(l.headAt) >= l.cfg.PollInterval {
-			after = nil
-		}
-		if after == nil {
-			l.headAt = start
+		if l.fromHead(start) {
+			after, l.headAt = nil, start
 		}
 		events, err := l.store.ClaimAfter(ctx, epoch, l.cfg.BulkSize, l.cfg.Lease, l.latestNames, after, l.names)
+		l.headNext = after == nil && len(events) >= l.cfg.BulkSize
 		if c := outbox.CursorOf(events); c != nil && (l.cursor == nil || c.After(*l.cursor)) {
 			l.cursor = c
 		}
@@ -132,12 +137,23 @@ func (l *Loop) claim(ctx context.Context, epoch int64) (*flight, error) {
 	return f, err
 }
 
+// fromHead reports whether the claim starting now starts from the head
+// rather than past the cursor: at the start of a term, once every
+// PollInterval (rows that fell due behind the cursor: a producer's
+// transaction that committed late, a released row), when asked
+// (headWanted), and for as long as the head returns full batches, so that
+// a backlog behind the cursor drains at the loop's full rate.
+func (l *Loop) fromHead(now time.Time) bool {
+	wanted := l.headWanted.Swap(false)
+	return l.cursor == nil || wanted || l.headNext || now.Sub(l.headAt) >= l.cfg.PollInterval
+}
+
 // Run drains the outbox as leader of epoch until ctx is cancelled
 // (leadership lost: stop at once, write nothing more) or drain is closed
 // (shutdown: stop claiming, let in-flight bulks finish within the grace
 // period, put the rest back to pending without counting an attempt).
 func (l *Loop) Run(ctx context.Context, epoch int64, drain <-chan struct{}) {
-	l.order, l.cursor = newOrder(), nil
+	l.order, l.cursor, l.headNext = newOrder(), nil, false
 	wake := make(chan struct{}, 1)
 	listenCtx, stopListen := context.WithCancel(ctx)
 	defer stopListen()

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
@@ -252,8 +253,12 @@ func (m *model) run(t *testing.T) {
 			m.replaySome(t)
 		case r < 89:
 			m.discardSome(t)
-		case r < 94:
+		case r < 92:
 			m.prune(t)
+		case r < 95:
+			m.lateCommit(t, ctx)
+		case r < 97:
+			m.pauseResume(t, ctx)
 		default:
 			m.timePasses(t)
 		}
@@ -284,12 +289,22 @@ func joinLines(lines []string) string {
 
 func (m *model) insert(t *testing.T, n int) {
 	t.Helper()
-	n = min(n, len(m.queue))
-	chunk := m.queue[:n]
-	m.queue = m.queue[n:]
 	tx, err := m.b.Pool.Begin(context.Background())
 	require.NoError(t, err)
 	defer tx.Rollback(context.Background()) //nolint:errcheck
+	m.insertIn(t, tx, n)
+	require.NoError(t, tx.Commit(context.Background()))
+}
+
+// insertIn inserts the next n events of the queue in tx.
+func (m *model) insertIn(t *testing.T, tx pgx.Tx, n int) {
+	t.Helper()
+	n = min(n, len(m.queue))
+	if n == 0 {
+		return
+	}
+	chunk := m.queue[:n]
+	m.queue = m.queue[n:]
 	for _, e := range chunk {
 		payload := "{}"
 		if e.op == outbox.OpUpsert {
@@ -304,8 +319,44 @@ func (m *model) insert(t *testing.T, n int) {
 		m.byID[e.id] = e
 		m.events = append(m.events, e)
 	}
-	require.NoError(t, tx.Commit(context.Background()))
 	m.logf("inserted %d events up to id %d", n, chunk[n-1].id)
+}
+
+// lateCommit inserts events in a transaction that commits only after a
+// later transaction's events were claimed: they fall due behind the claim
+// cursor, where only a claim from the head finds them.
+func (m *model) lateCommit(t *testing.T, ctx context.Context) {
+	t.Helper()
+	if len(m.queue) < 2 {
+		return
+	}
+	tx, err := m.b.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck
+	m.insertIn(t, tx, 1+m.rng.IntN(min(len(m.queue)-1, 20)))
+	m.insert(t, 1+m.rng.IntN(4))
+	m.round(t, ctx)
+	require.NoError(t, tx.Commit(ctx))
+	m.logf("the first of those transactions committed late")
+}
+
+// pauseResume pauses the projection, lets a round find nothing of it, and
+// resumes it, asking the loop for a claim from the head as the resume's
+// NOTIFY does.
+func (m *model) pauseResume(t *testing.T, ctx context.Context) {
+	t.Helper()
+	req := outbox.PauseRequest{Projection: "search", Paused: true, By: "model", Why: "model", Known: []string{"search"}}
+	_, err := outbox.SetPaused(ctx, m.b.Pool, req)
+	require.NoError(t, err)
+	m.insert(t, 1+m.rng.IntN(12))
+	res, err := m.loop.runOnce(ctx, m.epoch)
+	require.NoError(t, err)
+	require.Equal(t, BatchResult{}, res, "a paused projection's events are not claimed")
+	req.Paused = false
+	_, err = outbox.SetPaused(ctx, m.b.Pool, req)
+	require.NoError(t, err)
+	m.loop.headWanted.Store(true)
+	m.logf("paused, a round claimed nothing, resumed")
 }
 
 func (m *model) round(t *testing.T, ctx context.Context) {

@@ -41,6 +41,16 @@ RETURNING epoch`
 // EpochSQL reads the current epoch of the name $1.
 const EpochSQL = `SELECT epoch FROM outbox_leader WHERE name = $1`
 
+// HeadChannel asks the leader to claim from the head of the outbox at once:
+// rows that fall due behind its claim cursor (a resumed projection, a
+// repair's events) are found only there. The leader listens to it all the
+// time; no insert notifies it, so it costs nothing under load.
+const HeadChannel = "outbox_head"
+
+// NotifyHeadSQL sends HeadChannel's notification, at the commit of the
+// transaction it runs in.
+var NotifyHeadSQL = "SELECT pg_notify('" + HeadChannel + "', '')"
+
 // NotifyChannel is the channel the insert trigger (migration 00001) notifies;
 // migrations' tests check the two agree.
 const NotifyChannel = "outbox_events"

@@ -147,8 +147,9 @@ func setPaused(ctx context.Context, tx pgx.Tx, req PauseRequest, action string) 
 	if req.Paused {
 		err = tx.QueryRow(ctx, inFlightSQL, req.Projection).Scan(&res.InFlight)
 	} else {
-		// Delivered at commit: the leader claims the resumed events at once.
-		_, err = tx.Exec(ctx, `SELECT pg_notify($1, '')`, NotifyChannel)
+		// Delivered at commit: the leader claims the resumed events from
+		// the head at once; they are behind its claim cursor.
+		_, err = tx.Exec(ctx, NotifyHeadSQL)
 	}
 	return res, err
 }
