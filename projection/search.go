@@ -111,9 +111,30 @@ func (s *Search) Index() string { return s.index }
 func (s *Search) DualWriteTo(t RebuildTarget) { s.rebuild = t }
 
 // DocumentID is the _id of an entity's document: deterministic, so that every
-// event of an entity addresses the same document.
+// event of an entity addresses the same document, and one document's alone.
+// The type ends at the first colon, so a colon in the type (and the percent
+// sign that escapes it) is percent-encoded: ('crm', 'contact:42') is
+// crm:contact:42 and ('crm:contact', '42') is crm%3Acontact:42. A type with
+// neither, as every type was before, keeps the _id it always had.
 func DocumentID(entityType, entityID string) string {
-	return entityType + ":" + entityID
+	return typeEscaper.Replace(entityType) + ":" + entityID
+}
+
+var (
+	typeEscaper   = strings.NewReplacer("%", "%25", ":", "%3A")
+	typeUnescaper = strings.NewReplacer("%25", "%", "%3A", ":")
+)
+
+// ParseDocumentID is the entity whose DocumentID id is; false when id is no
+// entity's, such as one written by a version of wlproj before the escaping
+// for a type with a colon or a percent sign.
+func ParseDocumentID(id string) (entityType, entityID string, ok bool) {
+	escaped, entityID, found := strings.Cut(id, ":")
+	entityType = typeUnescaper.Replace(escaped)
+	if !found || entityType == "" || entityID == "" || DocumentID(entityType, entityID) != id {
+		return "", "", false
+	}
+	return entityType, entityID, true
 }
 
 // Handle applies the newest applicable event of each document and returns

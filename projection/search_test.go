@@ -820,3 +820,33 @@ func TestSearchDualWritesWhileARebuildIsOpen(t *testing.T) {
 	}
 	require.Nil(t, b.doc(t, "book:8"))
 }
+
+func TestDocumentIDIsOneEntitysAlone(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "book:1", DocumentID("book", "1"), "a plain type keeps the id earlier versions wrote")
+	entities := [][2]string{{"crm", "contact:42"}, {"crm:contact", "42"}, {"crm:", "contact:42"}, {"a%3A", "b"},
+		{"a:", "b"}, {"%", "1"}, {"%25", "1"}, {"x", ":"}, {"book", "1"}}
+	seen := map[string][2]string{}
+	for _, e := range entities {
+		id := DocumentID(e[0], e[1])
+		require.NotContains(t, seen, id, "%v and %v share the id %q", seen[id], e, id)
+		seen[id] = e
+		gotType, gotID, ok := ParseDocumentID(id)
+		require.True(t, ok, id)
+		require.Equal(t, e, [2]string{gotType, gotID}, id)
+	}
+}
+
+// ('crm', 'contact:42') and ('crm:contact', '42') are two documents:
+// deleting one leaves the other.
+func TestSearchTypeWithAColonIsADocumentOfItsOwn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	res := handle(t, b.search, upsert(1, "crm", "contact:42", v(1), book("Ada")), upsert(2, "crm:contact", "42", v(1), book("Bea")))
+	requireApplied(t, res[1])
+	requireApplied(t, res[2])
+	res = handle(t, b.search, del(3, "crm:contact", "42", v(2)))
+	requireApplied(t, res[3])
+	require.Nil(t, b.doc(t, DocumentID("crm:contact", "42")))
+	b.requireDoc(t, DocumentID("crm", "contact:42"), 1, "Ada")
+}

@@ -56,18 +56,15 @@ func (db database) sourceSQL(query string, extra ...any) string {
 	return fmt.Sprintf(query, append([]any{cols, join}, extra...)...)
 }
 
-// lookup finds each hit's key, source row and ledger entry. An id that
-// splits more than one way takes the first split the database knows, else
-// the first one; an id that splits no way has no key.
+// lookup finds each hit's key, source row and ledger entry. An id that is
+// no entity's (keyOf) has no key.
 func (db database) lookup(ctx context.Context, page []hit) ([]found, error) {
 	out := make([]found, len(page))
 	var is []int32
 	var types, ids []string
 	for i, h := range page {
-		for j, k := range splits(h.ID) {
-			if j == 0 {
-				out[i].key, out[i].hasKey = k, true
-			}
+		if k, ok := keyOf(h.ID); ok {
+			out[i].key, out[i].hasKey = k, true
 			is, types, ids = append(is, int32(i)), append(types, k.Type), append(ids, k.ID)
 		}
 	}
@@ -79,8 +76,6 @@ func (db database) lookup(ctx context.Context, page []hit) ([]found, error) {
 		return nil, fmt.Errorf("look up index documents in the database: %w", err)
 	}
 	defer rows.Close()
-	// known marks the hits whose key the database already matched.
-	known := make(map[int32]bool)
 	for rows.Next() {
 		var i int32
 		var k key
@@ -90,10 +85,9 @@ func (db database) lookup(ctx context.Context, page []hit) ([]found, error) {
 		if err := rows.Scan(&i, &k.Type, &k.ID, &inSource, &sourceVersion, &ledgerVersion, &deleted); err != nil {
 			return nil, fmt.Errorf("look up index documents in the database: %w", err)
 		}
-		if (!inSource && ledgerVersion == nil) || known[i] {
+		if !inSource && ledgerVersion == nil {
 			continue
 		}
-		known[i] = true
 		f := found{key: k, hasKey: true}
 		if inSource {
 			f.source = &SourceRow{Version: orMinus1(sourceVersion)}

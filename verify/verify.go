@@ -467,20 +467,14 @@ func (v *run) recheck(ctx context.Context) error {
 	return nil
 }
 
-// documentID is projection.DocumentID.
-func documentID(k key) string { return k.Type + ":" + k.ID }
+// documentID is the _id of k's document.
+func documentID(k key) string { return projection.DocumentID(k.Type, k.ID) }
 
-// splits are the keys an _id could be: entity_type:entity_id split at each
-// colon with something on both sides. An id of a type without a colon has
-// one; "a:b:c" could be (a, b:c) or (a:b, c).
-func splits(id string) []key {
-	var out []key
-	for i := 0; i < len(id); i++ {
-		if id[i] == ':' && i > 0 && i < len(id)-1 {
-			out = append(out, key{Type: id[:i], ID: id[i+1:]})
-		}
-	}
-	return out
+// keyOf is the key whose document id is; false for an id that is no
+// entity's (projection.ParseDocumentID), which is then extra.
+func keyOf(id string) (key, bool) {
+	t, e, ok := projection.ParseDocumentID(id)
+	return key{Type: t, ID: e}, ok
 }
 
 // Describe is the report in one line, for logs.

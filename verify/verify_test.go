@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -311,11 +312,38 @@ func TestJudge(t *testing.T) {
 	}
 }
 
-func TestSplits(t *testing.T) {
+func TestKeyOf(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, []key{{"book", "1"}}, splits("book:1"))
-	require.Equal(t, []key{{"a", "b:c"}, {"a:b", "c"}}, splits("a:b:c"))
-	require.Empty(t, splits("nocolon"))
-	require.Empty(t, splits(":x"))
-	require.Empty(t, splits("x:"))
+	for id, want := range map[string]*key{
+		"book:1":           {"book", "1"},
+		"crm:contact:42":   {"crm", "contact:42"},
+		"crm%3Acontact:42": {"crm:contact", "42"},
+		"nocolon":          nil,
+		":x":               nil,
+		"x:":               nil,
+		"50%off:1":         nil, // written before types were escaped: no entity's id now
+	} {
+		got, ok := keyOf(id)
+		require.Equal(t, want != nil, ok, id)
+		if want != nil {
+			require.Equal(t, *want, got, id)
+		}
+	}
+}
+
+// Before types were escaped, ('crm:contact', '7') was written at
+// crm:contact:7, which is ('crm', 'contact:7')'s id now: verify finds that
+// document extra (no such entity) and the entity's own missing.
+func TestVerifyFindsDocumentsWrittenUnderTheOldIDs(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 2)
+	f.produce(t, `SELECT 'crm:contact', '7', 'upsert', 1::bigint, '{"kind": "book", "title": "Ada"}'::jsonb`)
+	f.drain(t)
+	f.es(t, http.MethodDelete, "/"+f.index+"/_doc/"+url.PathEscape(projection.DocumentID("crm:contact", "7")), "")
+	f.es(t, http.MethodPut, "/"+f.index+"/_doc/crm:contact:7?version=1&version_type=external_gte", `{"kind": "book", "title": "Ada"}`)
+	f.es(t, http.MethodPost, "/"+f.index+"/_refresh", "")
+
+	rep := f.verify(t, f.config("search_index"))
+	require.Equal(t, counts(1, 0, 1, 0), rep.Counts)
+	require.Equal(t, map[Kind][]string{Missing: {"crm%3Acontact:7"}, Stale: {}, Extra: {"crm:contact:7"}, Resurrected: {}}, rep.Samples)
 }
