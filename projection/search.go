@@ -224,21 +224,34 @@ func (s *Search) candidates(events []outbox.Event, actions []bulkAction, results
 			return cmp.Or(cmp.Compare(events[b].Version(), events[a].Version()),
 				compareRepairFirst(events[a], events[b]), cmp.Compare(events[a].ID, events[b].ID))
 		})
-		kept := idx[:0]
-		for _, i := range idx {
-			if len(kept) > 0 && events[kept[len(kept)-1]].Version() == events[i].Version() {
-				if first := events[kept[len(kept)-1]]; first.Repair {
-					results[i].Superseded = true // a repair rewrites this version
-				} else {
-					results[i].Err = VersionReused(events[i], first.ID)
-				}
-				continue
-			}
-			kept = append(kept, i)
-		}
-		byDoc[doc] = kept
+		byDoc[doc] = dropReused(idx, events, results)
 	}
 	return byDoc
+}
+
+// dropReused keeps, of a document's candidates newest first, one event of
+// each version, and fails the others as version_reused. A repair comes
+// before the producer's event of its version and rewrites it, but the
+// producer's event stays next in line: if the repair is refused (a mapping
+// the source row's content does not fit) or fails, the producer's event is
+// sent in its place, not marked superseded by a write that never happened.
+func dropReused(idx []int, events []outbox.Event, results []Result) []int {
+	kept := idx[:0]
+	for _, i := range idx {
+		if len(kept) == 0 || events[kept[len(kept)-1]].Version() != events[i].Version() {
+			kept = append(kept, i)
+			continue
+		}
+		switch first := events[kept[len(kept)-1]]; {
+		case first.Repair && !events[i].Repair:
+			kept = append(kept, i)
+		case first.Repair:
+			results[i].Superseded = true // two repairs of one version: the source row's content twice
+		default:
+			results[i].Err = VersionReused(events[i], first.ID)
+		}
+	}
+	return kept
 }
 
 func compareRepairFirst(a, b outbox.Event) int {

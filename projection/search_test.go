@@ -850,3 +850,27 @@ func TestSearchTypeWithAColonIsADocumentOfItsOwn(t *testing.T) {
 	require.Nil(t, b.doc(t, DocumentID("crm:contact", "42")))
 	b.requireDoc(t, DocumentID("crm", "contact:42"), 1, "Ada")
 }
+
+// A repair and the producer's event of one version: the repair goes first,
+// and when the engine refuses it for good the producer's event is applied
+// in its place, not left done and never written.
+func TestSearchRefusedRepairFallsBackToTheProducersEvent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	producer := upsert(1, "book", "5", v(5), book("Dune"))
+	repair := upsert(2, "book", "5", v(5), `{"kind":"book","title":"Dune","isbn":"refused by the strict mapping"}`)
+	repair.Repair = true
+	res := handle(t, b.search, producer, repair)
+	requireFailed(t, res[2], classify.Deterministic, "mapping_error")
+	requireApplied(t, res[1])
+	b.requireDoc(t, "book:5", 5, "Dune")
+
+	// Applied, the repair rewrites the version and the producer's event is
+	// superseded.
+	producer.ID, repair.ID, repair.Payload = 3, 4, json.RawMessage(book("Dune, repaired"))
+	producer.EventVersion, repair.EventVersion = v(6), v(6)
+	res = handle(t, b.search, producer, repair)
+	requireApplied(t, res[4])
+	requireSuperseded(t, res[3])
+	b.requireDoc(t, "book:5", 6, "Dune, repaired")
+}
