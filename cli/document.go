@@ -4,17 +4,17 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/wlproj/wlproj/outbox"
+	"github.com/wlproj/wlproj/projection"
 )
 
 type docCmd struct {
 	dbFlags
-	Entity     string `arg:"" help:"The document as entity_type:entity_id (the search index's _id), e.g. book:42."`
+	Entity     string `arg:"" help:"The document as the search index's _id: entity_type:entity_id, e.g. book:42, with a ':' or '%' in the type percent-encoded (crm%3Acontact:42)."`
 	Projection string `help:"The projection whose ledger to read." default:"${search_projection}"`
 	All        bool   `help:"Also list done events; this reads the whole outbox table."`
 	JSON       bool   `name:"json" help:"Print one JSON object."`
@@ -26,9 +26,10 @@ func (c *docCmd) Help() string {
 }
 
 func (c *docCmd) Run(g *globals) error {
-	entityType, entityID, ok := strings.Cut(c.Entity, ":")
-	if !ok || entityType == "" || entityID == "" {
-		return commandError(c, usagef("ENTITY %q: want entity_type:entity_id, e.g. book:42", c.Entity))
+	entityType, entityID, ok := projection.ParseDocumentID(c.Entity)
+	if !ok {
+		return commandError(c, usagef("ENTITY %q: want the document's _id, entity_type:entity_id, e.g. book:42 "+
+			"(a ':' or '%%' in the type percent-encoded: crm%%3Acontact:42)", c.Entity))
 	}
 	return opsRun(c, func(ctx context.Context, conn *pgx.Conn) error {
 		d, err := outbox.ReadDocument(ctx, conn, c.Projection, entityType, entityID, c.All)
@@ -58,9 +59,22 @@ func writeDocument(w io.Writer, d outbox.Document) {
 		fmt.Fprintln(w, "no events (done ones are listed with --all, and are pruned after the retention)")
 		return
 	}
+	writeDocEvents(w, d.Events)
+	if d.Omitted > 0 {
+		fmt.Fprintf(w, "%d older done or discarded events not listed\n", d.Omitted)
+	}
+}
+
+// writeDocEvents is the table of a document's events; an archived one's
+// status says so, with when.
+func writeDocEvents(w io.Writer, events []outbox.DocEvent) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tOP\tVERSION\tSTATUS\tREASON\tCREATED\tPROCESSED")
-	for _, e := range d.Events {
+	for _, e := range events {
+		status := e.Status
+		if e.ArchivedAt != nil {
+			status += ", archived " + formatTime(*e.ArchivedAt)
+		}
 		processed := "-"
 		if e.ProcessedAt != nil {
 			processed = formatTime(*e.ProcessedAt)
@@ -69,7 +83,7 @@ func writeDocument(w io.Writer, d outbox.Document) {
 		if e.ErrorReason != nil {
 			reason = *e.ErrorReason
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\n", e.ID, e.Op, e.Version, e.Status, dash(reason), formatTime(e.CreatedAt), processed)
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\n", e.ID, e.Op, e.Version, status, dash(reason), formatTime(e.CreatedAt), processed)
 	}
 	tw.Flush()
 }

@@ -1,9 +1,11 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,6 +20,9 @@ type DocEvent struct {
 	ErrorReason *string    `json:"error_reason"`
 	CreatedAt   time.Time  `json:"created_at"`
 	ProcessedAt *time.Time `json:"processed_at"`
+	// ArchivedAt is set for an event in the dead letter (outbox_dead_letter),
+	// which `wlproj replay --archived` can still bring back.
+	ArchivedAt *time.Time `json:"archived_at,omitempty"`
 }
 
 // Document is a document's ledger entry next to its events.
@@ -28,29 +33,46 @@ type Document struct {
 	Applied    *Applied   `json:"applied"`
 	AppliedAt  *time.Time `json:"applied_at"`
 	Events     []DocEvent `json:"events"`
+	// Omitted counts the done and discarded events left out of Events past
+	// docEventsMax; none of them can change the document any more.
+	Omitted int64 `json:"omitted"`
 }
 
 const docLedgerSQL = `SELECT version, event_id, deleted, applied_at FROM outbox_applied
  WHERE projection = $1 AND entity_type = $2 AND entity_id = $3`
 
+// docEventsMax is how many events ReadDocument lists at most.
+const docEventsMax = 50
+
 // docEventsSQL reads the document's events that can still change it
-// (through the partial indexes of pending, processing and failed rows), the
-// event the ledger names, and, with $5, every other row too (a table scan:
-// there is no index by entity, which would cost every claim and ack).
+// (through the partial indexes of pending, processing and failed rows, and
+// the dead letter's index by document), the event the ledger names, and,
+// with $5, every other row too (a table scan: there is no index by entity,
+// which would cost every claim and ack). Those that can still change it
+// come first, so that the cut at docEventsMax only ever leaves out done and
+// discarded ones, and every row carries how many there were in all.
 const docEventsSQL = `
 WITH doc AS (
-  SELECT * FROM outbox_events
+  SELECT id, op, coalesce(event_version, id) AS version, status, error_reason, created_at, processed_at,
+         NULL::timestamptz AS archived_at
+    FROM outbox_events
    WHERE status IN ('pending', 'processing', 'failed')
      AND projection = $1 AND entity_type = $2 AND entity_id = $3
   UNION
-  SELECT * FROM outbox_events WHERE id = $4
+  SELECT id, op, coalesce(event_version, id), status, error_reason, created_at, processed_at, NULL
+    FROM outbox_events WHERE id = $4
   UNION
-  SELECT * FROM outbox_events WHERE $5 AND projection = $1 AND entity_type = $2 AND entity_id = $3
+  SELECT id, op, coalesce(event_version, id), status, error_reason, created_at, processed_at, NULL
+    FROM outbox_events WHERE $5 AND projection = $1 AND entity_type = $2 AND entity_id = $3
+  UNION
+  SELECT id, op, coalesce(event_version, id), status, error_reason, created_at, NULL, archived_at
+    FROM outbox_dead_letter WHERE projection = $1 AND entity_type = $2 AND entity_id = $3
 )
-SELECT id, op, coalesce(event_version, id), status, error_reason, created_at, processed_at
+SELECT id, op, version, status, error_reason, created_at, processed_at, archived_at, count(*) OVER ()
   FROM doc
- ORDER BY coalesce(event_version, id) DESC, id DESC
- LIMIT 50`
+ ORDER BY (status IN ('pending', 'processing', 'failed') OR archived_at IS NOT NULL OR id = $4) DESC,
+          version DESC, id DESC
+ LIMIT $6`
 
 // ReadDocument returns the ledger entry and the events of one document.
 func ReadDocument(ctx context.Context, q Querier, projection, entityType, entityID string, all bool) (Document, error) {
@@ -65,17 +87,23 @@ func ReadDocument(ctx context.Context, q Querier, projection, entityType, entity
 	default:
 		d.Applied, d.AppliedAt = &a, &at
 	}
-	rows, err := q.Query(ctx, docEventsSQL, projection, entityType, entityID, a.EventID, all)
+	rows, err := q.Query(ctx, docEventsSQL, projection, entityType, entityID, a.EventID, all, docEventsMax)
 	if err != nil {
 		return d, fmt.Errorf("events: %w", err)
 	}
+	var total int64
 	d.Events, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (DocEvent, error) {
 		var e DocEvent
-		err := r.Scan(&e.ID, &e.Op, &e.Version, &e.Status, &e.ErrorReason, &e.CreatedAt, &e.ProcessedAt)
+		err := r.Scan(&e.ID, &e.Op, &e.Version, &e.Status, &e.ErrorReason, &e.CreatedAt, &e.ProcessedAt, &e.ArchivedAt, &total)
 		return e, err
 	})
 	if err != nil {
 		return d, fmt.Errorf("events: %w", err)
 	}
+	d.Omitted = total - int64(len(d.Events))
+	// Newest first, as a document's history reads.
+	slices.SortFunc(d.Events, func(x, y DocEvent) int {
+		return cmp.Or(cmp.Compare(y.Version, x.Version), cmp.Compare(y.ID, x.ID))
+	})
 	return d, nil
 }
