@@ -235,10 +235,13 @@ func scanClaimed(br pgx.BatchResults, claim int64) ([]Event, error) {
 // ackDoneSQL marks rows done and, in the same statement, moves the ledger
 // forward for the applied ones: the newest (version, id) per document, and
 // never backwards. A fenced ack changes no row, so it moves no ledger entry.
+// A done row's error columns are cleared, so that a query for rows failing
+// with a reason finds no done ones; error_history keeps what happened.
 const ackDoneSQL = `
 WITH acked AS (
   UPDATE outbox_events
-     SET status = 'done', processed_at = now(), updated_at = now(), lease_until = NULL
+     SET status = 'done', processed_at = now(), updated_at = now(), lease_until = NULL,
+         error_class = NULL, error_reason = NULL, last_error = NULL
    WHERE id = ANY(@ids) AND status = 'processing' AND locked_by = @owner AND claim_token = @epoch
      AND claim_seq = @claim AND ` + leaderGuard + `
   RETURNING id, projection, entity_type, entity_id, op, coalesce(event_version, id) AS version,

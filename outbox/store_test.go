@@ -242,3 +242,20 @@ func TestAckOfAnEarlierClaimInTheSameTermIsFenced(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, acked, 2, "the second claim's ack goes through")
 }
+
+// A row done after failed attempts no longer carries their error: SQL triage
+// by reason finds failing rows only. The history keeps the attempts.
+func TestAckDoneClearsEarlierErrors(t *testing.T) {
+	t.Parallel()
+	b := harness.NewOutbox(t)
+	b.Lead(t, 1)
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, attempts, error_class, error_reason, last_error, error_history)
+		VALUES ('book', '1', 'upsert', 2, 'transient', 'timeout', 'deadline exceeded', '[{"event": "failed", "reason": "timeout"}]')`)
+	events, err := b.Store.Claim(context.Background(), 1, 10, time.Minute, nil)
+	require.NoError(t, err)
+	require.Len(t, events, 1)
+	_, err = b.Store.AckDone(context.Background(), 1, events[0].Claim, []int64{events[0].ID}, []int64{events[0].ID})
+	require.NoError(t, err)
+	require.Equal(t, 1, b.Count(t, `status = 'done' AND error_class IS NULL AND error_reason IS NULL AND last_error IS NULL
+		AND error_history @> '[{"reason": "timeout"}]'`))
+}
