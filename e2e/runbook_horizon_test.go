@@ -23,22 +23,13 @@ func TestRunbookHorizonQueriesFindTheHolders(t *testing.T) {
 	ctx := context.Background()
 	psql := rbTool(t, "psql", harness.StackEnv(t)["STACK_PG_BINDIR"], "/usr/lib/postgresql/15/bin")
 	db := harness.NewDatabase(t)
-	require.Positive(t, db.Int(t, `SELECT current_setting('max_prepared_transactions')::int`),
-		"max_prepared_transactions is 0 on the test server: start it with scripts/stack.sh")
 
 	harness.HoldSnapshot(t, db.URL, "forgotten-report")
 	slot := harness.UniqueName("rb_slot_")
 	db.Exec(t, `SELECT pg_create_physical_replication_slot($1)`, slot)
 	t.Cleanup(func() { _, _ = db.Pool.Exec(context.Background(), `SELECT pg_drop_replication_slot($1)`, slot) })
 	gid := harness.UniqueName("rb_gid_")
-	conn, err := db.Pool.Acquire(ctx)
-	require.NoError(t, err)
-	for _, stmt := range []string{`BEGIN`, `SELECT txid_current()`, `PREPARE TRANSACTION '` + gid + `'`} {
-		_, err := conn.Exec(ctx, stmt)
-		require.NoError(t, err, stmt)
-	}
-	conn.Release()
-	t.Cleanup(func() { _, _ = db.Pool.Exec(context.Background(), `ROLLBACK PREPARED '`+gid+`'`) })
+	harness.PrepareTransaction(t, db, gid)
 
 	blocks := rbSection(t, rbHorizonSOP)
 	want := []string{"forgotten-report", slot, gid, "outbox_events"}

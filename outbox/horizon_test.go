@@ -48,43 +48,16 @@ func burnXids(t *testing.T, db harness.DB, n int) {
 	}
 }
 
-// requirePreparedXacts fails, not skips, on a server that cannot prepare
-// transactions: scripts/stack.sh starts Postgres with
-// max_prepared_transactions > 0 for this test.
-func requirePreparedXacts(t *testing.T, db harness.DB) {
-	t.Helper()
-	require.Positive(t, db.Int(t, `SELECT current_setting('max_prepared_transactions')::int`),
-		"max_prepared_transactions is 0 on the test server: start it with scripts/stack.sh")
-}
-
-// prepare leaves a prepared transaction gid in db's database, with a
-// transaction id of its own, rolled back at the end of the test.
-func prepare(t *testing.T, db harness.DB, gid string) {
-	t.Helper()
-	ctx := context.Background()
-	conn, err := db.Pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer conn.Release()
-	for _, stmt := range []string{`BEGIN`, `SELECT txid_current()`, `PREPARE TRANSACTION '` + gid + `'`} {
-		_, err := conn.Exec(ctx, stmt)
-		require.NoError(t, err, stmt)
-	}
-	t.Cleanup(func() {
-		_, _ = db.Pool.Exec(context.Background(), `ROLLBACK PREPARED '`+gid+`'`)
-	})
-}
-
 // The oldest of a session's snapshot and a prepared transaction is named
 // with its kind, and the next one once it ends; none once both end.
 func TestHorizonNamesTheOldestHolder(t *testing.T) {
 	db := harness.NewDatabase(t)
-	requirePreparedXacts(t, db)
 	require.Equal(t, outbox.HolderNone, horizonNow(t, db.Pool).Kind(), "nothing holds the horizon of a fresh database")
 
 	report := harness.HoldSnapshot(t, db.URL, "app-report")
 	burnXids(t, db, 3)
 	gid := harness.UniqueName("hz_")
-	prepare(t, db, gid)
+	harness.PrepareTransaction(t, db, gid)
 	burnXids(t, db, 2)
 
 	h := horizonNow(t, db.Pool)

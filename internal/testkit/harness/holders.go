@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 
@@ -41,4 +42,32 @@ func HoldSnapshot(t testing.TB, dbURL, application string) *Holder {
 // Release ends the transaction and the session; a second call does nothing.
 func (h *Holder) Release() {
 	h.once.Do(func() { _ = h.conn.Close(context.Background()) })
+}
+
+// PrepareTransaction leaves a prepared transaction gid, with a transaction
+// id of its own, in db's database, as a two-phase commit coordinator that
+// died between PREPARE and COMMIT would; it is rolled back when the test
+// ends. It fails, not skips, on a server with max_prepared_transactions = 0
+// (scripts/stack.sh starts Postgres with more).
+func PrepareTransaction(t testing.TB, db DB, gid string) {
+	t.Helper()
+	ctx := context.Background()
+	require.Positive(t, db.Int(t, `SELECT current_setting('max_prepared_transactions')::int`),
+		"max_prepared_transactions is 0 on the test server: start it with scripts/stack.sh")
+	conn, err := db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	for _, stmt := range []string{`BEGIN`, `SELECT txid_current()`, `PREPARE TRANSACTION ` + quoteLiteral(gid)} {
+		_, err := conn.Exec(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+	t.Cleanup(func() {
+		_, _ = db.Pool.Exec(context.Background(), `ROLLBACK PREPARED `+quoteLiteral(gid))
+	})
+}
+
+// quoteLiteral quotes s as an SQL string literal: PREPARE TRANSACTION and
+// ROLLBACK PREPARED take no parameters.
+func quoteLiteral(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }
