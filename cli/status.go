@@ -39,6 +39,38 @@ type statusJSON struct {
 	Leader                  *leaderJSON       `json:"leader"`
 	Projections             []projectionJSON  `json:"projections"`
 	Rebuilds                []rebuildJSON     `json:"rebuilds"`
+	Horizon                 horizonJSON       `json:"horizon"`
+	Vacuum                  []tableVacuumJSON `json:"vacuum"`
+}
+
+// horizonJSON is who holds the database's vacuum horizon. AgeSeconds is
+// null when Postgres shows this role no start for the holder; AgeBasis says
+// where it came from ("postgres"), and AgeTransactions is always known.
+type horizonJSON struct {
+	Kind            string             `json:"kind"`
+	Holder          *horizonHolderJSON `json:"holder"`
+	AgeSeconds      *float64           `json:"age_seconds"`
+	AgeBasis        string             `json:"age_basis,omitempty"`
+	AgeTransactions int64              `json:"age_transactions"`
+}
+
+type horizonHolderJSON struct {
+	Kind            string    `json:"kind"`
+	Wlproj          bool      `json:"wlproj"`
+	PID             int32     `json:"pid,omitempty"`
+	ApplicationName string    `json:"application_name,omitempty"`
+	State           string    `json:"state,omitempty"`
+	Name            string    `json:"name,omitempty"`
+	Xid             int64     `json:"xid"`
+	Since           time.Time `json:"since,omitzero"`
+}
+
+// tableVacuumJSON is a table's dead and live rows and last autovacuum.
+type tableVacuumJSON struct {
+	Table          string    `json:"table"`
+	DeadTuples     int64     `json:"dead_tuples"`
+	LiveTuples     int64     `json:"live_tuples"`
+	LastAutovacuum time.Time `json:"last_autovacuum,omitzero"`
 }
 
 // rebuildJSON is a rebuild whose two indexes the leader writes, and
@@ -95,6 +127,10 @@ func (c *statusCmd) Run(g *globals) error {
 		if err != nil {
 			return err
 		}
+		h, err := outbox.ReadHorizon(ctx, conn)
+		if err != nil {
+			return err
+		}
 		if c.JSON {
 			out := statusJSON{
 				TakenAt: s.TakenAt.UTC(), Counts: s.Counts, DoneExact: s.DoneExact, Lag: s.Lag,
@@ -111,14 +147,15 @@ func (c *statusCmd) Run(g *globals) error {
 			}
 			out.Projections = projectionsJSON(s.Projections)
 			out.Rebuilds = rebuildsJSON(s.Rebuilds)
+			out.Horizon, out.Vacuum = horizonToJSON(h), vacuumJSON(h.Tables)
 			return writeJSONLines(g.stdout, []statusJSON{out})
 		}
-		writeStatus(g.stdout, s, maxProcessing, c.Retention, databaseTarget(conn))
+		writeStatus(g.stdout, s, h, maxProcessing, c.Retention, databaseTarget(conn))
 		return nil
 	})
 }
 
-func writeStatus(w io.Writer, s outbox.Snapshot, maxProcessing, retention time.Duration, target string) {
+func writeStatus(w io.Writer, s outbox.Snapshot, h outbox.Horizon, maxProcessing, retention time.Duration, target string) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "database\t%s\n", target)
 	fmt.Fprintf(tw, "at\t%s\n", formatTime(s.TakenAt))
@@ -147,6 +184,7 @@ func writeStatus(w io.Writer, s outbox.Snapshot, maxProcessing, retention time.D
 	default:
 		fmt.Fprintf(tw, "leader\tnone active; last was %s, epoch %d, from %s\n", l.Holder, l.Epoch, formatTime(l.AcquiredAt))
 	}
+	writeHorizon(tw, h)
 	tw.Flush()
 	writeProjections(w, s.Projections)
 	writeRebuilds(w, s.Rebuilds)
@@ -223,6 +261,65 @@ func projectionsJSON(projections []outbox.ProjectionLag) []projectionJSON {
 			OldestPendingAgeSeconds: p.OldestPendingAge.Seconds(), ChangedBy: p.State.ChangedBy, Why: p.State.Why}
 		if !p.State.ChangedAt.IsZero() {
 			j.ChangedAt = p.State.ChangedAt.UTC()
+		}
+		out = append(out, j)
+	}
+	return out
+}
+
+// writeHorizon says who holds the database's vacuum horizon and what the
+// outbox and the ledger have not been able to vacuum, as rows of status's
+// table.
+func writeHorizon(tw io.Writer, h outbox.Horizon) {
+	fmt.Fprintf(tw, "horizon\t%s\n", horizonText(h))
+	for _, t := range h.Tables {
+		last := "never"
+		if !t.LastAutovacuum.IsZero() {
+			last = formatTime(t.LastAutovacuum) + " (" + formatAge(h.TakenAt.Sub(t.LastAutovacuum)) + " ago)"
+		}
+		fmt.Fprintf(tw, "vacuum\t%s: %d dead, %d live, last autovacuum %s\n", t.Table, t.Dead, t.Live, last)
+	}
+}
+
+// horizonText names the oldest holder of the horizon, for how long and how
+// many transactions ago it took its snapshot.
+func horizonText(h outbox.Horizon) string {
+	if h.Holder == nil {
+		return "nothing holds a snapshot: vacuum can remove every dead row"
+	}
+	age := "held for a time Postgres shows only to its own role and pg_read_all_stats"
+	switch h.AgeBasis {
+	case outbox.AgeFromPostgres:
+		age = "held " + formatAge(h.Age)
+	case outbox.AgeObserved:
+		age = "seen for " + formatAge(h.Age)
+	}
+	return fmt.Sprintf("%s, %s, %d transactions ago", h.Holder, age, h.Holder.XidAge)
+}
+
+func horizonToJSON(h outbox.Horizon) horizonJSON {
+	j := horizonJSON{Kind: h.Kind(), AgeBasis: h.AgeBasis}
+	if h.AgeBasis != outbox.AgeUnknown || h.Holder == nil {
+		age := h.Age.Seconds()
+		j.AgeSeconds = &age
+	}
+	if hd := h.Holder; hd != nil {
+		j.AgeTransactions = hd.XidAge
+		j.Holder = &horizonHolderJSON{Kind: hd.Kind, Wlproj: hd.Wlproj(), PID: hd.PID, ApplicationName: hd.Application,
+			State: hd.State, Name: hd.Name, Xid: hd.Xid}
+		if !hd.Since.IsZero() {
+			j.Holder.Since = hd.Since.UTC()
+		}
+	}
+	return j
+}
+
+func vacuumJSON(tables []outbox.TableVacuum) []tableVacuumJSON {
+	out := make([]tableVacuumJSON, 0, len(tables))
+	for _, t := range tables {
+		j := tableVacuumJSON{Table: t.Table, DeadTuples: t.Dead, LiveTuples: t.Live}
+		if !t.LastAutovacuum.IsZero() {
+			j.LastAutovacuum = t.LastAutovacuum.UTC()
 		}
 		out = append(out, j)
 	}

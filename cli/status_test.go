@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -131,4 +133,48 @@ func TestOpsStatus(t *testing.T) {
 	code, _, errOut = b.run(t, "status", "--max-processing-seconds", "0")
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, errOut, "OUTBOX_MAX_PROCESSING_SECONDS")
+}
+
+// status names who holds the database's vacuum horizon, since when and how
+// many transactions ago, and the dead rows of the outbox and the ledger;
+// once the session ends, nothing.
+func TestOpsStatusShowsTheHorizon(t *testing.T) {
+	t.Parallel()
+	b := opsSetup(t)
+	holder := harness.HoldSnapshot(t, b.db.URL, "app-report")
+	b.db.Exec(t, `SELECT txid_current()`)
+
+	code, out, errOut := b.run(t, "status")
+	require.Zero(t, code, errOut)
+	require.Contains(t, out, fmt.Sprintf(`horizon     session "app-report" (pid %d, idle in transaction), held `, holder.PID))
+	require.Regexp(t, `held [0-9.]+m?s, [1-9][0-9]* transactions ago\n`, out)
+	require.Regexp(t, `vacuum      outbox_events: [0-9]+ dead, [0-9]+ live, last autovacuum `, out)
+	require.Contains(t, out, "vacuum      outbox_applied: ")
+
+	code, out, errOut = b.run(t, "status", "--json")
+	require.Zero(t, code, errOut)
+	s := jsonLines(t, out)[0]
+	h := s["horizon"].(map[string]any)
+	require.Equal(t, "backend", h["kind"])
+	require.Equal(t, "postgres", h["age_basis"])
+	require.Positive(t, h["age_seconds"])
+	require.GreaterOrEqual(t, h["age_transactions"], 1.0)
+	holderJSON := h["holder"].(map[string]any)
+	require.EqualValues(t, holder.PID, holderJSON["pid"])
+	require.Equal(t, "app-report", holderJSON["application_name"])
+	require.Equal(t, "idle in transaction", holderJSON["state"])
+	require.Equal(t, false, holderJSON["wlproj"])
+	vacuum := s["vacuum"].([]any)
+	require.Len(t, vacuum, 2)
+	require.Equal(t, "outbox_events", vacuum[0].(map[string]any)["table"])
+	require.Contains(t, vacuum[0], "dead_tuples")
+
+	holder.Release()
+	harness.Eventually(t, 10*time.Second, "nothing holds the horizon", func() bool {
+		_, out, _ := b.run(t, "status", "--json")
+		h := jsonLines(t, out)[0]["horizon"].(map[string]any)
+		return h["kind"] == "none" && h["holder"] == nil && h["age_seconds"] == 0.0
+	})
+	_, out, _ = b.run(t, "status")
+	require.Contains(t, out, "horizon     nothing holds a snapshot")
 }

@@ -91,6 +91,11 @@ type Deps struct {
 	// each one's lag and pause, and only these can be paused.
 	Projections []string
 	Log         zerolog.Logger
+	// Horizon reads the database's vacuum horizon for the overview and
+	// remembers since when it has seen each holder; the replica shares the
+	// one its metrics poller reads, so an age Postgres does not show counts
+	// from the poller's first sight. Defaults to a watch of the console's own.
+	Horizon *outbox.HorizonWatch
 }
 
 func (c Config) withDefaults() Config {
@@ -168,6 +173,9 @@ func New(cfg Config, deps Deps) (*Console, error) {
 	}
 	c := &Console{cfg: cfg, deps: deps, users: u, sessions: sess, pages: p,
 		limiter: newSignInLimiter(cfg.SignInPerMinute, cfg.SignInBurst)}
+	if c.deps.Horizon == nil {
+		c.deps.Horizon = &outbox.HorizonWatch{}
+	}
 	c.deps.Log = deps.Log.With().Str("service", "console").Logger()
 	c.handler = c.routes()
 	if cfg.Port != 0 {

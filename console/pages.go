@@ -33,6 +33,9 @@ type overviewView struct {
 	Stuck         []outbox.StuckRow
 	// Verify is each projection's last complete scheduled verify.
 	Verify []verify.LastRun
+	// Horizon is who holds the database's vacuum horizon, and the dead
+	// rows of the outbox and the ledger.
+	Horizon outbox.Horizon
 }
 
 type replicaRow struct {
@@ -77,6 +80,10 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if v.Verify, err = verify.LastRuns(ctx, c.deps.Pool); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	if v.Horizon, err = c.deps.Horizon.Read(ctx, c.deps.Pool); err != nil {
 		c.fail(w, r, err)
 		return
 	}

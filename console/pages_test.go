@@ -1,6 +1,7 @@
 package console
 
 import (
+	"fmt"
 	"html"
 	"net/http"
 	"net/url"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wlproj/wlproj/internal/buildinfo"
+	"github.com/wlproj/wlproj/internal/testkit/harness"
 	"github.com/wlproj/wlproj/leader"
 )
 
@@ -39,6 +41,31 @@ func link(t *testing.T, re *regexp.Regexp, body string) string {
 		return ""
 	}
 	return html.UnescapeString(m[1])
+}
+
+// The overview names who holds the database's vacuum horizon, for how long
+// and how many transactions ago, with the dead rows of the outbox and the
+// ledger; once the session ends, that nothing holds one.
+func TestOverviewShowsTheHorizon(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := b.operator(t)
+	holder := harness.HoldSnapshot(t, b.db.URL, "app-report")
+	b.db.Exec(t, `SELECT txid_current()`)
+
+	r := c.get(Prefix)
+	require.Equal(t, http.StatusOK, r.code)
+	require.Contains(t, r.body, fmt.Sprintf(`<strong id="horizon-holder">session &#34;app-report&#34; (pid %d, idle in transaction)</strong>`, holder.PID))
+	require.Regexp(t, `</strong>,\nfor [0-9.]+m?s,\n[1-9][0-9]* transactions ago`, r.body)
+	require.Contains(t, r.body, "Something holds the vacuum horizon", "another's session points to the SOP")
+	for _, table := range []string{"outbox_events", "outbox_applied"} {
+		require.Regexp(t, `<tr id="vacuum-`+table+`"><td>`+table+`</td><td class="num">[0-9]+</td><td class="num">[0-9]+</td><td>`, r.body)
+	}
+
+	holder.Release()
+	harness.Eventually(t, 10*time.Second, "nothing holds the horizon", func() bool {
+		return strings.Contains(c.get(Prefix).body, `<p id="horizon">Nothing holds a snapshot`)
+	})
 }
 
 func TestOverview(t *testing.T) {

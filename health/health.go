@@ -83,6 +83,11 @@ type Deps struct {
 	// Routes are more handlers on the HTTP listener, by ServeMux pattern:
 	// the operator console's /console/ when it has no port of its own.
 	Routes map[string]http.Handler
+	// Horizon reads the database's vacuum horizon for its gauges and
+	// remembers since when it has seen each holder; the replica shares it
+	// with the console, so both give the same age. Defaults to a watch of
+	// the server's own.
+	Horizon *outbox.HorizonWatch
 }
 
 // Server is the replica's HTTP surface, a startstop.Service.
@@ -92,6 +97,7 @@ type Server struct {
 	servers []*httpserve.Server
 	ready   *metrics.Gauge
 	gauges  struct{ lag, oldest, inflight, stuck *metrics.Gauge }
+	horizon *horizonGauges
 	// refresher keeps the gauges fresh between Start and Stop.
 	refresher startstop.Runner
 }
@@ -132,7 +138,10 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	s := &Server{cfg: cfg, deps: deps}
+	s := &Server{cfg: cfg, deps: deps, horizon: newHorizonGauges()}
+	if s.deps.Horizon == nil {
+		s.deps.Horizon = &outbox.HorizonWatch{}
+	}
 	s.ready = metrics.GetOrCreateGauge(`outbox_ready`, nil)
 	s.gauges.lag = metrics.GetOrCreateGauge(`outbox_lag_events`, nil)
 	s.gauges.oldest = metrics.GetOrCreateGauge(`outbox_oldest_age_seconds`, nil)
@@ -370,4 +379,12 @@ func (s *Server) refreshOnce(ctx context.Context) {
 	s.gauges.inflight.Set(float64(snap.InFlight))
 	s.gauges.stuck.Set(float64(snap.Stuck))
 	s.paused(qctx)
+	h, err := s.deps.Horizon.Read(qctx, s.deps.Pool)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.deps.Log.Warn().Err(err).Msg("refresh horizon gauges")
+		}
+		return
+	}
+	s.horizon.set(h)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/wlproj/wlproj/internal/pgpool"
 	"github.com/wlproj/wlproj/internal/startstop"
 	"github.com/wlproj/wlproj/leader"
+	"github.com/wlproj/wlproj/outbox"
 	"github.com/wlproj/wlproj/projection"
 )
 
@@ -55,15 +56,18 @@ func (r *Replica) build() error {
 		return err
 	}
 	r.elector.OnTick = watchdogPing()
+	// One watch of the vacuum horizon for the gauges and the console, so
+	// both count an age Postgres does not show from the same first sight.
+	horizon := &outbox.HorizonWatch{}
 	if r.cfg.Console.UsersFile != "" {
 		r.console, err = console.New(r.cfg.Console, console.Deps{Pool: r.pool, State: r.elector.State,
-			LeaderName: r.cfg.Leader.Name, Projections: ProjectionNames(), Log: r.log})
+			LeaderName: r.cfg.Leader.Name, Projections: ProjectionNames(), Log: r.log, Horizon: horizon})
 		if err != nil {
 			return err
 		}
 	}
 	r.health, err = health.New(r.cfg.Health, health.Deps{Pool: r.pool, Elector: r.elector, PingES: r.parts.pingES,
-		Draining: &r.draining, Log: r.log, Projections: ProjectionNames(), Routes: r.consoleRoutes()})
+		Draining: &r.draining, Log: r.log, Projections: ProjectionNames(), Routes: r.consoleRoutes(), Horizon: horizon})
 	return err
 }
 

@@ -200,11 +200,14 @@ start_pg() {
   # A throwaway cluster: durability settings are off for speed, except that
   # with a standby a commit waits for it (synchronous_commit=on).
   # pg_stat_statements is loaded for the bench, which reads what each
-  # statement cost (tools/bench/statements.go).
+  # statement cost (tools/bench/statements.go). max_prepared_transactions
+  # lets the horizon tests leave a prepared transaction behind, as a
+  # two-phase commit coordinator can (outbox/horizon_test.go); a standby needs
+  # at least the primary's value.
   local sync=off
   [ "${PG_STANDBY:-}" = 1 ] && sync=on
   as_user "$bindir/pg_ctl" -D "$PG_DATA" -l "$RUN_DIR/postgres.log" -w -t 60 \
-    -o "-p $PG_PORT -c listen_addresses=127.0.0.1 -k $RUN_DIR -c max_connections=300 -c fsync=off -c full_page_writes=off -c synchronous_commit=$sync -c shared_buffers=256MB -c shared_preload_libraries=pg_stat_statements" \
+    -o "-p $PG_PORT -c listen_addresses=127.0.0.1 -k $RUN_DIR -c max_connections=300 -c fsync=off -c full_page_writes=off -c synchronous_commit=$sync -c shared_buffers=256MB -c shared_preload_libraries=pg_stat_statements -c max_prepared_transactions=8" \
     start >/dev/null || { cat "$RUN_DIR/postgres.log" >&2; die "postgres did not start"; }
   DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/postgres?sslmode=disable"
 }
@@ -222,7 +225,7 @@ start_pg_standby() {
   as_user "$bindir/pg_basebackup" -h 127.0.0.1 -p "$PG_PORT" -U postgres -D "$PG_STANDBY_DATA" -R -X stream \
     -c fast >"$RUN_DIR/basebackup.log" 2>&1 || { cat "$RUN_DIR/basebackup.log" >&2; die "pg_basebackup of the standby failed"; }
   as_user "$bindir/pg_ctl" -D "$PG_STANDBY_DATA" -l "$RUN_DIR/postgres-standby.log" -w -t 60 \
-    -o "-p $PG_STANDBY_PORT -c listen_addresses=127.0.0.1 -k $RUN_DIR -c max_connections=300 -c fsync=off -c full_page_writes=off -c shared_buffers=256MB -c wal_retrieve_retry_interval=500ms -c cluster_name=standby" \
+    -o "-p $PG_STANDBY_PORT -c listen_addresses=127.0.0.1 -k $RUN_DIR -c max_connections=300 -c fsync=off -c full_page_writes=off -c shared_buffers=256MB -c max_prepared_transactions=8 -c wal_retrieve_retry_interval=500ms -c cluster_name=standby" \
     start >/dev/null || { cat "$RUN_DIR/postgres-standby.log" >&2; die "the Postgres standby did not start"; }
   local psql="$bindir/psql -X -q -A -t -h 127.0.0.1 -U postgres -d postgres" i state=""
   for i in $(seq 1 120); do
