@@ -1,7 +1,10 @@
 // Package health serves what every replica, leader or standby, exposes:
 // /healthz (liveness: the main loop ticked recently), /readyz (readiness: not
-// draining, database reachable, and the engine reachable when required) and
+// draining, database reachable, its schema at least the version this binary
+// needs, and the engine reachable when required) and
 // /metrics (Prometheus text, lint-clean for promtool). It also refreshes the
 // outbox gauges from the database: every GaugeInterval on the leader, every
-// StandbyGaugeInterval on a standby.
+// StandbyGaugeInterval on a standby; and the schema version every
+// SchemaInterval, whose verdict the elector asks before it campaigns
+// (SchemaOK).
 package health
