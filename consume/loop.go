@@ -118,6 +118,7 @@ func (l *Loop) claim(ctx context.Context, epoch int64) (*flight, error) {
 			l.headAt = start
 		}
 		events, err := l.store.ClaimAfter(ctx, epoch, l.cfg.BulkSize, l.cfg.Lease, l.latestNames, after, l.names)
+		countError(ctx, claimErrorsTotal, err)
 		if c := outbox.CursorOf(events); c != nil && (l.cursor == nil || c.After(*l.cursor)) {
 			l.cursor = c
 		}
