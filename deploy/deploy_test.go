@@ -55,6 +55,11 @@ var allowedMetrics = map[string]bool{
 	"outbox_event_latency_seconds_sum":     true,
 	"outbox_event_latency_seconds_count":   true,
 	"outbox_verify_drift_documents":        true,
+	"outbox_schema_version":                true,
+	"outbox_schema_required_version":       true,
+	"outbox_claim_errors_total":            true,
+	"outbox_ack_errors_total":              true,
+	"outbox_reclaim_errors_total":          true,
 	"wlproj_build_info":                    true,
 	"up":                                   true,
 }
@@ -181,6 +186,8 @@ var wantAlerts = []string{
 	"OutboxLeaderFlapping",
 	"OutboxReplicaNotReady",
 	"OutboxIndexDrift",
+	"OutboxSchemaBehind",
+	"OutboxLeaderErrors",
 }
 
 var reRunbookURL = regexp.MustCompile(`^https://\S+/runbook\.md#([a-z0-9-]+)$`)
