@@ -51,6 +51,7 @@ func (l *Loop) ackDone(ctx context.Context, epoch, claim int64, byID map[int64]o
 	ledger := l.ledgerIDs(byID, out.applied())
 	acked, err := l.store.AckDone(ctx, epoch, claim, out.done, ledger)
 	if err != nil {
+		countError(ctx, ackErrorsTotal, err)
 		l.log.Error().Err(err).Int("events", len(out.done)).Msg("ack done failed; the lease will bring them back")
 		return
 	}
@@ -81,6 +82,7 @@ func (l *Loop) ackDone(ctx context.Context, epoch, claim int64, byID map[int64]o
 func (l *Loop) ackFailed(ctx context.Context, epoch, claim int64, byID map[int64]outbox.Event, failures []outbox.Failure, res *BatchResult) {
 	changed, err := l.store.AckFailed(ctx, epoch, claim, failures)
 	if err != nil {
+		countError(ctx, ackErrorsTotal, err)
 		l.log.Error().Err(err).Int("events", len(failures)).Msg("ack failed failed; the lease will bring them back")
 		return
 	}

@@ -123,6 +123,7 @@ func (l *Loop) claim(ctx context.Context, epoch int64) (*flight, error) {
 		}
 		events, err := l.store.ClaimAfter(ctx, epoch, l.cfg.BulkSize, l.cfg.Lease, l.latestNames, after, l.names)
 		l.headNext = after == nil && len(events) >= l.cfg.BulkSize
+		countError(ctx, claimErrorsTotal, err)
 		if c := outbox.CursorOf(events); c != nil && (l.cursor == nil || c.After(*l.cursor)) {
 			l.cursor = c
 		}

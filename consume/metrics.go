@@ -1,6 +1,7 @@
 package consume
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -13,6 +14,12 @@ import (
 var (
 	fencedAcksTotal = metrics.NewCounter(`outbox_fenced_acks_total`)
 	reclaimedTotal  = metrics.NewCounter(`outbox_reclaimed_total`)
+	// The leader's statements that failed: the loop, the acks and the
+	// reclaimer log each failure and carry on, so without these a leader
+	// whose every claim fails looks as healthy as an idle one.
+	claimErrorsTotal   = metrics.NewCounter(`outbox_claim_errors_total`)
+	ackErrorsTotal     = metrics.NewCounter(`outbox_ack_errors_total`)
+	reclaimErrorsTotal = metrics.NewCounter(`outbox_reclaim_errors_total`)
 	// ledgerPrunedTotal counts ledger entries the pruner removed, tombstones and live ones.
 	ledgerPrunedTotal = metrics.NewCounter(`outbox_ledger_pruned_total`)
 	batchDuration     = promhist.New(`outbox_batch_duration_seconds`, promhist.LatencyBuckets)
@@ -38,7 +45,18 @@ func init() {
 		"outbox_batch_duration_seconds": "Time to project and ack one claimed batch.",
 		"outbox_claim_duration_seconds": "Time of one claim statement, as the leader waits for it.",
 		"outbox_event_latency_seconds":  "Time from insert to ack of an event.",
+		"outbox_claim_errors_total":     "Claims that failed with an error (the leader logs each and claims again after the poll interval).",
+		"outbox_ack_errors_total":       "Acks (done or failed) that failed with an error; their rows come back after the lease.",
+		"outbox_reclaim_errors_total":   "Reclaimer rounds that failed with an error.",
 	})
+}
+
+// countError counts err in c, unless ctx has ended: a statement cut short
+// because leadership was lost or the replica is stopping is no fault.
+func countError(ctx context.Context, c *metrics.Counter, err error) {
+	if err != nil && ctx.Err() == nil {
+		c.Inc()
+	}
 }
 
 // initCounters creates every labelled series at zero, so that increase()

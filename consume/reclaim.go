@@ -34,6 +34,7 @@ func NewReclaimer(cfg Config, store *outbox.Store, log zerolog.Logger) *Reclaime
 func (r *Reclaimer) runOnce(ctx context.Context, epoch int64) (outbox.ReclaimResult, error) {
 	res, err := r.store.Reclaim(ctx, epoch, r.cfg.MaxProcessing, r.cfg.MaxAttempts)
 	if err != nil {
+		countError(ctx, reclaimErrorsTotal, err)
 		return res, err
 	}
 	n := len(res.Pending) + len(res.Failed)

@@ -61,6 +61,11 @@ var allowedMetrics = map[string]bool{
 	"outbox_table_dead_tuples":                       true,
 	"outbox_table_live_tuples":                       true,
 	"outbox_table_last_autovacuum_timestamp_seconds": true,
+	"outbox_schema_version":                          true,
+	"outbox_schema_required_version":                 true,
+	"outbox_claim_errors_total":                      true,
+	"outbox_ack_errors_total":                        true,
+	"outbox_reclaim_errors_total":                    true,
 	"wlproj_build_info":                              true,
 	"up":                                             true,
 }
@@ -189,6 +194,8 @@ var wantAlerts = []string{
 	"OutboxIndexDrift",
 	"OutboxVacuumHorizonHeld",
 	"OutboxDeadTuplesNotReclaimed",
+	"OutboxSchemaBehind",
+	"OutboxLeaderErrors",
 }
 
 var reRunbookURL = regexp.MustCompile(`^https://\S+/runbook\.md#([a-z0-9-]+)$`)

@@ -68,6 +68,10 @@ type Config struct {
 	// Pprof serves Go's /debug/pprof/ next to /metrics, for
 	// profiling a live leader. Defaults to false.
 	Pprof bool
+	// SchemaInterval is how often the replica reads the schema version,
+	// which readiness and the elector's CanLead compare with the version
+	// this binary needs. Defaults to 5s.
+	SchemaInterval time.Duration
 }
 
 // Deps is what the server observes.
@@ -98,6 +102,8 @@ type Server struct {
 	ready   *metrics.Gauge
 	gauges  struct{ lag, oldest, inflight, stuck *metrics.Gauge }
 	horizon *horizonGauges
+	// schema holds the database's schema version against this binary's.
+	schema *schemaCheck
 	// refresher keeps the gauges fresh between Start and Stop.
 	refresher startstop.Runner
 }
@@ -120,6 +126,7 @@ func (c Config) withDefaults() Config {
 	c.GaugeInterval = cmp.Or(c.GaugeInterval, gaugeIntervalDefault)
 	c.StandbyGaugeInterval = cmp.Or(c.StandbyGaugeInterval, standbyGaugeIntervalDefault)
 	c.MaxProcessing = cmp.Or(c.MaxProcessing, outbox.MaxProcessingDefault)
+	c.SchemaInterval = cmp.Or(c.SchemaInterval, schemaIntervalDefault)
 	return c
 }
 
@@ -142,6 +149,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if s.deps.Horizon == nil {
 		s.deps.Horizon = &outbox.HorizonWatch{}
 	}
+	s.schema = newSchemaCheck(deps.Pool, cfg.SchemaInterval, cfg.CheckTimeout, deps.Log)
 	s.ready = metrics.GetOrCreateGauge(`outbox_ready`, nil)
 	s.gauges.lag = metrics.GetOrCreateGauge(`outbox_lag_events`, nil)
 	s.gauges.oldest = metrics.GetOrCreateGauge(`outbox_oldest_age_seconds`, nil)
@@ -195,8 +203,8 @@ func (s *Server) listen(h http.Handler, port int) error {
 	return nil
 }
 
-// Start serves the listeners and keeps the outbox gauges fresh until Stop
-// or ctx ends.
+// Start serves the listeners and keeps the outbox gauges and the schema
+// version fresh until Stop or ctx ends.
 func (s *Server) Start(ctx context.Context) error {
 	for _, srv := range s.servers {
 		if err := srv.Start(ctx); err != nil {
@@ -204,12 +212,13 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 	}
 	s.refresher.Run(ctx, s.refreshGauges)
-	return nil
+	return s.schema.Start(ctx)
 }
 
-// Stop stops the gauges and the listeners, letting requests in flight
-// finish for a second.
+// Stop stops the gauges, the schema reads and the listeners, letting
+// requests in flight finish for a second.
 func (s *Server) Stop() {
+	s.schema.Stop()
 	s.refresher.Stop()
 	for _, srv := range s.servers {
 		srv.Stop()
@@ -225,7 +234,15 @@ type body struct {
 	// Paused lists the paused projections on /readyz. A pause is deliberate,
 	// so it never fails readiness; their lag grows and shows here.
 	Paused []pausedBody `json:"paused,omitempty"`
+	// Schema is the database's schema version against this binary's, on
+	// /readyz.
+	Schema *SchemaStatus `json:"schema,omitempty"`
 }
+
+// SchemaOK reports whether the database's schema is at least the version
+// this binary needs, as last read; false before the first read. The
+// elector campaigns only while it holds (leader.Elector.CanLead).
+func (s *Server) SchemaOK() bool { return s.schema.OK() }
 
 type pausedBody struct {
 	Projection string    `json:"projection"`
@@ -234,9 +251,10 @@ type pausedBody struct {
 	Since      time.Time `json:"since"`
 }
 
-func (s *Server) write(w http.ResponseWriter, ok bool, checks map[string]string, paused []pausedBody) {
+// write sends b, with the status and the elector's state filled in.
+func (s *Server) write(w http.ResponseWriter, ok bool, b body) {
 	st := s.deps.Elector.State()
-	b := body{Status: "ok", Role: st.Role, WorkerID: st.WorkerID, Epoch: st.Epoch, Checks: checks, Paused: paused}
+	b.Status, b.Role, b.WorkerID, b.Epoch = "ok", st.Role, st.WorkerID, st.Epoch
 	code := http.StatusOK
 	if !ok {
 		b.Status, code = "fail", http.StatusServiceUnavailable
@@ -253,7 +271,7 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	if !ok {
 		checks["loop"] = "last tick " + age.Round(time.Millisecond).String() + " ago"
 	}
-	s.write(w, ok, checks, nil)
+	s.write(w, ok, body{Checks: checks})
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
@@ -265,11 +283,13 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	} else {
 		s.ready.Set(0)
 	}
-	var paused []pausedBody
+	b := body{Checks: checks}
 	if checks["database"] == "ok" {
-		paused = s.paused(ctx)
+		b.Paused = s.paused(ctx)
 	}
-	s.write(w, ok, checks, paused)
+	schema := s.schema.current(ctx)
+	b.Schema = &schema
+	s.write(w, ok, b)
 }
 
 // paused reads the paused projections and refreshes their gauges. A failed
@@ -307,6 +327,13 @@ func (s *Server) readiness(ctx context.Context) (map[string]string, bool) {
 		fail("database", "unreachable: "+errText(err))
 	} else {
 		checks["database"] = "ok"
+	}
+	// A replica on a schema older than its binary needs would claim with
+	// statements that fail, or walk an index that is not there.
+	if schema := s.schema.current(ctx); schema.OK() {
+		checks["schema"] = "ok"
+	} else {
+		fail("schema", schema.check(s.cfg.SchemaInterval))
 	}
 	if s.cfg.RequireES {
 		if err := s.deps.PingES(ctx); err != nil {

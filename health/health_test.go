@@ -33,6 +33,11 @@ type fixture struct {
 // start serves a health server for a replica named w1 on the given pool;
 // change adjusts its config.
 func start(t *testing.T, pool *pgxpool.Pool, dbURL string, change func(*Config)) *fixture {
+	return startLogging(t, pool, dbURL, change, zerolog.Nop())
+}
+
+// startLogging is start with the server logging to log.
+func startLogging(t *testing.T, pool *pgxpool.Pool, dbURL string, change func(*Config), log zerolog.Logger) *fixture {
 	f := &fixture{t: t, draining: &atomic.Bool{}, port: harness.Port(t)}
 	var err error
 	f.elector, err = leader.New(leader.Config{DatabaseURL: dbURL, WorkerID: "w1", Name: harness.UniqueName("health_")},
@@ -48,7 +53,7 @@ func start(t *testing.T, pool *pgxpool.Pool, dbURL string, change func(*Config))
 		change(&cfg)
 	}
 	f.metrics = cmpOr(cfg.MetricsPort, f.port)
-	f.srv, err = New(cfg, Deps{Pool: pool, Elector: f.elector, Draining: f.draining, Log: zerolog.Nop(),
+	f.srv, err = New(cfg, Deps{Pool: pool, Elector: f.elector, Draining: f.draining, Log: log,
 		PingES: func(context.Context) error {
 			if e := f.esErr.Load(); e != nil {
 				return *e
@@ -122,7 +127,7 @@ func TestReadyzNamesTheFailedCheck(t *testing.T) {
 
 	r := f.get(f.port, "/readyz")
 	require.Equal(t, http.StatusOK, r.code, r.raw)
-	require.Equal(t, map[string]string{"draining": "no", "database": "ok"}, r.body.Checks,
+	require.Equal(t, map[string]string{"draining": "no", "database": "ok", "schema": "ok"}, r.body.Checks,
 		"without the gate the engine is not part of readiness")
 
 	down := error(errors.New("connection refused"))

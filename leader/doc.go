@@ -16,4 +16,9 @@
 // writes change nothing. The leader checks its lock connection every
 // CheckInterval; if the check fails it cancels its services at once and goes
 // back to standby.
+//
+// A replica campaigns only while its Elector.CanLead allows it: the replica
+// allows it while the database's schema is one its binary runs on. Until
+// then it opens no lock connection, a standby gives up its wait at the next
+// slice, and a leader steps down as at shutdown.
 package leader

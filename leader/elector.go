@@ -161,6 +161,13 @@ type Elector struct {
 	// OnTick, if set, is called from the loop every TickInterval; liveness
 	// and the systemd watchdog hang off it.
 	OnTick func()
+	// CanLead, if set, says whether this replica may lead now; the replica
+	// sets it to whether the database's schema is one its binary runs on.
+	// While it says no the elector does not campaign (checked every tick,
+	// with no connection open, and between the slices of the lock wait),
+	// and a leader for which it turns to no steps down as at shutdown. It
+	// is called from the loop, so it must answer at once.
+	CanLead func() bool
 
 	mu     sync.Mutex
 	state  State
@@ -222,17 +229,52 @@ func (e *Elector) Start(ctx context.Context) error {
 // leader's services have drained and the lock is released.
 func (e *Elector) Stop() { e.runner.Stop() }
 
+// errMayNotLead ends a campaign or a term because CanLead said no.
+var errMayNotLead = errors.New("this replica may not lead now")
+
+func (e *Elector) canLead() bool { return e.CanLead == nil || e.CanLead() }
+
 // Run campaigns until ctx is cancelled. Cancelling ctx is a graceful
 // shutdown: a leader drains its services, then releases the lock.
 func (e *Elector) Run(ctx context.Context) {
 	e.ticked()
 	for ctx.Err() == nil {
+		if !e.awaitCanLead(ctx) {
+			return
+		}
 		err := e.campaign(ctx)
+		if errors.Is(err, errMayNotLead) {
+			continue
+		}
 		if err != nil && ctx.Err() == nil {
 			e.log.Warn().Err(err).Msg("leadership attempt failed; retrying")
 			select {
 			case <-ctx.Done():
 			case <-time.After(e.cfg.RetryInterval):
+			}
+		}
+	}
+}
+
+// awaitCanLead returns true once CanLead allows a campaign and false when
+// ctx ends. It keeps ticking meanwhile: the replica is alive, only not
+// allowed to lead, and a restart would not change that.
+func (e *Elector) awaitCanLead(ctx context.Context) bool {
+	if e.canLead() {
+		return true
+	}
+	e.log.Warn().Msg("not campaigning for leadership: this replica may not lead now (/readyz says why)")
+	ticker := time.NewTicker(e.cfg.TickInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-ticker.C:
+			e.ticked()
+			if e.canLead() {
+				e.log.Info().Msg("campaigning for leadership again")
+				return true
 			}
 		}
 	}
@@ -272,6 +314,9 @@ func (e *Elector) campaign(ctx context.Context) error {
 	if err := e.waitForLock(ctx, conn); err != nil {
 		return err
 	}
+	if !e.canLead() {
+		return errMayNotLead // closing conn releases the lock
+	}
 	var epoch int64
 	err = conn.QueryRow(ctx, outbox.BumpEpochSQL, e.cfg.Name, e.cfg.WorkerID).Scan(&epoch)
 	if err != nil {
@@ -286,7 +331,7 @@ func (e *Elector) waitForLock(ctx context.Context, conn *pgx.Conn) error {
 	locked := make(chan error, 1)
 	waitCtx, stopWaiting := context.WithCancel(ctx)
 	defer stopWaiting()
-	go func() { locked <- waitInSlices(waitCtx, conn, e.cfg.Name) }()
+	go func() { locked <- waitInSlices(waitCtx, conn, e.cfg.Name, e.canLead) }()
 	ticker := time.NewTicker(e.cfg.TickInterval)
 	defer ticker.Stop()
 	for {
@@ -305,9 +350,13 @@ func (e *Elector) waitForLock(ctx context.Context, conn *pgx.Conn) error {
 // waitInSlices runs LockSQL until it takes the lock. The lock connection's
 // lock_timeout (outbox.LockWaitSlice) ends each wait, and with it the
 // statement's snapshot, so a standby never holds the database's vacuum
-// horizon back by more than a slice, however long it stands by.
-func waitInSlices(ctx context.Context, conn *pgx.Conn, name string) error {
+// horizon back by more than a slice, however long it stands by. Before each
+// slice it asks canLead, and gives up the wait with errMayNotLead on a no.
+func waitInSlices(ctx context.Context, conn *pgx.Conn, name string, canLead func() bool) error {
 	for {
+		if !canLead() {
+			return errMayNotLead
+		}
 		_, err := conn.Exec(ctx, outbox.LockSQL, name)
 		var pgErr *pgconn.PgError
 		if !errors.As(err, &pgErr) || pgErr.Code != outbox.LockNotAvailable {
@@ -337,12 +386,7 @@ func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, epoch int64) error {
 	for {
 		select {
 		case <-ctx.Done():
-			close(drain)
-			e.awaitDrain(done, tick.C, cancel)
-			unlockCtx, cancelUnlock := context.WithTimeout(context.Background(), e.cfg.CheckTimeout)
-			_, err := conn.Exec(unlockCtx, outbox.UnlockSQL, e.cfg.Name)
-			cancelUnlock()
-			e.log.Info().Int64("epoch", epoch).Err(err).Msg("released leadership")
+			e.release(conn, epoch, drain, done, tick.C, cancel)
 			return nil
 		case <-done:
 			// The services stopped on their own; give the lock to another replica.
@@ -351,6 +395,11 @@ func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, epoch int64) error {
 		case <-tick.C:
 			e.ticked()
 		case <-check.C:
+			if !e.canLead() {
+				e.log.Warn().Int64("epoch", epoch).Msg("may not lead any more (/readyz says why); stepping down")
+				e.release(conn, epoch, drain, done, tick.C, cancel)
+				return errMayNotLead
+			}
 			if err := e.check(conn, epoch); err != nil {
 				cancel()
 				<-done
@@ -359,6 +408,17 @@ func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, epoch int64) error {
 			}
 		}
 	}
+}
+
+// release ends a term in order, as at shutdown: the services drain, then
+// the lock goes.
+func (e *Elector) release(conn *pgx.Conn, epoch int64, drain chan struct{}, done <-chan struct{}, tick <-chan time.Time, cancel context.CancelFunc) {
+	close(drain)
+	e.awaitDrain(done, tick, cancel)
+	unlockCtx, cancelUnlock := context.WithTimeout(context.Background(), e.cfg.CheckTimeout)
+	_, err := conn.Exec(unlockCtx, outbox.UnlockSQL, e.cfg.Name)
+	cancelUnlock()
+	e.log.Info().Int64("epoch", epoch).Err(err).Msg("released leadership")
 }
 
 // awaitDrain waits for the drained services, cancelling them after

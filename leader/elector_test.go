@@ -24,13 +24,18 @@ type replica struct {
 	drained int // services ended by drain
 }
 
-func startReplica(t *testing.T, db harness.DB, id string) *replica {
+// startReplica runs a replica named id; canLead, if given, is its
+// elector's CanLead.
+func startReplica(t *testing.T, db harness.DB, id string, canLead ...func() bool) *replica {
 	t.Helper()
 	r := &replica{done: make(chan struct{})}
 	var err error
 	r.e, err = New(Config{DatabaseURL: db.URL, Name: "test", WorkerID: id, CheckInterval: 50 * time.Millisecond,
 		TickInterval: 50 * time.Millisecond, RetryInterval: 50 * time.Millisecond}, zerolog.Nop(), r)
 	require.NoError(t, err)
+	for _, f := range canLead {
+		r.e.CanLead = f
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	go func() { defer close(r.done); r.e.Run(ctx) }()

@@ -68,7 +68,14 @@ func (r *Replica) build() error {
 	}
 	r.health, err = health.New(r.cfg.Health, health.Deps{Pool: r.pool, Elector: r.elector, PingES: r.parts.pingES,
 		Draining: &r.draining, Log: r.log, Projections: ProjectionNames(), Routes: r.consoleRoutes(), Horizon: horizon})
-	return err
+	if err != nil {
+		return err
+	}
+	// A replica on a schema older than its binary needs stands aside: its
+	// claims would fail or walk a missing index, and the other replica,
+	// or this one after wlproj migrate, leads instead.
+	r.elector.CanLead = r.health.SchemaOK
+	return nil
 }
 
 // consoleRoutes are what the console adds to the HTTP listener: nothing

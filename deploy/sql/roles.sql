@@ -110,7 +110,8 @@ SELECT to_regclass('public.outbox_events') IS NOT NULL
                       pg_get_serial_sequence('public.outbox_replay_audit', 'id')]) AS s \gexec
   -- Tables of later migrations, once they exist.
   SELECT format('REVOKE ALL ON %s FROM %I', t, :'runtime_role')
-    FROM unnest(ARRAY[to_regclass('public.outbox_applied'), to_regclass('public.outbox_dead_letter'),
+    FROM unnest(ARRAY[to_regclass('public.goose_db_version'),
+                      to_regclass('public.outbox_applied'), to_regclass('public.outbox_dead_letter'),
                       to_regclass('public.outbox_projection_state'), to_regclass('public.chronicle_events'),
                       to_regclass('public.outbox_rebuilds'), to_regclass('public.outbox_console_sessions'),
                       to_regclass('public.outbox_verify_runs')]) AS t
@@ -159,6 +160,11 @@ SELECT to_regclass('public.outbox_events') IS NOT NULL
   -- inserting events.
   SELECT format('GRANT SELECT, INSERT, UPDATE ON %s TO %I', t, :'runtime_role')
     FROM to_regclass('public.outbox_verify_runs') AS t WHERE t IS NOT NULL \gexec
+  -- Every replica reads the schema version, and neither leads nor reports
+  -- ready while it is older than its binary needs. Only wlproj migrate, as
+  -- the owner, writes it.
+  SELECT format('GRANT SELECT ON %s TO %I', t, :'runtime_role')
+    FROM to_regclass('public.goose_db_version') AS t WHERE t IS NOT NULL \gexec
   -- The elector upserts its row to bump the epoch (the fencing token).
   GRANT SELECT, INSERT, UPDATE ON public.outbox_leader TO :"runtime_role";
   -- Auto-replay writes an audit row per replay, and reads them for its

@@ -120,6 +120,9 @@ func (b *bundle) check(t *testing.T) {
 	var user string
 	require.NoError(t, conn.QueryRow(ctx, `SELECT current_user`).Scan(&user))
 	require.Equal(t, b.runtime, user)
+	schema, err := migrations.SchemaVersion(ctx, conn)
+	require.NoError(t, err, "the runtime role reads the schema version, which a replica needs to lead")
+	require.Equal(t, migrations.HeadVersion(), schema.Version)
 	for _, stmt := range []string{
 		`DROP TABLE outbox_events`,
 		`ALTER TABLE outbox_events ADD COLUMN pwned int`,
@@ -151,7 +154,9 @@ func (b *bundle) check(t *testing.T) {
 		`DROP FUNCTION outbox_append_error(jsonb, jsonb, integer)`,
 		`CREATE OR REPLACE FUNCTION outbox_append_error(history jsonb, entry jsonb, keep integer) RETURNS jsonb LANGUAGE sql AS 'SELECT history'`,
 		`DROP TRIGGER outbox_events_notify ON outbox_events`,
-		`SELECT * FROM goose_db_version`,
+		`INSERT INTO goose_db_version (version_id, is_applied) VALUES (999, true)`,
+		`UPDATE goose_db_version SET version_id = 999`,
+		`DELETE FROM goose_db_version`,
 		`SET ROLE ` + pgx.Identifier{b.owner}.Sanitize(),
 	} {
 		_, err := conn.Exec(ctx, stmt)

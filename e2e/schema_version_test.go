@@ -1,0 +1,272 @@
+package e2e
+
+// The version contract between binary and schema, as an operator meets it
+// mid-upgrade: a replica whose binary needs a newer schema stands aside
+// until wlproj migrate, and a binary built before the newest migration
+// keeps draining on the schema that migration made, so the documented order
+// (migrate, then restart the standby, then the leader) holds.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wlproj/wlproj/internal/testkit/harness"
+	"github.com/wlproj/wlproj/migrations"
+)
+
+// newClusterAt is newCluster on a database migrated only up to version.
+func newClusterAt(t *testing.T, version int64) *cluster {
+	t.Helper()
+	c := &cluster{t: t, db: harness.NewEmptyDatabase(t), index: harness.NewIndex(t)}
+	migrate(t, c.db, version)
+	c.env = harness.ReplicaEnv(c.db.URL, harness.ElasticURL(t), c.index, harness.Quick...)
+	return c
+}
+
+// migrate runs wlproj migrate's code up to version (0: every migration).
+func migrate(t *testing.T, db harness.DB, version int64) {
+	t.Helper()
+	res, err := migrations.Run(context.Background(), db.URL, migrations.Expect{Database: db.Name},
+		migrations.Config{UpTo: version}, zerolog.Nop())
+	require.NoError(t, err)
+	if version == 0 {
+		version = migrations.HeadVersion()
+	}
+	require.Equal(t, version, res.Current)
+}
+
+// readiness is the /readyz body.
+type readiness struct {
+	Status string            `json:"status"`
+	Checks map[string]string `json:"checks"`
+	Schema struct {
+		Database string `json:"database"`
+		Version  int64  `json:"version"`
+		Required int64  `json:"required"`
+		Read     bool   `json:"read"`
+	} `json:"schema"`
+}
+
+func readyz(t *testing.T, r *harness.Replica) (int, readiness) {
+	t.Helper()
+	code, body, err := r.Get("/readyz")
+	require.NoError(t, err)
+	var b readiness
+	require.NoError(t, json.Unmarshal(body, &b), string(body))
+	return code, b
+}
+
+func metric(t *testing.T, r *harness.Replica, name string) float64 {
+	t.Helper()
+	v, ok, err := r.Metric(name)
+	require.NoError(t, err)
+	require.True(t, ok, "%s exports no %s", r.Name, name)
+	return v
+}
+
+// Two replicas of a binary that needs one migration more than the database
+// has: neither is ready nor leads, each says which versions and which
+// command, and exports both; nothing is claimed. After wlproj migrate,
+// without a restart, one leads and drains everything.
+func TestReplicasOnAnOlderSchemaDoNotLead(t *testing.T) {
+	t.Parallel()
+	behind := migrations.RequiredVersion - 1
+	c := newClusterAt(t, behind)
+	c.produce(500, 2)
+	a, b := c.start("a"), c.start("b")
+
+	for _, r := range []*harness.Replica{a, b} {
+		code, body := readyz(t, r)
+		require.Equal(t, http.StatusServiceUnavailable, code, "%+v", body)
+		check := body.Checks["schema"]
+		require.Contains(t, check, fmt.Sprintf("schema version %d, this binary needs %d or newer", behind, migrations.RequiredVersion), check)
+		require.Contains(t, check, "wlproj migrate --expect-db "+c.db.Name, check)
+		require.Equal(t, behind, body.Schema.Version)
+		require.Equal(t, migrations.RequiredVersion, body.Schema.Required)
+		require.Equal(t, float64(behind), metric(t, r, "outbox_schema_version"))
+		require.Equal(t, float64(migrations.RequiredVersion), metric(t, r, "outbox_schema_required_version"))
+		require.Zero(t, metric(t, r, "outbox_ready"))
+	}
+	time.Sleep(3 * time.Second) // three ticks of the elector, and a schema read
+	for _, r := range []*harness.Replica{a, b} {
+		h, err := r.Health()
+		require.NoError(t, err)
+		require.Equal(t, harness.RoleStandby, h.Role, "%s is alive and does not lead", r.Name)
+	}
+	require.Zero(t, c.db.Int(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+	                             AND application_name LIKE 'wlproj-leader:%'`), "no replica campaigns")
+	require.Zero(t, c.db.Int(t, `SELECT count(*) FROM outbox_leader`), "no epoch taken")
+	require.Equal(t, 1000, c.count(`status = 'pending' AND attempts = 0`), "nothing claimed")
+
+	migrate(t, c.db, 0)
+	harness.Leader(t, a, b)
+	for _, r := range []*harness.Replica{a, b} {
+		harness.Eventually(t, 15*time.Second, r.Name+" ready after the migration", func() bool {
+			code, _ := readyz(t, r)
+			return code == http.StatusOK
+		})
+		require.Equal(t, float64(migrations.HeadVersion()), metric(t, r, "outbox_schema_version"))
+	}
+	require.EqualValues(t, 1000, c.settle(60*time.Second).Done)
+}
+
+// The upgrade as the runbook orders it, with the binary of the commit
+// before the newest migration as the running release: its leader keeps
+// draining while wlproj migrate brings the schema to head and after, then
+// the standby and the leader are restarted on this binary, one at a time.
+//
+// That release's standby waits for the lock in one statement, whose
+// snapshot CREATE INDEX CONCURRENTLY waits for (the migration failed after
+// MIGRATE_LOCK_WAIT naming wlproj-leader:b), so it is stopped before the
+// migration, as the runbook says for an upgrade from such a release.
+func TestUpgradeOrderOldBinaryRunsOnNewSchema(t *testing.T) {
+	t.Parallel()
+	old := binaryBeforeNewestMigration(t)
+	t.Logf("the running release: %s, built from %s, schema %d", old.path, old.commit[:12], old.schema)
+	c := newClusterAt(t, old.schema)
+	oa, ob := c.startBinary(old.path, "a"), c.startBinary(old.path, "b")
+	oldLeader := c.leader()
+	oldStandby := map[*harness.Replica]*harness.Replica{oa: ob, ob: oa}[oldLeader]
+	c.produce(2000, 5)
+
+	oldStandby.Stop(15 * time.Second)
+	migrate(t, c.db, 0) // while the old leader drains the backlog
+	c.produce(2000, 1)  // on the head schema
+	rep := c.settle(90 * time.Second)
+	require.EqualValues(t, 12000, rep.Done)
+	require.True(t, oldLeader.IsLeader(), "the old binary led throughout")
+	require.Equal(t, 2000, c.db.Count(t, `locked_by = $1 AND event_version = 6`, oldLeader.Name),
+		"the old binary drained what was produced on the head schema")
+
+	standby := c.startBinary(harness.Binary(t), oldStandby.Name)
+	harness.Eventually(t, 15*time.Second, "the new standby ready", func() bool {
+		code, _ := readyz(t, standby)
+		return code == http.StatusOK
+	})
+	oldLeader.Stop(45 * time.Second)
+	require.Equal(t, standby, c.leader())
+	c.startBinary(harness.Binary(t), oldLeader.Name)
+	c.produce(2000, 1)
+	rep = c.settle(60 * time.Second)
+	require.EqualValues(t, 14000, rep.Done)
+	require.Equal(t, 2000, c.db.Count(t, `locked_by = $1 AND event_version = 7`, standby.Name),
+		"the new leader drained the last batch")
+}
+
+// A leader whose schema changes under it (a column its claim reads renamed
+// by hand) stays ready, since its schema version did not move; its claim
+// errors are what shows it, for OutboxLeaderErrors.
+func TestClaimErrorsCountedWhenTheSchemaChangesUnderTheLeader(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	l := c.run("a")
+	c.db.Exec(t, `ALTER TABLE outbox_events RENAME COLUMN traceparent TO traceparent_gone`)
+	c.produce(10, 1)
+	harness.Eventually(t, 20*time.Second, "claim errors counted", func() bool {
+		return metric(t, l, "outbox_claim_errors_total") >= 3
+	})
+	require.Equal(t, 10, c.count(`status = 'pending'`), "nothing claimed")
+	c.db.Exec(t, `ALTER TABLE outbox_events RENAME COLUMN traceparent_gone TO traceparent`)
+	c.settle(30 * time.Second)
+}
+
+// startBinary is start with another build of wlproj.
+func (c *cluster) startBinary(bin, name string) *harness.Replica {
+	c.t.Helper()
+	r, err := harness.Start(bin, name, c.env, nil)
+	require.NoError(c.t, err)
+	c.t.Cleanup(func() {
+		r.Stop(10 * time.Second)
+		if c.t.Failed() {
+			c.t.Logf("logs of %s (%s):\n%s", r.Name, bin, r.Logs()[max(0, len(r.Logs())-4000):])
+		}
+	})
+	c.replicas = append(c.replicas, r)
+	harness.Healthy(c.t, r)
+	return r
+}
+
+// oldBinary is wlproj as built from the commit before the newest
+// migration file was added, and the newest migration that commit carries.
+type oldBinary struct {
+	path, commit string
+	schema       int64
+}
+
+// binaryBeforeNewestMigration finds that commit in the checkout's history
+// and builds it. Without the history (a shallow clone, the newest file not
+// committed yet) the test is skipped, saying why.
+func binaryBeforeNewestMigration(t *testing.T) oldBinary {
+	t.Helper()
+	root := harness.Root(t)
+	git := func(args ...string) (string, error) {
+		out, err := exec.Command("git", append([]string{"-C", root}, args...)...).Output()
+		return strings.TrimSpace(string(out)), err
+	}
+	newest, err := filepath.Glob(filepath.Join(root, "migrations", fmt.Sprintf("%05d_*.sql", migrations.HeadVersion())))
+	require.NoError(t, err)
+	require.Len(t, newest, 1, "the file of migration %d", migrations.HeadVersion())
+	file := "migrations/" + filepath.Base(newest[0])
+	if shallow, err := git("rev-parse", "--is-shallow-repository"); err != nil || shallow != "false" {
+		t.Skipf("no full git history here (shallow %q, %v): the binary from before %s cannot be built", shallow, err, file)
+	}
+	added, err := git("log", "--diff-filter=A", "--format=%H", "-1", "--", file)
+	if err != nil || added == "" {
+		t.Skipf("no commit in this checkout's history adds %s (%v): the binary from before it cannot be built", file, err)
+	}
+	parent, err := git("rev-parse", "--verify", added+"^")
+	if err != nil {
+		t.Skipf("the commit adding %s has no parent here: %v", file, err)
+	}
+	names, err := git("ls-tree", "--name-only", parent, "migrations/")
+	require.NoError(t, err)
+	old := oldBinary{commit: parent}
+	for _, name := range strings.Fields(names) {
+		if v, err := strconv.ParseInt(strings.SplitN(filepath.Base(name), "_", 2)[0], 10, 64); err == nil && strings.HasSuffix(name, ".sql") {
+			old.schema = max(old.schema, v)
+		}
+	}
+	require.Less(t, old.schema, migrations.HeadVersion())
+	old.path = buildCommit(t, root, parent)
+	return old
+}
+
+// buildCommit builds the wlproj of commit once per machine, into the user's
+// cache directory under the commit's name: a commit's source never changes,
+// so a later run finds the binary instead of building it again.
+func buildCommit(t *testing.T, root, commit string) string {
+	t.Helper()
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	dir := filepath.Join(cache, "wlproj", "e2e-bin", commit)
+	bin := filepath.Join(dir, "wlproj")
+	if _, err := os.Stat(bin); err == nil {
+		return bin
+	}
+	src := t.TempDir()
+	out, err := exec.Command("sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", root, commit, src).CombinedOutput()
+	require.NoError(t, err, "git archive %s: %s", commit, out)
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	// Built aside and renamed: another test process finds all or nothing.
+	tmp := filepath.Join(dir, "wlproj.building-"+strconv.Itoa(os.Getpid()))
+	build := exec.Command("go", "build", "-o", tmp, ".")
+	build.Dir = src
+	out, err = build.CombinedOutput()
+	require.NoError(t, err, "go build of %s: %s", commit, out)
+	require.NoError(t, os.Rename(tmp, bin))
+	return bin
+}

@@ -1,0 +1,86 @@
+package migrations
+
+import (
+	"context"
+	"errors"
+	"path"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// RequiredVersion is the oldest schema this binary runs on: the newest
+// migration its SQL needs. A replica on an older schema neither leads nor
+// reports ready (health checks it), so it never claims on a schema its
+// statements would fail on.
+//
+// It is 16, not 15. On 14 every claim fails (00015 adds the traceparent
+// column the claim reads). On 15 the claim works but has no index to walk in
+// due order (00016, outbox_events_due_idx; outbox/plan_test.go holds the
+// claim to it): it steps past every paused or backing-off pending row, which
+// took 200–390 ms instead of 5–60 ms on 200 k pending rows and grows with
+// the backlog, a cost the application's database pays per batch.
+//
+// Raise it when a migration adds something this binary's SQL uses, and
+// never for one it does not: migrations only add, so a binary keeps working
+// on every schema after its own, and the documented upgrade order (migrate,
+// then restart the standby, then the leader) relies on that.
+// TestRequiredVersionReviewed fails when a migration is added, until
+// someone has decided.
+const RequiredVersion int64 = 16
+
+// HeadVersion is the newest migration embedded in this binary: what
+// wlproj migrate brings a database to.
+func HeadVersion() int64 {
+	names, err := embedded.ReadDir(".")
+	if err != nil {
+		panic("embedded migrations: " + err.Error()) // compiled in: cannot fail
+	}
+	var head int64
+	for _, e := range names {
+		if m := versionRE.FindStringSubmatch(path.Base(e.Name())); m != nil {
+			v, _ := strconv.ParseInt(m[1], 10, 64)
+			head = max(head, v)
+		}
+	}
+	return head
+}
+
+// Schema is what a database's goose table says.
+type Schema struct {
+	// Database is the database's name, which wlproj migrate --expect-db
+	// must be given.
+	Database string
+	// Version is the newest applied migration; 0 when none is.
+	Version int64
+}
+
+// schemaVersionSQL reads the applied version as goose does (its Postgres
+// dialect's GetLatestVersion: goose deletes a version's row when it goes
+// down). goose_db_version holds a row per migration, so this stays a
+// sub-millisecond read however large the outbox grows.
+const schemaVersionSQL = `SELECT current_database(), coalesce(max(version_id), 0) FROM goose_db_version`
+
+// undefinedTable is the SQLSTATE of a database wlproj migrate never ran on.
+const undefinedTable = "42P01"
+
+// Querier is what SchemaVersion reads through: a pool, a connection or a
+// transaction.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// SchemaVersion reads the schema version of q's database. A database
+// without goose's table is at version 0. The role needs SELECT on
+// goose_db_version (deploy/sql/roles.sql grants it to the runtime role).
+func SchemaVersion(ctx context.Context, q Querier) (Schema, error) {
+	var s Schema
+	err := q.QueryRow(ctx, schemaVersionSQL).Scan(&s.Database, &s.Version)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == undefinedTable {
+		err = q.QueryRow(ctx, `SELECT current_database()`).Scan(&s.Database)
+		return s, err
+	}
+	return s, err
+}
