@@ -89,6 +89,17 @@ func (b *bench) sampleCPU() cpuSample {
 	return sampleCPU(pids)
 }
 
+// loadAverage is the machine's one-minute load average, 0 if unknown.
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f, _, _ := strings.Cut(string(b), " ")
+	v, _ := strconv.ParseFloat(f, 64)
+	return v
+}
+
 // cpuSeconds is utime + stime of the fields of /proc/PID/stat after the
 // command.
 func cpuSeconds(fields []string) float64 {

@@ -111,11 +111,15 @@ type SoakWindow struct {
 	LagP99ms float64 `json:"lag_p99_ms"`
 	// CPU microseconds per event written in the window: the backends of
 	// the bench's database (the producer's inserts included), every
-	// Postgres process on the machine, and both replicas.
-	DatabaseCPUPerEv    float64               `json:"database_cpu_us_per_event"`
-	PostgresAllCPUPerEv float64               `json:"postgres_all_cpu_us_per_event"`
-	WlprojCPUPerEv      float64               `json:"wlproj_cpu_us_per_event"`
-	Database            harness.HealthSummary `json:"database"`
+	// Postgres process on the machine, both replicas, and the engine.
+	DatabaseCPUPerEv    float64 `json:"database_cpu_us_per_event"`
+	PostgresAllCPUPerEv float64 `json:"postgres_all_cpu_us_per_event"`
+	WlprojCPUPerEv      float64 `json:"wlproj_cpu_us_per_event"`
+	EngineCPUPerEv      float64 `json:"engine_cpu_us_per_event"`
+	// LoadAverage is the machine's at the window's end (/proc/loadavg, one
+	// minute): on a shared machine, how much else wanted its cores.
+	LoadAverage float64               `json:"load_average"`
+	Database    harness.HealthSummary `json:"database"`
 }
 
 // 17. The soak: two replicas, a steady producer, autovacuum as shipped.
@@ -218,7 +222,7 @@ func (b *bench) soakWindows(ctx context.Context, so *Soak, p *harness.Producer, 
 		cpu, events := cpu1.since(cpu0), int(events1-events0)
 		w := SoakWindow{StartSeconds: (time.Duration(i) * c.Window).Seconds(), Events: events1 - events0,
 			DatabaseCPUPerEv: perEvent(db1.since(db0), events), PostgresAllCPUPerEv: perEvent(cpu["postgres"], events),
-			WlprojCPUPerEv: perEvent(cpu["wlproj"], events)}
+			WlprojCPUPerEv: perEvent(cpu["wlproj"], events), EngineCPUPerEv: perEvent(cpu["engine"], events), LoadAverage: loadAverage()}
 		if b.health != nil {
 			w.Database = harness.Summarize(harness.Between(b.health.Samples(), end.Add(-c.Window), end))
 		}
@@ -242,10 +246,10 @@ func (b *bench) soakWindows(ctx context.Context, so *Soak, p *harness.Producer, 
 
 func (b *bench) soakSay(i int, w SoakWindow) {
 	h := w.Database
-	b.say("soak window %d: %d events, lag p99 %.1f ms over %d acked; backlog max %d; outbox dead max %d last %d, ledger dead max %d last %d; oldest snapshot %.1fs (%d xids, %s), wlproj's %.1fs; CPU µs/event database %.1f, wlproj %.1f",
+	b.say("soak window %d: %d events, lag p99 %.1f ms over %d acked; backlog max %d; outbox dead max %d last %d, ledger dead max %d last %d; oldest snapshot %.1fs (%d xids, %s), wlproj's %.1fs; CPU µs/event database %.1f, wlproj %.1f; load %.1f",
 		i+1, w.Events, w.LagP99ms, w.Acked, h.BacklogMax, h.Tables[outboxTable].DeadMax, h.Tables[outboxTable].DeadLast,
 		h.Tables[ledgerTable].DeadMax, h.Tables[ledgerTable].DeadLast, h.OldestSeconds, h.OldestXIDAge, h.OldestHolder,
-		h.OursSeconds, w.DatabaseCPUPerEv, w.WlprojCPUPerEv)
+		h.OursSeconds, w.DatabaseCPUPerEv, w.WlprojCPUPerEv, w.LoadAverage)
 }
 
 // ackLag is the count and the p99 from insert to ack, in ms, of the events
@@ -348,14 +352,14 @@ func (r *Report) soakWindows(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\nsoak, per %.0fs window (dead rows: max / last / lowest; CPU: µs per event written)\n", so.WindowSeconds)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "from s\tevents\tlag p99 ms\tbacklog max\toutbox dead\tledger dead\toldest snapshot\toldest wlproj\tlock waits\tdatabase CPU\twlproj CPU")
+	fmt.Fprintln(tw, "from s\tevents\tlag p99 ms\tbacklog max\toutbox dead\tledger dead\toldest snapshot\toldest wlproj\tlock waits\tdatabase CPU\twlproj CPU\tengine CPU\tload")
 	for _, win := range so.Windows {
 		h := win.Database
 		out, led := h.Tables[outboxTable], h.Tables[ledgerTable]
-		fmt.Fprintf(tw, "%.0f\t%d\t%.1f\t%d\t%d / %d / %d\t%d / %d / %d\t%.1fs, %d xids (%s)\t%.1fs\t%d\t%.1f\t%.1f\n",
+		fmt.Fprintf(tw, "%.0f\t%d\t%.1f\t%d\t%d / %d / %d\t%d / %d / %d\t%.1fs, %d xids (%s)\t%.1fs\t%d\t%.1f\t%.1f\t%.1f\t%.1f\n",
 			win.StartSeconds, win.Events, win.LagP99ms, h.BacklogMax, out.DeadMax, out.DeadLast, out.DeadMin,
 			led.DeadMax, led.DeadLast, led.DeadMin, h.OldestSeconds, h.OldestXIDAge, clip(h.OldestHolder, 40), h.OursSeconds,
-			h.LockWaitSamples, win.DatabaseCPUPerEv, win.WlprojCPUPerEv)
+			h.LockWaitSamples, win.DatabaseCPUPerEv, win.WlprojCPUPerEv, win.EngineCPUPerEv, win.LoadAverage)
 	}
 	tw.Flush()
 }
