@@ -36,7 +36,7 @@
 //
 // Scenarios, in order (-scenarios runs some of them):
 //
-//  0. soak: the producer at -soak-rate (2,000) events/s for -soak (3
+//  0. soak: the producer at -soak-rate (1,000) events/s for -soak (3
 //     minutes) on the pair no fault has touched yet. Half way an
 //     application table's 10,000 rows are deleted, and VACUUM must remove
 //     every one within 10 s. It fails when the lag is not flat (the last
