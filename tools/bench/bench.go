@@ -137,17 +137,10 @@ func (c Config) validate() error {
 			return fmt.Errorf("%s=%d is out of range [%d, %d]", f.name, f.v, f.lo, f.hi)
 		}
 	}
-	if err := c.Verify.validate(); err != nil {
-		return err
-	}
-	if err := c.NetDelay.validate(); err != nil {
-		return err
-	}
-	if err := c.River.validate(); err != nil {
-		return err
-	}
-	if err := c.Soak.validate(); err != nil {
-		return err
+	for _, step := range []func() error{c.Verify.validate, c.NetDelay.validate, c.River.validate, c.Soak.validate} {
+		if err := step(); err != nil {
+			return err
+		}
 	}
 	switch {
 	case c.Duration < 100*time.Millisecond:
@@ -171,6 +164,12 @@ func (c Config) validate() error {
 	case c.Out == "":
 		return errors.New("-out is empty")
 	}
+	return c.validateLists()
+}
+
+// validateLists checks the settings that are lists: steps, rates, the
+// replicas' settings.
+func (c Config) validateLists() error {
 	known := []string{}
 	for _, s := range (&bench{}).steps() {
 		known = append(known, s.flag)

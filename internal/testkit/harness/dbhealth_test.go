@@ -113,9 +113,8 @@ func TestWatchHealthSamplesTheOutbox(t *testing.T) {
 	require.NoError(t, Insert(context.Background(), db.Pool, books(new(int))(3)))
 	w := WatchHealth(db.Pool, HealthConfig{Prefix: "wlproj", Election: "wlproj-leader:",
 		Tables: []string{"outbox_events", "outbox_applied"}, Backlog: true, Every: 20 * time.Millisecond})
-	time.Sleep(100 * time.Millisecond)
+	Eventually(t, 10*time.Second, "two samples", func() bool { return len(w.Samples()) >= 2 })
 	samples := w.Stop()
-	require.GreaterOrEqual(t, len(samples), 2)
 	for _, s := range samples {
 		require.NoError(t, s.Err)
 		require.EqualValues(t, 3, s.Backlog)
