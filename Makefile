@@ -98,13 +98,19 @@ capture:
 demo:
 	@scripts/demo.sh
 
-# Benchmarks (not tests): BENCH_SMOKE=1 runs every step on tiny sizes; the
-# smoke mode also runs inside `make test` (tools/bench/bench_test.go).
+# Benchmarks (not tests): every step that runs wlproj under load runs two
+# replicas, a leader and a standby, with the database's health beside its
+# figures; the soak step alone takes 30 minutes
+# (BENCH_FLAGS='-steps soak -soak-duration 5m' is shorter). BENCH_SMOKE=1
+# runs every step on tiny sizes; the smoke mode also runs inside `make test`
+# (tools/bench/bench_test.go).
 BENCH_OUT ?= tools/bench/results/results.json
 bench:
 	@$(STACK) with env BENCH_OUT=$(BENCH_OUT) BENCH_SMOKE=$(BENCH_SMOKE) $(GO) run ./tools/bench $(BENCH_FLAGS)
 
-# Unattended failover drill on the real stack; writes tools/drill/report.json.
+# Unattended failover drill on the real stack, two replicas throughout, a
+# 3-minute soak at 1,000 events/s first (DRILL_FLAGS='-scenarios soak' runs
+# it alone); writes tools/drill/report.json.
 # Its stack has a Postgres standby (PG_STANDBY=1), which postgres-failover
 # promotes.
 # Then the model test (consume/model_test.go) on MODEL_SEEDS random seeds,

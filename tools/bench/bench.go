@@ -10,10 +10,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/wlproj/wlproj/internal/testkit/harness"
 	"github.com/wlproj/wlproj/leader"
+	"github.com/wlproj/wlproj/outbox"
 )
 
 // Config is what one bench run measures and how.
@@ -59,6 +61,7 @@ type Config struct {
 	Verify   VerifyConfig
 	NetDelay NetDelayConfig
 	River    RiverConfig
+	Soak     SoakConfig
 
 	// Pin runs the pairs step with the engine on one core and everything
 	// else on the other.
@@ -86,7 +89,7 @@ func defaultConfig() Config {
 		RetentionSample: 10 * time.Second, RetentionDocs: 20_000,
 		SustainedRates: []int{2000, 500}, SustainedDuration: 10 * time.Minute, SustainedHistory: 1_000_000,
 		Out: "tools/bench/results/results.json", CPUProfile: "tools/bench/results/leader-cpu.pprof", Verify: defaultVerifyConfig(),
-		NetDelay: defaultNetDelayConfig(), River: defaultRiverConfig(),
+		NetDelay: defaultNetDelayConfig(), River: defaultRiverConfig(), Soak: defaultSoakConfig(),
 	}
 }
 
@@ -108,6 +111,7 @@ func (c Config) smoke() Config {
 	c.Verify = c.Verify.smoke()
 	c.NetDelay = c.NetDelay.smoke()
 	c.River = c.River.smoke()
+	c.Soak = c.Soak.smoke()
 	return c
 }
 
@@ -133,14 +137,10 @@ func (c Config) validate() error {
 			return fmt.Errorf("%s=%d is out of range [%d, %d]", f.name, f.v, f.lo, f.hi)
 		}
 	}
-	if err := c.Verify.validate(); err != nil {
-		return err
-	}
-	if err := c.NetDelay.validate(); err != nil {
-		return err
-	}
-	if err := c.River.validate(); err != nil {
-		return err
+	for _, step := range []func() error{c.Verify.validate, c.NetDelay.validate, c.River.validate, c.Soak.validate} {
+		if err := step(); err != nil {
+			return err
+		}
 	}
 	switch {
 	case c.Duration < 100*time.Millisecond:
@@ -164,6 +164,12 @@ func (c Config) validate() error {
 	case c.Out == "":
 		return errors.New("-out is empty")
 	}
+	return c.validateLists()
+}
+
+// validateLists checks the settings that are lists: steps, rates, the
+// replicas' settings.
+func (c Config) validateLists() error {
 	known := []string{}
 	for _, s := range (&bench{}).steps() {
 		known = append(known, s.flag)
@@ -199,6 +205,8 @@ type bench struct {
 	index string
 
 	replicas []*harness.Replica
+	// health samples the database during a step under load.
+	health *harness.HealthWatch
 }
 
 // stepTimeout bounds every wait for one thing to happen: a leader, a
@@ -228,7 +236,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		start := time.Now()
 		b.say("step: %s", s.name)
-		if err := s.run(ctx); err != nil {
+		b.watchHealth(s)
+		err := s.run(ctx)
+		b.recordHealth(s)
+		if err != nil {
 			return b.rep, fmt.Errorf("%s: %w", s.name, err)
 		}
 		b.say("step: %s took %s", s.name, time.Since(start).Round(time.Millisecond))
@@ -243,25 +254,32 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 type step struct {
 	flag, name string
 	run        func(context.Context) error
+	// load: the step runs wlproj under load, and the database's health is
+	// sampled (health.go) and reported beside its figures.
+	load bool
 }
 
+// steps are every step in order. Those without load measure no wlproj
+// under load: raw bulk runs none, claim cost and the console time single
+// statements on a table at rest, sqlscale runs go test.
 func (b *bench) steps() []step {
 	return []step{
-		{"raw", "raw bulk", b.rawBulk},
-		{"e2e", "end to end", b.endToEnd},
-		{"pg", "postgres path", b.postgresPath},
-		{"latency", "latency", b.latency},
-		{"failover", "failover", b.failover},
-		{"claim", "claim cost", b.claimCost},
-		{"retention", "retention", b.retention},
-		{"pairs", "raw and end to end in turn", b.pairs},
-		{"rebuild", "rebuild", b.rebuild},
-		{"console", "console", b.console},
-		{"sustained", "sustained live load", b.sustained},
-		{"verify", "verify", b.verifyStep},
-		{"sqlscale", "statements at scale", b.sqlScale},
-		{"netdelay", "end to end through network delay", b.netDelay},
-		{"river", "postgres path next to River", b.river},
+		{"raw", "raw bulk", b.rawBulk, false},
+		{"e2e", "end to end", b.endToEnd, true},
+		{"pg", "postgres path", b.postgresPath, true},
+		{"latency", "latency", b.latency, true},
+		{"failover", "failover", b.failover, true},
+		{"claim", "claim cost", b.claimCost, false},
+		{"retention", "retention", b.retention, true},
+		{"pairs", "raw and end to end in turn", b.pairs, true},
+		{"rebuild", "rebuild", b.rebuild, true},
+		{"console", "console", b.console, false},
+		{"sustained", "sustained live load", b.sustained, true},
+		{"verify", "verify", b.verifyStep, true},
+		{"sqlscale", "statements at scale", b.sqlScale, false},
+		{"netdelay", "end to end through network delay", b.netDelay, true},
+		{"river", "postgres path next to River", b.river, true},
+		{"soak", "soak", b.soak, true},
 	}
 }
 
@@ -271,7 +289,7 @@ func (b *bench) say(format string, args ...any) {
 
 func (b *bench) setup(ctx context.Context) error {
 	s, err := harness.Open(ctx, harness.SessionConfig{AdminURL: b.cfg.AdminURL, ElasticURL: b.cfg.ElasticURL,
-		Name: "bench", Bin: b.cfg.Bin, PoolSize: int32(b.cfg.Concurrency + 6), Log: b.say})
+		Name: "bench", Bin: b.cfg.Bin, PoolSize: int32(b.cfg.Concurrency + 6 + b.cfg.Soak.Writers), Log: b.say})
 	if err != nil {
 		return err
 	}
@@ -296,6 +314,17 @@ func (b *bench) stopReplicas() {
 
 // startReplica runs `wlproj run` against the bench database and index.
 func (b *bench) startReplica(ctx context.Context, name string, extra ...string) (*harness.Replica, error) {
+	r, err := b.launch(name, extra...)
+	if err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, stepTimeout)
+	defer cancel()
+	return r, r.WaitHealthy(wctx)
+}
+
+// launch starts `wlproj run` and returns at once.
+func (b *bench) launch(name string, extra ...string) (*harness.Replica, error) {
 	env := harness.ReplicaEnv(b.s.DB.URL, b.cfg.ElasticURL, b.index, slices.Concat([]string{
 		fmt.Sprintf("OUTBOX_BULK_SIZE=%d", b.cfg.Batch), fmt.Sprintf("OUTBOX_CONCURRENCY=%d", b.cfg.Concurrency),
 	}, extra, b.cfg.ReplicaSettings)...)
@@ -308,9 +337,66 @@ func (b *bench) startReplica(ctx context.Context, name string, extra ...string) 
 		return nil, err
 	}
 	b.replicas = append(b.replicas, r)
+	return r, nil
+}
+
+// startPair runs the deployment the README documents: two replicas,
+// name-a and name-b, with the same settings, started at once as an
+// operator's two units are. It returns the leader once the other is a
+// ready standby, waiting for the lock in pg_stat_activity: every step that
+// runs the leader under load runs its standby too, since how a standby
+// waits is the database's business as much as the leader's work is.
+func (b *bench) startPair(ctx context.Context, name string, extra ...string) (*harness.Replica, error) {
+	var pair []*harness.Replica
+	for _, n := range []string{name + "-a", name + "-b"} {
+		r, err := b.launch(n, extra...)
+		if err != nil {
+			return nil, err
+		}
+		pair = append(pair, r)
+	}
 	wctx, cancel := context.WithTimeout(ctx, stepTimeout)
 	defer cancel()
-	return r, r.WaitHealthy(wctx)
+	for _, r := range pair {
+		if err := r.WaitHealthy(wctx); err != nil {
+			return nil, err
+		}
+	}
+	l, err := waitLeader(ctx, pair...)
+	if err != nil {
+		return nil, err
+	}
+	return l, b.waitStandby(ctx, pair[1-slices.Index(pair, l)])
+}
+
+// standBy runs one replica as the standby of a leader the bench plays: it
+// holds the lock of the index's leader name on a session of its own, as
+// the in-process loop of steps 3 and 16 would if it ran the elector, and
+// the replica waits for it as a standby of the pair does. The returned
+// stop ends the replica before it releases the lock: given the lock, the
+// replica would drain the outbox beside the loop.
+func (b *bench) standBy(ctx context.Context, name string) (stop func(), err error) {
+	conn, err := pgx.Connect(ctx, b.s.DB.URL)
+	if err != nil {
+		return nil, err
+	}
+	stop = func() {
+		b.stopReplicas()
+		_ = conn.Close(context.WithoutCancel(ctx))
+	}
+	if _, err := conn.Exec(ctx, outbox.LockSQL, b.index); err != nil {
+		stop()
+		return nil, fmt.Errorf("take the leader lock: %w", err)
+	}
+	r, err := b.startReplica(ctx, name)
+	if err == nil {
+		err = b.waitStandby(ctx, r)
+	}
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	return stop, nil
 }
 
 // waitLeader waits until exactly one live replica of rs says leader.
@@ -335,11 +421,11 @@ func (b *bench) quiesce(ctx context.Context) error {
 	}
 	start := time.Now()
 	for time.Since(start) < time.Minute {
-		before := sampleCPU()
+		before := sampleCPU(nil)
 		if err := harness.Sleep(ctx, time.Second); err != nil {
 			return err
 		}
-		busy := sampleCPU().since(before)
+		busy := sampleCPU(nil).since(before)
 		if busy["engine"]+busy["postgres"] < 0.25 {
 			break
 		}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -185,7 +186,42 @@ func TestBenchSmoke(t *testing.T) {
 	}
 	require.Equal(t, nd.Runs[0].MedianEventsPerSec, nd.ZeroEventsPerSec)
 
-	require.Len(t, rep.Targets, 20+2*6+3+1, "six targets per sustained run, three of the verify step, one of the network delay")
+	so := rep.Soak
+	require.NotNil(t, so)
+	require.Len(t, so.Replicas, 2, "the soak runs the documented pair")
+	require.Len(t, so.Windows, int(cfg.Soak.Duration/cfg.Soak.Window))
+	require.InDelta(t, cfg.Soak.Rate*int(cfg.Soak.Duration.Seconds()), so.Events, float64(cfg.Soak.Rate)/5)
+	for i, w := range so.Windows {
+		require.Positive(t, w.Events, "window %d", i)
+		require.Positive(t, w.Acked, "window %d", i)
+		require.Positive(t, w.LagP99ms, "window %d", i)
+		require.Positive(t, w.WlprojCPUPerEv, "window %d: both replicas' CPU", i)
+		require.Positive(t, w.Database.Samples, "window %d: the database sampled", i)
+		require.Contains(t, w.Database.Tables, outboxTable, "window %d", i)
+		require.Contains(t, w.Database.Tables, ledgerTable, "window %d", i)
+	}
+	require.Equal(t, "on", so.Autovacuum.On, "autovacuum as shipped")
+	require.Contains(t, so.Reclaimed, outboxTable)
+
+	// Every step that runs wlproj under load runs the documented pair, and
+	// the database's health during it is in the report: the standby is
+	// seen waiting for the leader's lock from the database's side.
+	var loaded []string
+	for _, s := range (&bench{}).steps() {
+		if s.load && slices.Contains(cfg.Steps, s.flag) {
+			loaded = append(loaded, s.flag)
+		}
+	}
+	require.Equal(t, loaded, harness.Map(rep.DatabaseHealth, func(h StepHealth) string { return h.Step }))
+	for _, h := range rep.DatabaseHealth {
+		require.Positive(t, h.Samples, h.Step)
+		require.Zero(t, h.FailedSamples, h.Step)
+		require.Positive(t, h.StandbySamples, "%s: a standby waited for the lock", h.Step)
+		require.Contains(t, h.Tables, outboxTable, h.Step)
+	}
+
+	require.Len(t, rep.Targets, 20+2*6+3+1+4+len(loaded),
+		"six targets per sustained run, three of the verify step, one of the network delay, four of the soak, one per step under load")
 	profile, err := os.Stat(cfg.CPUProfile)
 	require.NoError(t, err, "the leader's CPU profile")
 	require.Positive(t, profile.Size())
@@ -222,6 +258,8 @@ func TestBenchRefusesOutOfRangeSettings(t *testing.T) {
 		{func(c *Config) { c.Pairs = 0 }, "-pairs=0 is out of range"},
 		{func(c *Config) { c.River.Rounds = 0 }, "-river-rounds=0 is out of range"},
 		{func(c *Config) { c.River.FetchCooldown = 0 }, "-river-fetch-cooldown=0s is below River's minimum of 1ms"},
+		{func(c *Config) { c.Soak.Duration = time.Minute }, "-soak-duration=1m0s must hold 1 to 1000 windows of -soak-window=5m0s"},
+		{func(c *Config) { c.Soak.Writers = 0 }, "-soak-writers=0 is out of range [1, 64]"},
 	} {
 		cfg := defaultConfig()
 		cfg.AdminURL, cfg.ElasticURL = "postgres://unused", "http://unused"

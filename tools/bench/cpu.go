@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -14,8 +15,9 @@ import (
 const clockTicks = 100
 
 // cpuSample is the CPU time (user + system) used so far by each process
-// (by pid) of a role on the machine: engine, postgres, wlproj (replicas)
-// and bench (this process, which also runs the in-process loop of step 3).
+// (by pid) of a role on the machine: engine, postgres, wlproj (the
+// replicas the bench runs: leader and standby alike) and bench (this
+// process, which also runs the in-process loop of step 3).
 type cpuSample map[int]roleCPU
 
 type roleCPU struct {
@@ -23,7 +25,10 @@ type roleCPU struct {
 	secs float64
 }
 
-func sampleCPU() cpuSample {
+// sampleCPU samples every process of a role; wlproj are the replicas' pids.
+// A wlproj process the bench did not start (another checkout's tests on a
+// shared machine) is no one's.
+func sampleCPU(wlproj []int) cpuSample {
 	s := cpuSample{}
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
@@ -56,7 +61,7 @@ func sampleCPU() cpuSample {
 			role = "bench"
 		case comm == "postgres":
 			role = "postgres"
-		case comm == "wlproj":
+		case slices.Contains(wlproj, pid):
 			role = "wlproj"
 		case comm == "java":
 			cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
@@ -70,6 +75,29 @@ func sampleCPU() cpuSample {
 		s[pid] = roleCPU{role, cpuSeconds(fields)}
 	}
 	return s
+}
+
+// sampleCPU samples every role, the bench's live replicas as wlproj: both
+// of a pair, so that the standby's cost is wlproj's too.
+func (b *bench) sampleCPU() cpuSample {
+	pids := make([]int, 0, len(b.replicas))
+	for _, r := range b.replicas {
+		if r.Alive() {
+			pids = append(pids, r.Pid())
+		}
+	}
+	return sampleCPU(pids)
+}
+
+// loadAverage is the machine's one-minute load average, 0 if unknown.
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f, _, _ := strings.Cut(string(b), " ")
+	v, _ := strconv.ParseFloat(f, 64)
+	return v
 }
 
 // cpuSeconds is utime + stime of the fields of /proc/PID/stat after the

@@ -8,7 +8,8 @@ import (
 	"github.com/wlproj/wlproj/internal/testkit/harness"
 )
 
-// 2. and 7. One real leader drains the same documents from the outbox.
+// 2. and 7. One real leader, its standby waiting, drains the same
+// documents from the outbox.
 func (b *bench) endToEnd(ctx context.Context) error {
 	t, rss, err := b.e2eRun(ctx, b.cfg.CPUProfile)
 	if err != nil {
@@ -33,15 +34,13 @@ func (b *bench) freshBacklog(ctx context.Context) error {
 	return b.backlog(ctx)
 }
 
-// startLeader starts a replica, waits until it leads and returns when it
-// took the lock, on Postgres' clock.
+// startLeader starts the pair, waits until one leads and the other
+// stands by, and returns the leader and when it took the lock, on
+// Postgres' clock.
 func (b *bench) startLeader(ctx context.Context, name string, extra ...string) (*harness.Replica, time.Time, error) {
 	var t0 time.Time
-	r, err := b.startReplica(ctx, name, extra...)
+	r, err := b.startPair(ctx, name, extra...)
 	if err != nil {
-		return nil, t0, err
-	}
-	if _, err := waitLeader(ctx, r); err != nil {
 		return nil, t0, err
 	}
 	err = b.pool.QueryRow(ctx, `SELECT acquired_at FROM outbox_leader WHERE name = $1`, b.index).Scan(&t0)
@@ -57,7 +56,7 @@ func (b *bench) e2eRun(ctx context.Context, cpuProfile string) (*Throughput, int
 	if err := b.freshBacklog(ctx); err != nil {
 		return nil, 0, err
 	}
-	cpu0 := sampleCPU()
+	cpu0 := b.sampleCPU()
 	db0, err := b.sampleDBCPU(ctx)
 	if err != nil {
 		return nil, 0, err
@@ -85,7 +84,7 @@ func (b *bench) e2eRun(ctx context.Context, cpuProfile string) (*Throughput, int
 	if err != nil {
 		return nil, 0, err
 	}
-	cpu := sampleCPU().since(cpu0)
+	cpu := b.sampleCPU().since(cpu0)
 	db, err := b.sampleDBCPU(ctx)
 	if err != nil {
 		return nil, 0, err

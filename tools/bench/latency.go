@@ -7,16 +7,12 @@ import (
 	"github.com/wlproj/wlproj/internal/testkit/harness"
 )
 
-// 4. Insert-to-ack latency at a steady rate.
+// 4. Insert-to-ack latency at a steady rate, drained by the pair.
 func (b *bench) latency(ctx context.Context) error {
 	if err := b.reset(ctx); err != nil {
 		return err
 	}
-	r, err := b.startReplica(ctx, "latency")
-	if err != nil {
-		return err
-	}
-	if _, err := waitLeader(ctx, r); err != nil {
+	if _, err := b.startPair(ctx, "latency"); err != nil {
 		return err
 	}
 	p := b.startProducer(ctx, b.cfg.Rate, b.cfg.Docs, 0)
@@ -36,7 +32,7 @@ func (b *bench) latency(ctx context.Context) error {
 	var pct []float64
 	var n int
 	var maxSecs float64
-	err = b.pool.QueryRow(ctx, `
+	err := b.pool.QueryRow(ctx, `
 		SELECT count(*), percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY extract(epoch FROM processed_at - created_at)),
 		       max(extract(epoch FROM processed_at - created_at))::float8
 		  FROM outbox_events WHERE status = 'done'`).Scan(&n, &pct, &maxSecs)

@@ -13,15 +13,27 @@
 // names a superuser, ELASTIC_URL the engine. It creates a database and
 // indices of its own and drops them at the end.
 //
+// Every step that runs wlproj under load runs the deployment the README
+// documents: two replicas, one leading and one standing by, waiting for
+// the lock (bench.startPair; step 3 plays the leader in process beside a
+// real standby). Their CPU is wlproj's, the standby's included. During
+// each such step the database is sampled every second (health.go): the
+// oldest snapshot in it, by time and by age(xid), and who held it; the
+// oldest of wlproj's; dead rows and autovacuum runs of the outbox and the
+// ledger; samples in which a wlproj session waited for a lock (a standby's
+// wait for the leader's lock counted apart). The report has a table of
+// them and a target per step: no wlproj snapshot older than 5 s.
+//
 // Steps:
 //
 //  1. raw bulk: -n documents of about -doc-bytes go straight to the engine
 //     with _bulk, -batch per request, -concurrency requests in flight,
 //     external_gte versions: the daemon's request shape without the daemon.
 //
-//  2. end to end: the same documents as outbox rows, drained by one real
-//     `wlproj run` with the same batch and concurrency; from the moment it
-//     took the lock to the last ack (both on Postgres' clock).
+//  2. end to end: the same documents as outbox rows, drained by the pair
+//     of real `wlproj run` with the same batch and concurrency; from the
+//     moment the leader took the lock to the last ack (both on Postgres'
+//     clock).
 //
 //  3. Postgres path alone: the daemon's consume loop, in process, with a
 //     projection that acknowledges without sending, with the
@@ -32,10 +44,11 @@
 //     mark them done, one transaction each). The three drain the same
 //     backlog in turn, -pg-rounds times, the order reversed every other
 //     round, so a drift of the shared machine weighs on each alike; the
-//     ratios are the medians of each round's.
+//     ratios are the medians of each round's. A real replica stands by
+//     all along, waiting for the lock the bench holds for the loop.
 //
-//  4. latency: a producer inserts -rate events/s for -duration while a
-//     leader runs; percentiles of processed_at - created_at.
+//  4. latency: a producer inserts -rate events/s for -duration while the
+//     pair runs; percentiles of processed_at - created_at.
 //
 //  5. failover: -failovers times, kill -9 the leader of two replicas under
 //     -failover-rate events/s; from the kill to the first ack of the other.
@@ -48,7 +61,7 @@
 //
 //  7. memory: peak RSS (VmHWM) of the leader of step 2.
 //
-//  8. retention: a leader with OUTBOX_RETENTION=-retention drains a
+//  8. retention: the pair with OUTBOX_RETENTION=-retention drains a
 //     producer of -retention-rate events/s (updates of -retention-docs
 //     books) for -retention-duration; every -retention-sample the rows and
 //     bytes of the outbox and the ledger, and the p99 from insert to claim
@@ -65,15 +78,15 @@
 //     the daemon and the bench on cpu 1 (taskset), recorded in the report.
 //
 //  10. rebuild: -rebuild-rows rows of a source table bulk-loaded by the
-//     rebuild into a new index while a leader drains live events; its
+//     rebuild into a new index while the pair drains live events; its
 //     load rate over raw _bulk's (goal 0.8), and a reader of the alias.
 //
 //  11. console: the failed page over -console-rows failed rows, timed in
 //     process (first screen under 300 ms, filters under 500 ms).
 //
 //  12. sustained: for each of -sustained-rate (2000 and 500), a producer alone at that rate for a tenth of
-//     -sustained-duration (the application's own database cost), then a
-//     leader draining it for -sustained-duration, autovacuum as shipped and
+//     -sustained-duration (the application's own database cost), then the
+//     pair draining it for -sustained-duration, autovacuum as shipped and
 //     no manual vacuum, twice: on an outbox holding -sustained-history done
 //     rows and their ledger, and on one emptied and analyzed just before.
 //     Lag p99 overall and by third, claim p99 (the leader's
@@ -84,7 +97,7 @@
 //     ledger; wlproj verify --from-table timed as a process next to a bare
 //     scroll of the index alone and a bare key-ordered read of the table
 //     alone, -verify-rounds times, every other round reversed (goal: at
-//     most 1.25x their sum, peak RSS at most 100 MB); then the live
+//     most 1.25x their sum, peak RSS at most 100 MB); then the pair's live
 //     drain's p99 at -verify-live-rate without a scheduled verify for
 //     -verify-window, and during one (goal: at most 2x).
 //
@@ -93,7 +106,8 @@
 //     rows (outbox's TestStatementsAtScaleReadNoTableWhole, run with go
 //     test): no sequential scan of the outbox or the ledger, each <= 50 ms.
 //
-//  15. netdelay: -netdelay-docs events drained end to end through the
+//  15. netdelay: -netdelay-docs events drained end to end by the pair
+//     through the
 //     fault proxy at each of -netdelay-ms one-way delays (10% jitter), with
 //     the default settings and with the runbook's for that delay,
 //     -netdelay-rounds times, every other round reversed; medians (goal:
@@ -109,6 +123,19 @@
 //     jobs/s (median, min, max), the daemon's events/s, and the daemon /
 //     River ratio of each round with its median (goal: at least 2.0). Not
 //     in make test's smoke run.
+//
+//  17. soak: the pair with its defaults under -soak-rate (2,000) events/s
+//     for -soak-duration (30 minutes), autovacuum as shipped, shaped like
+//     issue 30's pgbench run: one event per transaction from
+//     -soak-writers connections, ~1 KB payloads, -soak-books (100,000)
+//     books updated at random. Per -soak-window (5 minutes): lag p99, the
+//     backlog's max, dead rows of the outbox and the ledger (max, last,
+//     lowest), the oldest snapshot (any holder's and wlproj's), lock
+//     waits, and CPU µs per event of the database (the producer's inserts
+//     included) and of wlproj. Goals: lag p99 <= 250 ms in every window,
+//     last / first window <= 1.2, the last window's lowest dead-row count
+//     at most half the highest before it (autovacuum reclaims), no wlproj
+//     snapshot older than 5 s. Shorter: -soak-duration 5m -soak-window 1m.
 //
 // CPU seconds used by the engine, Postgres, the daemon and the bench itself
 // are recorded for steps 1 to 3 (from /proc), so the report can say who the
@@ -133,10 +160,11 @@ func main() {
 	cfg.Verify.flags(fs)
 	cfg.NetDelay.flags(fs)
 	cfg.River.flags(fs)
+	cfg.Soak.flags(fs)
 	compare := fs.Bool("compare", false, "print one table of the results JSON files given as arguments (one per engine), write it as JSON to -compare-out if given, and exit")
 	replicaSettings := fs.String("replica-env", "", "comma-separated KEY=VALUE settings for every replica the bench starts, e.g. OUTBOX_CLAIM_COOLDOWN_SECONDS=0.05")
 	compareOut := fs.String("compare-out", "", "with -compare: where the per-engine table goes as JSON")
-	steps := fs.String("steps", "", "comma-separated steps to run (raw,e2e,pg,latency,failover,claim,retention,pairs,rebuild,console,sustained,verify,sqlscale,netdelay,river; default all)")
+	steps := fs.String("steps", "", "comma-separated steps to run (raw,e2e,pg,latency,failover,claim,retention,pairs,rebuild,console,sustained,verify,sqlscale,netdelay,river,soak; default all)")
 	fs.StringVar(&cfg.Out, "out", envOr("BENCH_OUT", cfg.Out), "where the JSON goes (BENCH_OUT)")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", cfg.CPUProfile, "write a CPU profile of the leader during step 2 here")
 	fs.StringVar(&cfg.Bin, "bin", "", "a built wlproj binary (default: go build the checkout)")

@@ -47,8 +47,16 @@ const (
 
 // 3. What the daemon's claim and ack cost, with the ledger and without it,
 // next to a bare SQL loop: the three in turn, every other round in reverse
-// order, then the daemon once more at the bare loop's batch.
+// order, then the daemon once more at the bare loop's batch. A real
+// replica stands by all along (standBy), as the pair's standby would
+// beside the leader whose loop runs here in process: how it waits is the
+// database's, and so the claims', business.
 func (b *bench) postgresPath(ctx context.Context) error {
+	stop, err := b.standBy(ctx, "pg-standby")
+	if err != nil {
+		return err
+	}
+	defer stop()
 	pg := &PostgresPath{Batch: b.cfg.Batch, BareBatch: b.cfg.BareBatch,
 		Bare: &Variant{Batch: b.cfg.BareBatch}, Ledger: &Variant{Batch: b.cfg.Batch}, NoLedger: &Variant{Batch: b.cfg.Batch}}
 	variants := map[string]*Variant{pgBare: pg.Bare, pgLedger: pg.Ledger, pgNoLedger: pg.NoLedger}
@@ -121,7 +129,7 @@ func (b *bench) drainWith(ctx context.Context, drain func(context.Context) error
 	if err := b.backlog(ctx); err != nil {
 		return nil, err
 	}
-	cpu0 := sampleCPU()
+	cpu0 := b.sampleCPU()
 	db0, err := b.sampleDBCPU(ctx)
 	if err != nil {
 		return nil, err
@@ -137,7 +145,7 @@ func (b *bench) drainWith(ctx context.Context, drain func(context.Context) error
 	if err != nil {
 		return nil, err
 	}
-	cpu := sampleCPU().since(cpu0)
+	cpu := b.sampleCPU().since(cpu0)
 	db, err := b.sampleDBCPU(ctx)
 	if err != nil {
 		return nil, err

@@ -53,12 +53,12 @@ func (b *bench) rawRun(ctx context.Context, client *elastic.Client) (*Throughput
 	if err := b.createIndex(ctx, index); err != nil {
 		return nil, err
 	}
-	cpu0 := sampleCPU()
+	cpu0 := b.sampleCPU()
 	secs, err := sendBulks(ctx, client, index, 0, b.cfg.Docs, b.cfg.Batch, b.cfg.Concurrency, b.cfg.DocBytes)
 	if err != nil {
 		return nil, err
 	}
-	cpu := sampleCPU().since(cpu0)
+	cpu := b.sampleCPU().since(cpu0)
 	n, err := harness.DocCount(ctx, b.cfg.ElasticURL, index)
 	if err != nil {
 		return nil, err

@@ -87,12 +87,8 @@ func (b *bench) rebuildStep(ctx context.Context) (*RebuildResult, error) {
 	if err := b.rebuildAlias(ctx, client, alias, n); err != nil {
 		return nil, err
 	}
-	r, err := b.startReplica(ctx, "rebuild", "ELASTIC_INDEX="+alias)
-	if err != nil {
-		return nil, err
-	}
 	defer b.stopReplicas()
-	if _, err := waitLeader(ctx, r); err != nil {
+	if _, err := b.startPair(ctx, "rebuild", "ELASTIC_INDEX="+alias); err != nil {
 		return nil, err
 	}
 	return res, b.rebuildUnderLoad(ctx, client, alias, res)
@@ -108,7 +104,7 @@ func (b *bench) rebuildUnderLoad(ctx context.Context, client *elastic.Client, al
 		return err
 	}
 	reader := startAliasReader(ctx, b.cfg.ElasticURL, alias)
-	timer := &loadTimer{}
+	timer := &loadTimer{sample: b.sampleCPU}
 	rep, err := rebuild.Run(ctx, rebuild.Config{Pool: b.pool, Client: client, Alias: alias, SourceTable: "bench_search_index",
 		BulkSize: b.cfg.Batch, Concurrency: b.cfg.Concurrency, By: "bench", Why: "make bench", Progress: timer})
 	reader.stop()
@@ -218,16 +214,17 @@ type loadTimer struct {
 	total      int64
 	done       int64
 	// cpu0 and cpu are the CPU seconds per role at the start of the load
-	// and used during it.
-	cpu0 cpuSample
-	cpu  map[string]float64
+	// and used during it, as sample reads them.
+	sample func() cpuSample
+	cpu0   cpuSample
+	cpu    map[string]float64
 }
 
 func (l *loadTimer) Phase(name string, total int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if name == "load" {
-		l.start, l.total, l.cpu0 = time.Now(), total, sampleCPU()
+		l.start, l.total, l.cpu0 = time.Now(), total, l.sample()
 	}
 }
 
@@ -235,7 +232,7 @@ func (l *loadTimer) Add(n int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.done += n; l.done >= l.total && l.end.IsZero() {
-		l.end, l.cpu = time.Now(), sampleCPU().since(l.cpu0)
+		l.end, l.cpu = time.Now(), l.sample().since(l.cpu0)
 	}
 }
 

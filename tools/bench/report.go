@@ -36,7 +36,11 @@ type Report struct {
 	SQLScale     *SQLScale      `json:"sql_scale,omitempty"`
 	NetDelay     *NetDelay      `json:"network_delay,omitempty"`
 	River        *River         `json:"river,omitempty"`
-	CPUProfile   string         `json:"cpu_profile,omitempty"`
+	Soak         *Soak          `json:"soak,omitempty"`
+	// DatabaseHealth is the database during each step under load: what
+	// held the vacuum horizon, dead rows, lock waits (health.go).
+	DatabaseHealth []StepHealth `json:"database_health,omitempty"`
+	CPUProfile     string       `json:"cpu_profile,omitempty"`
 	// QuiesceSeconds is the time spent waiting for the engine and Postgres
 	// to go idle before each step.
 	QuiesceSeconds float64 `json:"quiesce_seconds"`

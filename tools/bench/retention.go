@@ -19,7 +19,7 @@ const (
 	ackSettleWindow = 500 * time.Millisecond
 )
 
-// 8. A leader with a short retention drains a steady producer; the outbox's
+// 8. A pair with a short retention drains a steady producer; the outbox's
 // rows and bytes should level off once the pruner deletes as many rows as
 // the producer writes, and the claim should not slow down as the table
 // churns.
@@ -40,11 +40,8 @@ func (b *bench) retention(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r, err := b.startReplica(ctx, "retention", "OUTBOX_RETENTION="+cfg.Retention.String())
+	r, err := b.startPair(ctx, "retention", "OUTBOX_RETENTION="+cfg.Retention.String())
 	if err != nil {
-		return err
-	}
-	if _, err := waitLeader(ctx, r); err != nil {
 		return err
 	}
 

@@ -131,7 +131,11 @@ const (
 	riverRunDaemon = "daemon"
 )
 
-// 16. The daemon's Postgres path next to River, one sitting.
+// 16. The daemon's Postgres path next to River, one sitting. Neither side
+// runs a replica: River's client and the daemon's loop each drain in
+// process, neither's election running, so a standby on the daemon's side
+// alone would not compare like with like (step 3 measures the loop with
+// one).
 func (b *bench) river(ctx context.Context) error {
 	cfg := b.cfg.River
 	bin, err := buildRiverBench(ctx, b.s.Dir)

@@ -10,7 +10,7 @@ import (
 )
 
 // Sustained is step 12: live traffic at a steady rate, as the application's
-// database sees it, with autovacuum as shipped and no manual vacuum, in two
+// database sees it, drained by the pair, with autovacuum as shipped and no manual vacuum, in two
 // table states: an outbox with a long history of done rows, and one emptied
 // and analyzed just before (the statistics of a new install).
 type Sustained struct {
@@ -137,14 +137,11 @@ func (b *bench) sustainedRun(ctx context.Context, state string, rate int, base S
 	if err := b.sustainedState(ctx, &run); err != nil {
 		return run, err
 	}
-	r, err := b.startReplica(ctx, "sustained-"+state)
+	r, err := b.startPair(ctx, "sustained-"+state)
 	if err != nil {
 		return run, err
 	}
-	if _, err := waitLeader(ctx, r); err != nil {
-		return run, err
-	}
-	cpuBefore, dbBefore := sampleCPU(), dbCPUSample(nil)
+	cpuBefore, dbBefore := b.sampleCPU(), dbCPUSample(nil)
 	if dbBefore, err = b.sampleDBCPU(ctx); err != nil {
 		return run, err
 	}
@@ -169,7 +166,7 @@ func (b *bench) sustainedRun(ctx context.Context, state string, rate int, base S
 	if err != nil {
 		return run, err
 	}
-	cpu := sampleCPU().since(cpuBefore)
+	cpu := b.sampleCPU().since(cpuBefore)
 	if run.ClaimP99ms, err = claimP99(r); err != nil {
 		return run, err
 	}

@@ -20,6 +20,8 @@ func (r *Report) Table(w io.Writer) {
 	}
 	tw.Flush()
 	r.retentionSamples(w)
+	r.soakWindows(w)
+	r.healthTable(w)
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "target\tgoal\tmeasured\tmet")
@@ -37,7 +39,7 @@ var tableSteps = []func(r *Report, tw io.Writer){
 	func(r *Report, tw io.Writer) { throughputRow(tw, "1 raw bulk", r.RawBulk) },
 	func(r *Report, tw io.Writer) { throughputRow(tw, "2 end to end", r.EndToEnd) },
 	pgRows, latencyRows, failoverRows, claimRows, memoryRows, retentionRows, pairRows, rebuildRows, consoleRows, sustainedRows,
-	netDelayRows, riverRows,
+	netDelayRows, riverRows, soakRows,
 }
 
 func throughputRow(tw io.Writer, name string, t *Throughput) {

@@ -20,7 +20,7 @@ var stepTargets = []func(r *Report, add addTarget){
 			v.addTargets(add)
 		}
 	},
-	consoleTargets, sqlScaleTargets, netDelayTargets, riverTargets,
+	consoleTargets, sqlScaleTargets, netDelayTargets, riverTargets, soakTargets, healthTargets,
 }
 
 // throughputTargets: the median of the pairs when there are some, since

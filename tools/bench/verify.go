@@ -418,15 +418,12 @@ func (b *bench) verifyProducer(ctx context.Context, c VerifyConfig) *harness.Pro
 		}})
 }
 
-// settledLeader starts a replica, waits for it to lead and for the backlog
-// of the switch to drain (a second), and returns it with the time then, on
-// the database's clock.
+// settledLeader starts a pair, waits for one to lead and the other to
+// stand by and for the backlog of the switch to drain (a second), and
+// returns the leader with the time then, on the database's clock.
 func (b *bench) settledLeader(ctx context.Context, name string, env ...string) (*harness.Replica, time.Time, error) {
-	r, err := b.startReplica(ctx, name, env...)
+	r, err := b.startPair(ctx, name, env...)
 	if err != nil {
-		return nil, time.Time{}, err
-	}
-	if _, err := waitLeader(ctx, r); err != nil {
 		return nil, time.Time{}, err
 	}
 	if err := harness.Sleep(ctx, time.Second); err != nil {
@@ -436,10 +433,10 @@ func (b *bench) settledLeader(ctx context.Context, name string, env ...string) (
 	return r, at, err
 }
 
-// baselineWindow runs a leader without a scheduled verify for c.Window and
+// baselineWindow runs a pair without a scheduled verify for c.Window and
 // returns the window, on the database's clock.
 func (b *bench) baselineWindow(ctx context.Context, c VerifyConfig) (from, to time.Time, err error) {
-	base, from, err := b.settledLeader(ctx, "verify-base")
+	_, from, err = b.settledLeader(ctx, "verify-base")
 	if err != nil {
 		return from, to, err
 	}
@@ -447,12 +444,12 @@ func (b *bench) baselineWindow(ctx context.Context, c VerifyConfig) (from, to ti
 		return from, to, err
 	}
 	to, err = harness.Now(ctx, b.pool)
-	base.Stop(stepTimeout)
+	b.stopReplicas()
 	return from, to, err
 }
 
-// scheduledWindow runs a leader whose scheduled verify starts with its
-// term, and returns the run's window once it has finished; the run's own
+// scheduledWindow runs a pair whose leader's scheduled verify starts with
+// its term, and returns the run's window once it has finished; the run's own
 // result goes to d.
 func (b *bench) scheduledWindow(ctx context.Context, c VerifyConfig, d *VerifyDrain) (started, finished time.Time, err error) {
 	if _, started, err = b.settledLeader(ctx, "verify-live", "OUTBOX_VERIFY_INTERVAL=24h",

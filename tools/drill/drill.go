@@ -29,11 +29,20 @@ import (
 )
 
 const (
-	rateDefault         = 200
-	entitiesDefault     = 500
-	killsDefault        = 5
-	replaysDefault      = 5
-	outageDefault       = 60 * time.Second
+	rateDefault     = 200
+	entitiesDefault = 500
+	killsDefault    = 5
+	replaysDefault  = 5
+	outageDefault   = 60 * time.Second
+	// soakDefault and soakRateDefault are the soak's length and rate: a
+	// few minutes at a rate the drill's stack (three engine nodes, a
+	// synchronous Postgres standby, the fault and hold proxies) sustains
+	// on a shared two-core machine. At the bench soak's 2,000/s it did
+	// not there (load average 10 to 18: lag p99 2.5 s from the first
+	// minute, 7.5 s in the last), with the database healthy all along; at
+	// 1,000/s the lag stayed flat (p99 0.8, 0.2, 0.2 s by third).
+	soakDefault         = 3 * time.Minute
+	soakRateDefault     = 1000
 	settleDefault       = 2 * time.Second
 	drainTimeoutDefault = 2 * time.Minute
 	// maxAttemptsDefault outlasts a 60 s outage: with a 2 s backoff cap and
@@ -56,6 +65,9 @@ const (
 	// scrapeEvery is how often each replica's counters are read: a killed
 	// process loses what it counted since.
 	scrapeEvery = 250 * time.Millisecond
+	// healthEvery is how often the database's health is sampled: a
+	// standby's wait slice is a second, so an older snapshot shows twice.
+	healthEvery = 500 * time.Millisecond
 	// ledgerMetric counts the events the ledger dropped unsent.
 	ledgerMetric = `outbox_superseded_total{projection="search",cause="ledger"}`
 )
@@ -68,6 +80,12 @@ type Config struct {
 	Entities int
 	// Kills is the number of kill -9 rounds.
 	Kills int
+	// Soak is how long the soak scenario runs the pair at SoakRate; zero
+	// skips it.
+	Soak     time.Duration
+	SoakRate int
+	// Scenarios names the scenarios to run; empty runs every one.
+	Scenarios []string
 	// Replays is the number of books of each story of the replay scenario;
 	// zero skips it.
 	Replays int
@@ -119,6 +137,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("-entities %d: must be at least 1", c.Entities)
 	case c.Kills < 0:
 		return fmt.Errorf("-kills %d: must not be negative", c.Kills)
+	case c.Soak < 0 || c.Soak > time.Hour:
+		return fmt.Errorf("-soak %s: out of range [0, 1h]", c.Soak)
+	case c.Soak > 0 && (c.SoakRate < 1 || c.SoakRate > 100_000):
+		return fmt.Errorf("-soak-rate %d: out of range [1, 100000]", c.SoakRate)
 	case c.Replays < 0 || c.Replays > 1000:
 		return fmt.Errorf("-replays %d: out of range [0, 1000]", c.Replays)
 	case c.Outage < time.Second:
@@ -127,12 +149,27 @@ func (c Config) validate() error {
 		return fmt.Errorf("-max-attempts %d: out of range [1, 1000]", c.MaxAttempts)
 	case c.NodeLoss && c.NodeOutage < time.Second:
 		return fmt.Errorf("-node-outage %s: must be at least 1s", c.NodeOutage)
-	case c.PGRestart && (c.PG.Data == "" || c.PG.BinDir == ""):
+	case c.PGRestart && c.wants("postgres-restart") && (c.PG.Data == "" || c.PG.BinDir == ""):
 		return errors.New("the Postgres restart needs STACK_PG_DATA and STACK_PG_BINDIR (from .stack/env); or pass -pg-restart=false")
-	case c.PGFailover && (c.PG.Data == "" || c.PG.BinDir == "" || c.PG.StandbyData == ""):
+	case c.PGFailover && c.wants("postgres-failover") && (c.PG.Data == "" || c.PG.BinDir == "" || c.PG.StandbyData == ""):
 		return errors.New("postgres-failover needs a Postgres standby (STACK_PG_STANDBY_DATA, STACK_PG_DATA, STACK_PG_BINDIR): start the stack with PG_STANDBY=1, as `make drill` does; or pass -pg-failover=false")
 	}
+	var known []string
+	for _, sc := range (&drill{cfg: c}).scenarios() {
+		known = append(known, sc.name)
+	}
+	for _, name := range c.Scenarios {
+		if !slices.Contains(known, name) {
+			return fmt.Errorf("-scenarios: unknown scenario %q (known: %s)", name, strings.Join(known, ","))
+		}
+	}
 	return nil
+}
+
+// wants says whether the scenario name is to run, as far as -scenarios
+// says: every one when it names none.
+func (c Config) wants(name string) bool {
+	return len(c.Scenarios) == 0 || slices.Contains(c.Scenarios, name)
 }
 
 // PGControl restarts the stack's Postgres as its unprivileged user, and
@@ -211,6 +248,8 @@ type drill struct {
 	nodeList bool
 	procsMu  sync.Mutex
 	procs    []*proc
+	// health samples the database during the scenario running.
+	health *harness.HealthWatch
 }
 
 // slot is one replica name with its own paths to Postgres and to the
@@ -253,6 +292,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	d := &drill{cfg: cfg, start: time.Now(), rep: &Report{
 		RunReport: harness.RunReport{StartedAt: time.Now().UTC()},
 		Settings: Settings{Rate: cfg.Rate, Entities: cfg.Entities, Kills: cfg.Kills, Replays: cfg.Replays, OutageSeconds: cfg.Outage.Seconds(),
+			SoakSeconds: cfg.Soak.Seconds(), SoakRate: cfg.SoakRate,
 			PGRestart: cfg.PGRestart, PGFailover: cfg.PGFailover, MaxAttempts: cfg.MaxAttempts, KeepaliveWindow: keepaliveWindow.Seconds()},
 	}}
 	defer d.close()
@@ -500,6 +540,14 @@ func (d *drill) waitLeader(ctx context.Context, minEpoch int64) (*slot, int64, e
 		return nil, 0, err
 	}
 	return d.slots[slices.Index(rs, r)], epoch, nil
+}
+
+// healthConfig is what the drill samples of the database: the horizon,
+// wlproj's snapshots and lock waits, the outbox's and the ledger's dead
+// rows, the backlog.
+func (d *drill) healthConfig() harness.HealthConfig {
+	return harness.HealthConfig{Prefix: "wlproj", Election: leader.LockSessionName(""),
+		Tables: []string{"outbox_events", "outbox_applied"}, Backlog: true, Every: healthEvery}
 }
 
 // waitStandby waits until the slot's replica is a ready standby.

@@ -15,8 +15,8 @@ import (
 )
 
 // TestDrillSmoke runs every scenario but the Postgres restart on tiny sizes,
-// the replay after deletes and the deposed leader's late write included, so
-// the drill cannot rot between
+// the soak, the replay after deletes and the deposed leader's late write
+// included, so the drill cannot rot between
 // `make drill` runs. The restart is left out
 // because the cluster is shared with the tests running beside this one.
 func TestDrillSmoke(t *testing.T) {
@@ -25,7 +25,7 @@ func TestDrillSmoke(t *testing.T) {
 	}
 	var out bytes.Buffer
 	cfg := Config{
-		Rate: 100, Entities: 50, Kills: 1, Replays: 2, Outage: 2 * time.Second,
+		Rate: 100, Entities: 50, Kills: 1, Replays: 2, Outage: 2 * time.Second, Soak: 3 * time.Second, SoakRate: 300,
 		Settle: 500 * time.Millisecond, DrainTimeout: time.Minute,
 		MaxAttempts: maxAttemptsDefault,
 		ReportPath:  filepath.Join(t.TempDir(), "report.json"),
@@ -61,8 +61,21 @@ func TestDrillSmoke(t *testing.T) {
 		require.True(t, sc.OK, "scenario %s: %s", sc.Name, sc.Error)
 		names[sc.Name] = true
 	}
-	require.Equal(t, map[string]bool{"kill-9": true, "engine-down": true, "network-cut": true, "rolling-sigterm": true,
+	require.Equal(t, map[string]bool{"soak": true, "kill-9": true, "engine-down": true, "network-cut": true, "rolling-sigterm": true,
 		"replay-after-delete": true, "deposed-leader-late-write": true}, names)
+	for _, sc := range got.Scenarios {
+		require.NotNil(t, sc.Database, "scenario %s: the database's health", sc.Name)
+		require.Positive(t, sc.Database.Samples, "scenario %s", sc.Name)
+		require.Contains(t, sc.Database.Tables, "outbox_events", "scenario %s", sc.Name)
+	}
+	soak := got.Scenarios[0]
+	require.Equal(t, "soak", soak.Name)
+	require.NotNil(t, soak.Soak)
+	require.Len(t, soak.Soak.LagP99ByThirdMs, 3)
+	require.Positive(t, soak.Soak.Events)
+	require.Positive(t, soak.Soak.Database.StandbySamples, "a standby waited for the lock all through the soak")
+	require.LessOrEqual(t, soak.Soak.Database.OursSeconds, soakSnapshotLimit.Seconds())
+	require.LessOrEqual(t, soak.Soak.VacuumSeconds, soakVacuumLimit.Seconds())
 	late := got.Scenarios[len(got.Scenarios)-1]
 	require.Equal(t, "deposed-leader-late-write", late.Name)
 	require.Equal(t, "dropped", late.HeldOutcome, "the killed leader's held bulk must die with its connection")
@@ -89,4 +102,30 @@ func TestConfigRefusesFailoverWithoutStandby(t *testing.T) {
 	require.ErrorContains(t, cfg.validate(), "postgres-failover needs a Postgres standby (STACK_PG_STANDBY_DATA")
 	cfg.PG.StandbyData = "/pg-standby"
 	require.NoError(t, cfg.validate())
+}
+
+// The soak fails on a lag that grows, or on a wlproj snapshot held too
+// long; a p99 that doubles at tens of ms is noise, not a trend.
+func TestSoakVerdict(t *testing.T) {
+	t.Parallel()
+	ok := SoakResult{LagP99ByThirdMs: []float64{40, 60, 90}, Database: harness.HealthSummary{OursSeconds: 1}}
+	require.NoError(t, ok.verdict())
+	growing := ok
+	growing.LagP99ByThirdMs = []float64{200, 4000, 112_000}
+	require.ErrorContains(t, growing.verdict(), "the lag is not flat")
+	held := ok
+	held.Database.OursSeconds, held.Database.OursHolder = 725, "wlproj-leader:b (pid 7, active, 725s old)"
+	require.ErrorContains(t, held.verdict(), "a wlproj session held a snapshot for 725.0 s (limit 5s): wlproj-leader:b")
+}
+
+// -scenarios names known scenarios only; without the Postgres ones it
+// needs no way to restart Postgres.
+func TestConfigScenarios(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Rate: 1, Entities: 1, Outage: time.Second, MaxAttempts: 1, AdminURL: "postgres://x", ElasticURL: "http://x",
+		PGRestart: true, PGFailover: true, Scenarios: []string{"soak", "kill-9"}}
+	require.NoError(t, cfg.validate())
+	cfg.Scenarios = []string{"soak", "nap"}
+	require.ErrorContains(t, cfg.validate(), `-scenarios: unknown scenario "nap" (known: soak,kill-9,`)
+	require.True(t, Config{}.wants("engine-down"), "every scenario when none is named")
 }

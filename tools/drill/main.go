@@ -6,6 +6,7 @@
 //
 //	make drill                                   # the defaults, at most 5 minutes
 //	make drill DRILL_FLAGS='-kills 2 -outage 20s' # smaller
+//	make drill DRILL_FLAGS='-scenarios soak'      # one scenario (or several, comma-separated)
 //	go run ./drill -h                            # every flag
 //
 // The drill runs against the local stack (`make drill` sources .stack/env):
@@ -33,7 +34,17 @@
 // upserted at a newer version, or left alone. The failed rows wait through
 // the other scenarios.
 //
-// Scenarios, in order:
+// Scenarios, in order (-scenarios runs some of them):
+//
+//  0. soak: the producer at -soak-rate (1,000) events/s for -soak (3
+//     minutes) on the pair no fault has touched yet. Half way an
+//     application table's 10,000 rows are deleted, and VACUUM must remove
+//     every one within 10 s. It fails when the lag is not flat (the last
+//     third's p99 above 1.2x the first third's and 250 ms more), when a
+//     wlproj session held a snapshot over 5 s, or when VACUUM could not
+//     remove the rows; then the outbox drains and every event and
+//     document is checked against the model (harness.Verify) before the
+//     producer goes back to -rate.
 //
 //  1. kill-9: -kills times, kill -9 the leader, restart it as a standby.
 //
@@ -82,6 +93,11 @@
 // with a reason, and the ledger at the newest version and op of every
 // document. The drill writes -report (JSON) and prints a summary.
 //
+// During every scenario the database is sampled every half second
+// (harness.WatchHealth): the oldest snapshot (any holder's, by time and
+// age(xid), and wlproj's), the outbox's and the ledger's dead rows and
+// autovacuums, lock waits, the backlog; the report has it per scenario.
+//
 // Measures:
 //   - takeover: from the fault to the first ack after it by the new leader,
 //     i.e. the earliest processed_at (Postgres' clock, as is the fault's
@@ -114,6 +130,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -123,7 +140,13 @@ func main() {
 	fs := flag.NewFlagSet("drill", flag.ExitOnError)
 	fs.IntVar(&cfg.Rate, "rate", rateDefault, "events per second written by the producer")
 	fs.IntVar(&cfg.Entities, "entities", entitiesDefault, "books the producer writes versions of")
-	fs.IntVar(&cfg.Kills, "kills", killsDefault, "kill -9 rounds in the first scenario")
+	fs.IntVar(&cfg.Kills, "kills", killsDefault, "kill -9 rounds")
+	fs.DurationVar(&cfg.Soak, "soak", soakDefault, "how long the soak scenario runs (0 skips it)")
+	fs.IntVar(&cfg.SoakRate, "soak-rate", soakRateDefault, "events per second of the producer during the soak")
+	fs.Func("scenarios", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames(), ","), func(v string) error {
+		cfg.Scenarios = strings.Split(v, ",")
+		return nil
+	})
 	fs.IntVar(&cfg.Replays, "replays", replaysDefault, "books per story of the replay scenario (0 skips it)")
 	fs.DurationVar(&cfg.Outage, "outage", outageDefault, "how long the engine is down")
 	fs.BoolVar(&cfg.PGRestart, "pg-restart", true, "run the Postgres restart scenario (restarts the stack's Postgres)")

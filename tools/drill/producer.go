@@ -204,3 +204,11 @@ func (p *producers) pause() {
 func (p *producers) counts() (committed, unversioned, failedInserts, late int64) {
 	return p.committed, p.unversionedCommitted, p.failedInserts, p.books.lateWritten.Load()
 }
+
+// setRate runs the writers at rate from now on: a pause and a resume, so
+// the books' versions and the counts carry on.
+func (p *producers) setRate(rate int) {
+	p.pause()
+	p.rate = rate
+	p.resume()
+}

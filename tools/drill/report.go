@@ -59,6 +59,8 @@ type Settings struct {
 	Kills           int     `json:"kills"`
 	Replays         int     `json:"replay_books_per_story"`
 	OutageSeconds   float64 `json:"outage_seconds"`
+	SoakSeconds     float64 `json:"soak_seconds"`
+	SoakRate        int     `json:"soak_rate_per_second"`
 	PGRestart       bool    `json:"pg_restart"`
 	PGFailover      bool    `json:"pg_failover"`
 	MaxAttempts     int     `json:"max_attempts"`
@@ -122,6 +124,12 @@ type Scenario struct {
 	OK              bool    `json:"ok"`
 	Error           string  `json:"error,omitempty"`
 	DurationSeconds float64 `json:"duration_seconds"`
+	// Database is the database during the scenario, sampled every half
+	// second: what held the vacuum horizon, wlproj's oldest snapshot, dead
+	// rows, lock waits, the backlog.
+	Database *harness.HealthSummary `json:"database,omitempty"`
+	// Soak is the soak scenario's figures.
+	Soak *SoakResult `json:"soak,omitempty"`
 	// Takeover is fault → first ack by the new leader, per repetition.
 	Takeover *harness.Stats `json:"takeover_seconds,omitempty"`
 
@@ -246,6 +254,12 @@ func (s *Scenario) notes() string {
 	}
 	if s.NodeLoss != nil {
 		n = append(n, s.NodeLoss.notes())
+	}
+	if s.Soak != nil {
+		n = append(n, s.Soak.notes())
+	}
+	if h := s.Database; h != nil {
+		n = append(n, fmt.Sprintf("oldest wlproj snapshot %.1f s", h.OursSeconds))
 	}
 	if s.Error != "" {
 		n = append(n, "error: "+s.Error)

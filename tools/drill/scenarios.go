@@ -14,22 +14,18 @@ import (
 // catchUpTimeout bounds how long the backlog of an outage may take to drain.
 const catchUpTimeout = 3 * time.Minute
 
-// run plays the scenarios in order. A failed scenario is recorded and the
-// next one starts from a repaired cluster, so one failure does not hide the
-// others. The replay scenario's failed upserts and their deletes are
-// written first, so they wait through every other fault.
-func (d *drill) run(ctx context.Context) {
-	if d.cfg.Replays > 0 {
-		if err := d.seed(ctx); err != nil {
-			d.rep.Problem("replay seed: " + err.Error())
-			d.say("replay seed: FAILED: %v", err)
-		}
-	}
-	steps := []struct {
-		name string
-		skip bool
-		fn   func(context.Context, *Scenario) error
-	}{
+// scenario is one step of the drill: skip says why it does not run.
+type scenario struct {
+	name string
+	skip bool
+	fn   func(context.Context, *Scenario) error
+}
+
+// scenarios are every scenario, in the order they run.
+func (d *drill) scenarios() []scenario {
+	return []scenario{
+		// First, on a cluster no fault has touched yet: the steady state.
+		{"soak", d.cfg.Soak == 0, d.soak},
 		{"kill-9", d.cfg.Kills == 0, d.kill9},
 		{"engine-down", false, d.engineDown},
 		{"postgres-restart", !d.cfg.PGRestart, d.pgRestart},
@@ -41,18 +37,35 @@ func (d *drill) run(ctx context.Context) {
 		// Last: the others restart or use the first host, which this kills.
 		{"postgres-failover", !d.cfg.PGFailover, d.pgFailover},
 	}
-	for _, st := range steps {
-		if st.skip || ctx.Err() != nil {
+}
+
+// run plays the scenarios in order. A failed scenario is recorded and the
+// next one starts from a repaired cluster, so one failure does not hide the
+// others. The replay scenario's failed upserts and their deletes are
+// written first, so they wait through every other fault. The database is
+// sampled all through each scenario (harness.WatchHealth) and its health
+// reported beside the scenario's figures.
+func (d *drill) run(ctx context.Context) {
+	if d.cfg.Replays > 0 && d.cfg.wants("replay-after-delete") {
+		if err := d.seed(ctx); err != nil {
+			d.rep.Problem("replay seed: " + err.Error())
+			d.say("replay seed: FAILED: %v", err)
+		}
+	}
+	for _, st := range d.scenarios() {
+		if st.skip || !d.cfg.wants(st.name) || ctx.Err() != nil {
 			continue
 		}
 		sc := &Scenario{Name: st.name}
 		d.rep.Scenarios = append(d.rep.Scenarios, sc)
 		start := time.Now()
+		d.health = harness.WatchHealth(d.s.DB.Pool, d.healthConfig())
 		err := d.repair(ctx)
 		if err == nil {
 			d.say("%s: start", st.name)
 			err = st.fn(ctx, sc)
 		}
+		sc.Database = ptr(harness.Summarize(d.health.Stop()))
 		sc.DurationSeconds = harness.Elapsed(start)
 		sc.Takeover = harness.NewStats(sc.takeovers)
 		sc.OK = err == nil

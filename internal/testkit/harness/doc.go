@@ -36,4 +36,11 @@
 // Tests and drills observe state, never the wording of log lines: rows,
 // /healthz (WaitLeader, WaitRole), /metrics (Metric, WatchPeak), and
 // pg_stat_activity (WaitStandby).
+//
+// The database's health beside a run's own figures (horizon.go,
+// dbhealth.go): who holds the vacuum horizon (OldestSnapshot of our
+// sessions, OldestHorizon of anyone's), whether VACUUM can remove dead
+// rows (DeleteRows, DeadRows.Vacuum), the dead rows and vacuums of the
+// tables that churn (Tables), lock waits (WaitingForLocks), sampled every
+// second by WatchHealth and summed up per step or window by Summarize.
 package harness

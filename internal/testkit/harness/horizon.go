@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -67,26 +68,34 @@ func WatchSnapshots(q Querier, prefix string, every time.Duration) *SnapshotWatc
 	w := &SnapshotWatch{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		for {
+		sampleEvery(every, w.stop, func() bool {
 			s, ok, err := OldestSnapshot(context.Background(), q, prefix)
 			w.samples++
 			if err != nil {
 				w.err = err
-				return
+				return false
 			}
 			if ok && s.Age > w.oldest.Age {
 				w.oldest = s
 			}
-			select {
-			case <-w.stop:
-				return
-			case <-tick.C:
-			}
-		}
+			return true
+		})
 	}()
 	return w
+}
+
+// sampleEvery calls sample at once and then every interval, until stop is
+// closed or sample returns false.
+func sampleEvery(every time.Duration, stop <-chan struct{}, sample func() bool) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for sample() {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // Stop ends the watch and returns the oldest snapshot seen (a zero Age when
@@ -140,4 +149,134 @@ func (d DeadRows) Vacuum(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("pgstattuple %s: %w", d.table, err)
 	}
 	return dead, nil
+}
+
+// Horizon is what holds the database's vacuum horizon back the most, from
+// whatever side: a session of the database (wlproj's or anyone's: a
+// pg_dump, a session idle in a transaction), a walsender (a standby with
+// hot_standby_feedback), a replication slot or a prepared transaction.
+type Horizon struct {
+	// Kind is "backend", "walsender", "slot" or "prepared".
+	Kind string
+	// Who names it: the session's application_name and pid, the slot's
+	// name or the prepared transaction's gid.
+	Who string
+	// XIDAge is age(xmin): the transactions begun since the oldest it may
+	// still see, the measure of how far back it holds vacuum.
+	XIDAge int64
+	// Age is how long it has been held: zero for a walsender and a slot,
+	// whose xmin Postgres does not date.
+	Age time.Duration
+}
+
+func (h Horizon) String() string {
+	return fmt.Sprintf("%s %s (%d transactions, %s old)", h.Kind, h.Who, h.XIDAge, h.Age.Round(time.Millisecond))
+}
+
+// oldestHorizonSQL ranks every holder of an xmin that limits vacuum in
+// this database by age(xmin). A backend of another database holds back
+// only the shared catalogs, so only this database's count, and the
+// sampler's own session is left out.
+const oldestHorizonSQL = `
+SELECT kind, who, xid_age, seconds FROM (
+	SELECT CASE WHEN backend_type = 'walsender' THEN 'walsender' ELSE 'backend' END AS kind,
+	       format('%s (pid %s)', coalesce(nullif(application_name, ''), backend_type), pid) AS who,
+	       age(backend_xmin)::bigint AS xid_age,
+	       CASE WHEN backend_type = 'walsender' THEN 0
+	            ELSE extract(epoch FROM clock_timestamp() - coalesce(xact_start, query_start)) END::float8 AS seconds
+	  FROM pg_stat_activity
+	 WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
+	   AND (datname = current_database() OR backend_type = 'walsender')
+	UNION ALL
+	SELECT 'slot', slot_name::text, age(xmin)::bigint, 0 FROM pg_replication_slots WHERE xmin IS NOT NULL
+	UNION ALL
+	SELECT 'prepared', gid, age(transaction)::bigint, extract(epoch FROM clock_timestamp() - prepared)::float8
+	  FROM pg_prepared_xacts WHERE database = current_database()
+) holders ORDER BY xid_age DESC, seconds DESC LIMIT 1`
+
+// OldestHorizon returns the holder of the oldest xmin in q's database,
+// and false when nothing holds one. q must be a superuser's (or
+// pg_read_all_stats') to see other roles' sessions.
+func OldestHorizon(ctx context.Context, q Querier) (Horizon, bool, error) {
+	var h Horizon
+	var seconds float64
+	err := q.QueryRow(ctx, oldestHorizonSQL).Scan(&h.Kind, &h.Who, &h.XIDAge, &seconds)
+	if err == pgx.ErrNoRows {
+		return Horizon{}, false, nil
+	}
+	if err != nil {
+		return Horizon{}, false, fmt.Errorf("oldest horizon: %w", err)
+	}
+	h.Age = time.Duration(seconds * float64(time.Second))
+	return h, true, nil
+}
+
+// TableStats is what the statistics say of a table's dead rows and
+// vacuums (pg_stat_user_tables; a backend reports its counts at most a
+// second after its transaction ends).
+type TableStats struct {
+	Live        int64 `json:"live"`
+	Dead        int64 `json:"dead"`
+	Autovacuums int64 `json:"autovacuums"`
+	Vacuums     int64 `json:"vacuums"`
+}
+
+// Tables returns the statistics of the tables named, as the search path
+// finds them, by name; a table that does not exist is left out.
+func Tables(ctx context.Context, q Querier, names ...string) (map[string]TableStats, error) {
+	var raw []byte
+	err := q.QueryRow(ctx, `
+		SELECT coalesce(json_object_agg(relname, json_build_object('live', n_live_tup, 'dead', n_dead_tup,
+		                'autovacuums', autovacuum_count, 'vacuums', vacuum_count)), '{}')
+		  FROM pg_stat_user_tables WHERE relid IN (SELECT to_regclass(n) FROM unnest($1::text[]) n)`, names).Scan(&raw)
+	if err != nil {
+		return nil, fmt.Errorf("table statistics: %w", err)
+	}
+	stats := map[string]TableStats{}
+	return stats, json.Unmarshal(raw, &stats)
+}
+
+// LockWaits is who of a program's sessions waits for a lock.
+type LockWaits struct {
+	// Waiting counts the sessions waiting for a lock (wait_event_type
+	// Lock, or a lock not granted in pg_locks), the election's wait aside;
+	// First names one of them.
+	Waiting int
+	First   string
+	// Election counts the lock sessions waiting for the advisory lock: a
+	// standby standing by, which is how it should wait, not a lock wait.
+	Election int
+}
+
+// WaitingForLocks samples the lock waits of the sessions of q's database
+// whose application_name starts with prefix; those whose name starts with
+// election (leader.LockSessionName("")) and wait for an advisory lock are
+// standbys, counted apart.
+func WaitingForLocks(ctx context.Context, q Querier, prefix, election string) (LockWaits, error) {
+	var w LockWaits
+	err := q.QueryRow(ctx, `
+		SELECT count(*) FILTER (WHERE NOT election), coalesce(min(who) FILTER (WHERE NOT election), ''),
+		       count(*) FILTER (WHERE election)
+		  FROM (SELECT format('%s (pid %s) on %s', application_name, pid, coalesce(wait_event, 'a lock')) AS who,
+		               $2 <> '' AND starts_with(application_name, $2) AND wait_event = 'advisory' AS election
+		          FROM pg_stat_activity
+		         WHERE datname = current_database() AND starts_with(application_name, $1)
+		           AND (wait_event_type = 'Lock' OR pid IN (SELECT pid FROM pg_locks WHERE NOT granted))) waits`,
+		prefix, election).Scan(&w.Waiting, &w.First, &w.Election)
+	if err != nil {
+		return w, fmt.Errorf("lock waits: %w", err)
+	}
+	return w, nil
+}
+
+// Backlog counts the outbox's pending and processing rows, each through
+// its partial index.
+func Backlog(ctx context.Context, q Querier) (int64, error) {
+	var n int64
+	err := q.QueryRow(ctx, `SELECT (SELECT count(*) FROM outbox_events WHERE status = 'pending')
+	                             + (SELECT count(*) FROM outbox_events WHERE status = 'processing')`).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("backlog: %w", err)
+	}
+	return n, nil
 }

@@ -50,6 +50,12 @@ type ProducerConfig struct {
 	Tick time.Duration
 	// InsertTimeout bounds one insert. Defaults to 10s.
 	InsertTimeout time.Duration
+	// Writers, when not zero, writes each event in a transaction of its
+	// own, this many connections at a time: an application that commits
+	// each change alone, as pgbench's one-insert script does, makes the
+	// outbox see one transaction (and one xid) per event instead of one
+	// per tick. Defaults to 0: each tick's events in one insert.
+	Writers int
 	// Next returns the next n events to write.
 	Next func(n int) []Event
 }
@@ -71,23 +77,45 @@ func Produce(ctx context.Context, db Execer, cfg ProducerConfig) *Producer {
 	ctx, cancel := context.WithCancel(ctx)
 	p := &Producer{cancel: cancel, done: make(chan struct{})}
 	timeout := cmp.Or(cfg.InsertTimeout, 10*time.Second)
+	insert := func(events []Event) {
+		// Not cancelled by Stop: the count of committed events is exact.
+		ictx, cancelInsert := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		defer cancelInsert()
+		if err := Insert(ictx, db, events); err != nil {
+			p.failed.Add(1)
+			p.mu.Lock()
+			p.err = err
+			p.mu.Unlock()
+			return
+		}
+		p.committed.Add(int64(len(events)))
+	}
 	go func() {
 		defer close(p.done)
 		pace(ctx, cfg.Rate, cmp.Or(cfg.Tick, 10*time.Millisecond), func(n int) {
-			// Not cancelled by Stop: the count of committed events is exact.
-			ictx, cancelInsert := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-			defer cancelInsert()
-			if err := Insert(ictx, db, cfg.Next(n)); err != nil {
-				p.failed.Add(1)
-				p.mu.Lock()
-				p.err = err
-				p.mu.Unlock()
+			events := cfg.Next(n)
+			if cfg.Writers == 0 {
+				insert(events)
 				return
 			}
-			p.committed.Add(int64(n))
+			oneByOne(events, cfg.Writers, insert)
 		})
 	}()
 	return p
+}
+
+// oneByOne inserts each event alone, writers at a time (each takes every
+// writers-th event), and returns when all are written.
+func oneByOne(events []Event, writers int, insert func([]Event)) {
+	var wg sync.WaitGroup
+	for w := range min(writers, len(events)) {
+		wg.Go(func() {
+			for i := w; i < len(events); i += writers {
+				insert(events[i : i+1])
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // Stop ends the producer and waits for its last insert; it may be called

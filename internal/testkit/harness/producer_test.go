@@ -67,3 +67,18 @@ func TestProducerCountsFailedInserts(t *testing.T) {
 	require.Error(t, p.Err())
 	require.Zero(t, p.Committed())
 }
+
+// With Writers, every event is a transaction of its own: as many xids in
+// the outbox as rows, where one insert per tick would share one among many.
+func TestProducerWritesEachEventAloneWithWriters(t *testing.T) {
+	t.Parallel()
+	db := NewDatabase(t)
+	p := Produce(context.Background(), db.Pool, ProducerConfig{Rate: 500, Writers: 3, Next: books(new(int))})
+	time.Sleep(300 * time.Millisecond)
+	p.Stop()
+	require.NoError(t, p.Err())
+	require.Positive(t, p.Committed())
+	require.EqualValues(t, p.Committed(), db.Count(t, `true`))
+	require.EqualValues(t, p.Committed(), db.Int(t, `SELECT count(DISTINCT xmin::text) FROM outbox_events`),
+		"one transaction per event")
+}
