@@ -22,18 +22,16 @@ import (
 // URL is tried.
 const connectTimeoutDefault = 5 * time.Second
 
-// URLError is a database URL that does not parse.
-type URLError struct{ Err error }
-
-func (e *URLError) Error() string { return "DATABASE_URL: " + e.Err.Error() }
-func (e *URLError) Unwrap() error { return e.Err }
-
 // Open opens a pool of at most maxConns connections to databaseURL, with
-// application as their application_name.
+// application as their application_name. A URL that ParseURL refuses is
+// refused here too (a *URLError), before anything connects.
 func Open(ctx context.Context, databaseURL string, maxConns int, application string) (*pgxpool.Pool, error) {
+	if err := CheckURL(databaseURL); err != nil {
+		return nil, err
+	}
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
-		return nil, &URLError{Err: err}
+		return nil, parseError(databaseURL, err)
 	}
 	if err := CheckHosts(&cfg.ConnConfig.Config); err != nil {
 		return nil, &URLError{Err: err}
