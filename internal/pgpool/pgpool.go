@@ -3,7 +3,10 @@
 // (rebuild, verify), each named in pg_stat_activity. A URL may name several
 // hosts (a primary and its standbys) with target_session_attrs=read-write:
 // every new connection then goes to whichever host accepts writes, so the
-// pool follows a failover as its broken connections are replaced.
+// pool follows a failover as its broken connections are replaced. ParseURL
+// is the one check of a database URL every process makes before it
+// connects: it refuses a URL that pgx would read otherwise than its writer
+// meant, and its errors never show the URL.
 package pgpool
 
 import (
