@@ -3,6 +3,7 @@ package cli
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/alecthomas/kong"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/wlproj/wlproj/internal/pgpool"
@@ -31,17 +33,54 @@ func opsRun(cmd dbCommand, fn func(ctx context.Context, conn *pgx.Conn) error) e
 	return commandError(cmd, fn(ctx, conn))
 }
 
-// parseURL parses DATABASE_URL and refuses a list of several hosts that
-// could settle on a standby (pgpool.CheckHosts), before anything connects.
-func parseURL(databaseURL string) (*pgx.ConnConfig, error) {
-	cfg, err := pgx.ParseConfig(databaseURL)
-	if err != nil {
-		return nil, usagef("DATABASE_URL: %w", err)
+// Validate refuses a database URL that pgpool.ParseURL refuses, before
+// anything connects or quotes it. kong calls it for every command that
+// embeds dbFlags (the method is promoted to the command); run, which has a
+// Validate of its own, calls it first.
+func (f dbFlags) Validate(kctx *kong.Context) error {
+	if _, err := pgpool.ParseURL(f.DatabaseURL); err != nil {
+		return renameURL(err, givenAsFlag(kctx, "database-url"))
 	}
-	if err := pgpool.CheckHosts(&cfg.Config); err != nil {
-		return nil, usagef("DATABASE_URL: %w", err)
+	return nil
+}
+
+// parseURL parses DATABASE_URL and refuses one that could be read two ways
+// or could settle on a standby (pgpool.ParseURL). Its error names the
+// variable and shows no part of the URL.
+func parseURL(databaseURL string) (*pgx.ConnConfig, error) {
+	cfg, err := pgpool.ParseURL(databaseURL)
+	if err != nil {
+		return nil, renameURL(err, false)
 	}
 	return cfg, nil
+}
+
+// renameURL names the database URL in a *pgpool.URLError as the operator
+// gave it: the flag if the command line holds it (OWNER_DATABASE_URL in the
+// runbook goes that way), else DATABASE_URL. Other errors pass unchanged.
+func renameURL(err error, flag bool) error {
+	var bad *pgpool.URLError
+	if !errors.As(err, &bad) {
+		return err
+	}
+	if flag {
+		return usagef("--database-url: %w", bad.Err)
+	}
+	return usagef("DATABASE_URL: %w", bad.Err)
+}
+
+// givenAsFlag reports whether the command line set the flag name, rather
+// than its environment variable.
+func givenAsFlag(kctx *kong.Context, name string) bool {
+	if kctx == nil {
+		return false
+	}
+	for _, p := range kctx.Path {
+		if p.Flag != nil && p.Flag.Name == name && !p.Resolved {
+			return true
+		}
+	}
+	return false
 }
 
 func connect(ctx context.Context, databaseURL string) (*pgx.Conn, error) {

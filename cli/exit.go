@@ -3,11 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
-	"net/url"
-	"slices"
-	"strings"
-
-	"github.com/jackc/pgx/v5"
+	"regexp"
 
 	"github.com/wlproj/wlproj/classify"
 	"github.com/wlproj/wlproj/internal/bounds"
@@ -51,7 +47,7 @@ func commandError(cmd dbCommand, err error) error {
 	if err == nil {
 		return nil
 	}
-	msg := redact(operatorWords(cmd, err).Error(), cmd.databaseURL())
+	msg := redact(operatorWords(cmd, err).Error())
 	return &exitError{code: codeOf(err), err: redactedError{msg: msg, err: err}}
 }
 
@@ -85,7 +81,10 @@ func operatorWords(cmd any, err error) error {
 	var audit *replay.AuditRequiredError
 	var repair *verify.RefusedError
 	var unknown *outbox.UnknownProjectionError
+	var badURL *pgpool.URLError
 	switch {
+	case errors.As(err, &badURL):
+		return renameURL(err, false)
 	case errors.As(err, &unknown):
 		return fmt.Errorf("--projection: %w", unknown)
 	case errors.As(err, &audit):
@@ -112,29 +111,18 @@ type redactedError struct {
 func (e redactedError) Error() string { return e.msg }
 func (e redactedError) Unwrap() error { return e.err }
 
-// redact removes every form of the database password from msg: pgx redacts
-// its own messages, but only on a best-effort basis, and the password may
-// also come from PGPASSWORD or a password= parameter.
-func redact(msg, databaseURL string) string {
-	const mask = "xxxxx"
-	var secrets []string
-	if u, err := url.Parse(databaseURL); err == nil && u.User != nil {
-		if p, ok := u.User.Password(); ok {
-			secrets = append(secrets, p, url.QueryEscape(p), url.PathEscape(p))
-		}
-	}
-	if cfg, err := pgx.ParseConfig(databaseURL); err == nil && cfg.Password != "" {
-		secrets = append(secrets, cfg.Password)
-	}
-	if databaseURL != "" {
-		secrets = append(secrets, databaseURL)
-	}
-	// Longest first, so the whole URL goes before the password inside it.
-	slices.SortFunc(secrets, func(a, b string) int { return len(b) - len(a) })
-	for _, s := range secrets {
-		if s != "" {
-			msg = strings.ReplaceAll(msg, s, mask)
-		}
-	}
+// passwordSetting is a password in keyword/value settings or a URL's query
+// (password=…, sslpassword=…, the value quoted or not), up to its end.
+var passwordSetting = regexp.MustCompile(`(?i)(\b(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&'` + "`" + `]*)`)
+
+// redact removes the database credentials from msg by where they stand: the
+// user info of every URL and every password setting. pgx redacts its own
+// messages, but only on a best-effort basis. Nothing is masked for looking
+// like the password: a password that is a common word ("database") would
+// garble every message that holds the word, and a password cut in two by a
+// raw '@' would be masked where it stands and printed where the other half
+// went; pgpool.CheckURL refuses such a URL before anything can print it.
+func redact(msg string) string {
+	msg = passwordSetting.ReplaceAllString(msg, "${1}xxxxx")
 	return classify.StripURLCredentials(msg)
 }

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/alecthomas/kong"
 	"github.com/rs/zerolog"
 
 	"github.com/wlproj/wlproj/consume"
@@ -104,8 +105,9 @@ func (c *runCmd) config() replica.Config {
 // Validate runs before anything connects, so a bad flag exits at once with
 // the variable's name. No defaults are applied here: kong already applied
 // the flag defaults, so a zero is the operator's value and must be refused.
-func (c *runCmd) Validate() error {
-	return renameFields(c, bounds.First(c.config().Validate(), c.consoleFlags.validate()))
+// The database URL goes first: the other checks parse it and may quote it.
+func (c *runCmd) Validate(kctx *kong.Context) error {
+	return bounds.First(c.dbFlags.Validate(kctx), renameFields(c, bounds.First(c.config().Validate(), c.consoleFlags.validate())))
 }
 
 func (c *runCmd) Run(g *globals) error {

@@ -47,8 +47,8 @@ func TestUsersFile(t *testing.T) {
 	require.NotNil(t, u.check("ada", "pw"), "htpasswd -B's $2y$ is bcrypt")
 	require.Nil(t, u.check("ada", "nope"))
 	require.Nil(t, u.check("eve", "pw"))
-	require.False(t, u["ada"].ReadOnly)
-	require.True(t, u["viv"].ReadOnly)
+	require.False(t, u.byName["ada"].ReadOnly)
+	require.True(t, u.byName["viv"].ReadOnly)
 
 	for name, c := range map[string]struct {
 		file     string
@@ -181,11 +181,16 @@ func TestNextNeverLeavesTheConsole(t *testing.T) {
 	}
 }
 
+// setCookie is the session cookie r sets.
 func setCookie(t *testing.T, r response) *http.Cookie {
 	t.Helper()
-	cookies := (&http.Response{Header: r.header}).Cookies()
-	require.Len(t, cookies, 1)
-	return cookies[0]
+	for _, c := range (&http.Response{Header: r.header}).Cookies() {
+		if c.Name == cookieName {
+			return c
+		}
+	}
+	require.FailNow(t, "no session cookie", "%v", r.header)
+	return nil
 }
 
 func mustURL(t *testing.T, s string) *url.URL {
@@ -218,6 +223,128 @@ func TestSignInIsRateLimited(t *testing.T) {
 	require.False(t, l.allow(now, "addr:3", "user:ada"))
 	require.True(t, l.allow(now, "addr:3", "user:viv"))
 	require.True(t, l.allow(now.Add(time.Minute), "addr:4", "user:ada"), "the budget refills")
+}
+
+// TestUnknownNameCostsAsMuchAsAKnownOne: the hash an unknown name is
+// compared with has the cost of the file's costliest hash, so that the
+// answer's delay does not tell a user name from an unknown one (it took 79
+// ms against 351 with a dummy at bcrypt's default cost and users at the
+// runbook's 12). Compared by the work bcrypt does, not by a clock.
+func TestUnknownNameCostsAsMuchAsAKnownOne(t *testing.T) {
+	t.Parallel()
+	const highest = bcrypt.DefaultCost + 1
+	var lines []string
+	for name, cost := range map[string]int{"ada": bcrypt.MinCost, "viv": highest, "max": bcrypt.MinCost + 1} {
+		h, err := bcrypt.GenerateFromPassword([]byte(name+"-pw"), cost)
+		require.NoError(t, err)
+		lines = append(lines, name+":"+string(h))
+	}
+	u, err := loadUsers(writeFile(t, strings.Join(lines, "\n")+"\n"), nil)
+	require.NoError(t, err)
+	for _, name := range []string{"nobody", "Viv", ""} {
+		usr, hash := u.compared(name)
+		require.Nil(t, usr, name)
+		cost, err := bcrypt.Cost(hash)
+		require.NoError(t, err)
+		require.Equal(t, highest, cost, "an unknown name %q costs what viv costs", name)
+		require.Nil(t, u.check(name, "viv-pw"))
+	}
+	_, hash := u.compared("viv")
+	require.NoError(t, bcrypt.CompareHashAndPassword(hash, []byte("viv-pw")))
+}
+
+// TestGuessesDoNotLockOutAKnownBrowser: someone guessing at ada's password
+// spends the budgets of her name and of the address (every client of a TLS
+// proxy or an SSH tunnel has the same one), so a browser new to ada is
+// refused even with the right password; ada's own browser, which signed in
+// before, has a budget of its own and gets in. Before, the right password
+// got 429 from every browser. Its budget bounds a stolen device cookie too,
+// and it is worth nothing for another name or after a password change.
+func TestGuessesDoNotLockOutAKnownBrowser(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *Config, _ *Deps) { c.SignInBurst, c.SignInPerMinute = 3, 1 })
+	ada := b.client(t)
+	require.Equal(t, http.StatusSeeOther, ada.signIn("ada", adaPassword).code)
+	ada.get(Prefix)
+	require.Equal(t, http.StatusSeeOther, ada.post(Prefix+"signout", url.Values{}).code)
+
+	attacker := b.client(t)
+	attacker.get(Prefix + "signin")
+	for range 2 { // ada's sign-in took one of the address's three
+		require.Equal(t, http.StatusUnauthorized, attacker.post(Prefix+"signin", url.Values{"user": {"ada"}, "password": {"guess"}}).code)
+	}
+	require.Equal(t, http.StatusTooManyRequests, attacker.post(Prefix+"signin", url.Values{"user": {"ada"}, "password": {adaPassword}}).code,
+		"the guesses are limited, the right password included")
+	require.Equal(t, http.StatusTooManyRequests, b.client(t).signIn("ada", adaPassword).code, "so is a browser new to ada")
+
+	r := ada.signIn("ada", adaPassword)
+	require.Equal(t, http.StatusSeeOther, r.code, "ada's own browser is not locked out: %s", r.body)
+	require.Equal(t, http.StatusOK, ada.get(Prefix).code)
+	require.Equal(t, http.StatusSeeOther, ada.post(Prefix+"signout", url.Values{}).code)
+
+	require.Equal(t, http.StatusTooManyRequests, ada.signIn("viv", vivPassword).code,
+		"ada's browser is known for ada only: viv pays the address's spent budget")
+	for range 2 { // its sign-in took one of its three
+		require.Equal(t, http.StatusUnauthorized, ada.signIn("ada", "typo").code)
+	}
+	require.Equal(t, http.StatusTooManyRequests, ada.signIn("ada", adaPassword).code,
+		"the browser's own budget is spent: a stolen device cookie guesses no faster")
+
+	// Another replica with the same key knows the browser, until a new
+	// password for ada in the users file makes it unknown.
+	key := writeFile(t, strings.Repeat("k", 40)+"\n")
+	limits := func(c *Config) { c.SessionKeyFile, c.SignInBurst, c.SignInPerMinute = key, 2, 1 }
+	first := setup(t, func(c *Config, _ *Deps) { limits(c) })
+	browser := first.client(t)
+	require.Equal(t, http.StatusSeeOther, browser.signIn("ada", adaPassword).code)
+	guessedAt := func(b *bundle) {
+		attacker := b.client(t)
+		for range 2 {
+			require.Equal(t, http.StatusUnauthorized, attacker.signIn("ada", "guess").code)
+		}
+		require.Equal(t, http.StatusTooManyRequests, attacker.signIn("ada", "guess").code)
+	}
+	cfg := Config{UsersFile: first.con.cfg.UsersFile}
+	limits(&cfg)
+	same := first.replica(t, cfg)
+	guessedAt(same)
+	require.Equal(t, http.StatusSeeOther, same.withDeviceOf(t, browser).signIn("ada", adaPassword).code)
+
+	h, err := bcrypt.GenerateFromPassword([]byte("new-pw"), bcrypt.MinCost)
+	require.NoError(t, err)
+	cfg.UsersFile = writeFile(t, "ada:"+string(h)+"\n")
+	changed := first.replica(t, cfg)
+	guessedAt(changed)
+	require.Equal(t, http.StatusTooManyRequests, changed.withDeviceOf(t, browser).signIn("ada", "new-pw").code,
+		"the browser of the old password is unknown")
+}
+
+// withDeviceOf is a new client of b's server holding only c's device cookie.
+func (b *bundle) withDeviceOf(t *testing.T, c *client) *client {
+	t.Helper()
+	out := b.client(t)
+	for _, ck := range c.http.Jar.Cookies(mustURL(t, c.base+Prefix+"signin")) {
+		if ck.Name == deviceCookieName {
+			ck.Path = Prefix + "signin"
+			out.http.Jar.SetCookies(mustURL(t, out.base+Prefix+"signin"), []*http.Cookie{ck})
+		}
+	}
+	return out
+}
+
+// TestStaticHasNoDirectoryListing: the stylesheet is served, the folder
+// holding it is not listed.
+func TestStaticHasNoDirectoryListing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := b.client(t)
+	require.Equal(t, http.StatusOK, c.get(Prefix+"static/style.css").code)
+	for _, path := range []string{Prefix + "static/", Prefix + "static/nope.css"} {
+		r := c.get(path)
+		require.Equal(t, http.StatusNotFound, r.code, path)
+		require.NotContains(t, r.body, "style.css", path)
+		require.NotContains(t, r.body, "icon.svg", path)
+	}
 }
 
 func TestSecurityHeaders(t *testing.T) {

@@ -5,7 +5,10 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"io/fs"
 	"net/http"
+	"path"
+	"strings"
 	"sync"
 	"time"
 
@@ -74,7 +77,8 @@ type Config struct {
 	// MaxProcessing is the stuck cap the overview counts with. Defaults to
 	// 300s.
 	MaxProcessing time.Duration
-	// SignInPerMinute and SignInBurst rate-limit sign-in attempts, per
+	// SignInPerMinute and SignInBurst rate-limit sign-in attempts: per
+	// browser for a browser that signed in as the name before, else per
 	// client address and per user name. Default to 10 and 5.
 	SignInPerMinute, SignInBurst int
 }
@@ -133,7 +137,7 @@ func (c Config) Validate() error {
 type Console struct {
 	cfg      Config
 	deps     Deps
-	users    users
+	users    *users
 	sessions *sessions
 	limiter  *signInLimiter
 	pages    pages
@@ -230,4 +234,18 @@ func (c *Console) Stop() {
 	if c.srv != nil {
 		c.srv.Stop()
 	}
+}
+
+// staticFiles serves the files of fsys and answers 404 for a directory:
+// http.FileServer would list it, telling anyone what the console ships.
+func staticFiles(fsys fs.FS) http.Handler {
+	files := http.FileServerFS(fsys)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := strings.TrimPrefix(path.Clean("/"+r.URL.Path), "/")
+		if info, err := fs.Stat(fsys, cmp.Or(name, ".")); err != nil || info.IsDir() {
+			http.NotFound(w, r)
+			return
+		}
+		files.ServeHTTP(w, r)
+	})
 }

@@ -197,7 +197,7 @@ func securityHeaders(next http.Handler) http.Handler {
 func (c *Console) routes() http.Handler {
 	static, _ := fs.Sub(assets, "assets/static")
 	mux := http.NewServeMux()
-	mux.Handle("GET "+Prefix+"static/", http.StripPrefix(Prefix+"static/", http.FileServerFS(static)))
+	mux.Handle("GET "+Prefix+"static/", http.StripPrefix(Prefix+"static/", staticFiles(static)))
 	mux.HandleFunc("GET "+Prefix+"signin", c.signInPage)
 	mux.HandleFunc("POST "+Prefix+"signin", c.signIn)
 	mux.HandleFunc("POST "+Prefix+"signout", c.signed(c.signOut))

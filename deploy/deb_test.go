@@ -10,7 +10,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -31,11 +33,12 @@ var debFiles = []debFile{
 	{"/usr/bin/wlproj", "-rwxr-xr-x", ""},
 	{"/usr/lib/systemd/system/wlproj@.service", "-rw-r--r--", unitFile},
 	{"/usr/lib/sysusers.d/wlproj.conf", "-rw-r--r--", "deb/sysusers.conf"},
-	{"/etc/wlproj/wlproj.env.example", "-rw-r--r--", envExampleFile},
+	{"/etc/wlproj/wlproj.env.example", "-rw-r-----", envExampleFile},
 	{"/usr/share/wlproj/roles.sql", "-rw-r--r--", "sql/roles.sql"},
 	{"/usr/share/wlproj/grafana/wlproj.json", "-rw-r--r--", dashboardFile},
 	{"/usr/share/wlproj/prometheus/alerts.yml", "-rw-r--r--", alertsFile},
 	{"/usr/share/doc/wlproj/copyright", "-rw-r--r--", "deb/copyright"},
+	{"/usr/share/lintian/overrides/wlproj", "-rw-r--r--", "deb/lintian-overrides"},
 	{"/usr/share/doc/wlproj/changelog.gz", "-rw-r--r--", ""},
 }
 
@@ -107,6 +110,11 @@ func TestDebPackage(t *testing.T) {
 			f := strings.Fields(sc.Text())
 			require.GreaterOrEqual(t, len(f), 6, "dpkg-deb -c line %q", sc.Text())
 			if strings.HasPrefix(f[0], "d") {
+				if f[5] == "./etc/wlproj/" {
+					// It will hold the replicas' credentials: no one but root
+					// (and, after postinst, group wlproj) may list it.
+					require.Equal(t, "drwxr-x---", f[0], "/etc/wlproj")
+				}
 				continue
 			}
 			require.Equal(t, "root/root", f[1], "%s is owned by root", f[5])
@@ -150,6 +158,20 @@ func TestDebPackage(t *testing.T) {
 		require.Contains(t, unit, "\nUser=wlproj\n", "the unit runs as the user postinst creates")
 	})
 
+	t.Run("Apache-2.0, in the copyright file and the checkout", func(t *testing.T) {
+		copyright := string(mustRead(t, filepath.Join(dest, "/usr/share/doc/wlproj/copyright")))
+		require.Contains(t, copyright, "\nFiles: *\nCopyright: 2026 the wlproj authors\nLicense: Apache-2.0\n")
+		require.Contains(t, copyright, "/usr/share/common-licenses/Apache-2.0")
+		require.NotContains(t, strings.ToLower(copyright), "all rights")
+		license := string(mustRead(t, filepath.Join(root, "LICENSE")))
+		require.Contains(t, license, "Apache License\n                           Version 2.0, January 2004")
+		require.Contains(t, license, "END OF TERMS AND CONDITIONS")
+		if common, err := os.ReadFile("/usr/share/common-licenses/Apache-2.0"); err == nil {
+			require.Equal(t, string(common), license, "LICENSE is the license's full text")
+		}
+		require.Contains(t, string(mustRead(t, filepath.Join(root, "README.md"))), "Apache License, Version 2.0: see [LICENSE](LICENSE)")
+	})
+
 	t.Run("the packaged binary says its version", func(t *testing.T) {
 		bin := filepath.Join(dest, "/usr/bin/wlproj")
 		var info buildinfo.Info
@@ -177,7 +199,9 @@ func TestDebPackage(t *testing.T) {
 		require.NotNil(t, user, "postinst made no wlproj user in %s/etc/passwd", dest)
 		require.Equal(t, "/nonexistent", user[5])
 		require.Equal(t, "/usr/sbin/nologin", user[6])
-		require.NotNil(t, passwdEntry(t, filepath.Join(dest, "etc/group"), "wlproj"), "no wlproj group")
+		group := passwdEntry(t, filepath.Join(dest, "etc/group"), "wlproj")
+		require.NotNil(t, group, "no wlproj group")
+		requireOwner(t, filepath.Join(dest, "etc/wlproj"), 0o750, 0, group[2])
 
 		// A second configure (an upgrade from this version) keeps the one user.
 		cmd = exec.Command(postinst, "configure", debVersion)
@@ -191,6 +215,82 @@ func TestDebPackage(t *testing.T) {
 			}
 		}
 		require.Equal(t, 1, users)
+	})
+
+	// A root of its own for each of the next cases, the package unpacked
+	// in it, and a maintainer script run against it as dpkg runs it.
+	unpacked := func(t *testing.T, passwd, group string) string {
+		t.Helper()
+		dir := t.TempDir()
+		run(t, dpkgDeb, "-x", pkg, dir)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "etc/passwd"), []byte("root:x:0:0:root:/root:/bin/sh\n"+passwd), 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "etc/group"), []byte("root:x:0:\n"+group), 0o644))
+		return dir
+	}
+	script := func(t *testing.T, dir, name string, args ...string) (string, error) {
+		t.Helper()
+		path := filepath.Join(t.TempDir(), name)
+		require.NoError(t, os.WriteFile(path, []byte(run(t, dpkgDeb, "-I", pkg, name)), 0o755))
+		cmd := exec.Command(path, args...)
+		cmd.Env = append(os.Environ(), "DPKG_ROOT="+dir)
+		b, err := cmd.CombinedOutput()
+		return string(b), err
+	}
+
+	// A wlproj account that is someone's login would run the daemon and
+	// could read its passwords from /proc: refused, nothing changed.
+	// Before, systemd-sysusers took it as it was, without a word.
+	t.Run("postinst refuses a wlproj account that is not a system account", func(t *testing.T) {
+		const login = "wlproj:x:1001:1001:Wl Person:/home/wlproj:/bin/bash\n"
+		dir := unpacked(t, login, "wlproj:x:1001:\n")
+		out, err := script(t, dir, "postinst", "configure", "")
+		require.Error(t, err, "postinst configure:\n%s", out)
+		require.Contains(t, out, "a user named wlproj already exists with uid 1001, which is not a\nsystem account")
+		require.Contains(t, out, "sudo dpkg --configure wlproj")
+		require.Equal(t, "root:x:0:0:root:/root:/bin/sh\n"+login, string(mustRead(t, filepath.Join(dir, "etc/passwd"))))
+		requireOwner(t, filepath.Join(dir, "etc/wlproj"), 0o750, 0, "0")
+
+		// An upgrade refuses it too: an earlier version took it silently.
+		out, err = script(t, dir, "postinst", "configure", "0.1.0")
+		require.Error(t, err, "postinst configure 0.1.0:\n%s", out)
+	})
+
+	t.Run("postinst names the existing system account it uses", func(t *testing.T) {
+		if _, err := exec.LookPath("systemd-sysusers"); err != nil {
+			t.Skip("systemd-sysusers is not installed (scripts/tools.sh installs systemd); the postinst needs it")
+		}
+		const system = "wlproj:x:998:998::/nonexistent:/usr/sbin/nologin\n"
+		dir := unpacked(t, system, "wlproj:x:998:\n")
+		out, err := script(t, dir, "postinst", "configure", "")
+		require.NoError(t, err, "postinst configure:\n%s", out)
+		require.Contains(t, out, "wlproj: using the existing system user wlproj (uid 998)")
+		require.Equal(t, "root:x:0:0:root:/root:/bin/sh\n"+system, string(mustRead(t, filepath.Join(dir, "etc/passwd"))))
+		requireOwner(t, filepath.Join(dir, "etc/wlproj"), 0o750, 0, "998")
+
+		out, err = script(t, dir, "postinst", "configure", "0.1.0")
+		require.NoError(t, err, "postinst configure 0.1.0:\n%s", out)
+		require.NotContains(t, out, "using the existing", "an upgrade says nothing of the user it made")
+	})
+
+	// Purge removes the conffile (dpkg does, before postrm); the env files
+	// an operator made hold credentials and are theirs: kept, and named.
+	t.Run("postrm purge names the files it leaves in /etc/wlproj", func(t *testing.T) {
+		dir := unpacked(t, "", "")
+		require.NoError(t, os.Remove(filepath.Join(dir, "etc/wlproj/wlproj.env.example")))
+		for _, name := range []string{"a.env", "console.key"} {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "etc/wlproj", name), []byte("DATABASE_URL=postgres://x:pw@h/db\n"), 0o600))
+		}
+		out, err := script(t, dir, "postrm", "purge")
+		require.NoError(t, err, "postrm purge:\n%s", out)
+		require.Contains(t, out, "purge left these files")
+		require.Contains(t, out, "\n  /etc/wlproj/a.env\n  /etc/wlproj/console.key\n")
+		require.NotContains(t, out, "pw@", "it names the files, never what is in them")
+		require.FileExists(t, filepath.Join(dir, "etc/wlproj/a.env"))
+
+		require.NoError(t, os.RemoveAll(filepath.Join(dir, "etc/wlproj")))
+		out, err = script(t, dir, "postrm", "purge")
+		require.NoError(t, err)
+		require.Empty(t, out, "nothing left, nothing said")
 	})
 
 	t.Run("systemd-analyze verify on the unpacked unit", func(t *testing.T) {
@@ -244,4 +344,17 @@ func passwdEntry(t *testing.T, path, name string) []string {
 		}
 	}
 	return nil
+}
+
+// requireOwner checks path's mode, owner uid and group id (as written in
+// a group file).
+func requireOwner(t *testing.T, path string, mode os.FileMode, uid uint32, gid string) {
+	t.Helper()
+	info, err := os.Stat(path)
+	require.NoError(t, err)
+	require.Equal(t, mode, info.Mode().Perm(), "%s mode", path)
+	st, ok := info.Sys().(*syscall.Stat_t)
+	require.True(t, ok)
+	require.Equal(t, uid, st.Uid, "%s owner", path)
+	require.Equal(t, gid, strconv.Itoa(int(st.Gid)), "%s group", path)
 }

@@ -3,7 +3,10 @@
 // (rebuild, verify), each named in pg_stat_activity. A URL may name several
 // hosts (a primary and its standbys) with target_session_attrs=read-write:
 // every new connection then goes to whichever host accepts writes, so the
-// pool follows a failover as its broken connections are replaced.
+// pool follows a failover as its broken connections are replaced. ParseURL
+// is the one check of a database URL every process makes before it
+// connects: it refuses a URL that pgx would read otherwise than its writer
+// meant, and its errors never show the URL.
 package pgpool
 
 import (
@@ -22,18 +25,16 @@ import (
 // URL is tried.
 const connectTimeoutDefault = 5 * time.Second
 
-// URLError is a database URL that does not parse.
-type URLError struct{ Err error }
-
-func (e *URLError) Error() string { return "DATABASE_URL: " + e.Err.Error() }
-func (e *URLError) Unwrap() error { return e.Err }
-
 // Open opens a pool of at most maxConns connections to databaseURL, with
-// application as their application_name.
+// application as their application_name. A URL that ParseURL refuses is
+// refused here too (a *URLError), before anything connects.
 func Open(ctx context.Context, databaseURL string, maxConns int, application string) (*pgxpool.Pool, error) {
+	if err := CheckURL(databaseURL); err != nil {
+		return nil, err
+	}
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
-		return nil, &URLError{Err: err}
+		return nil, parseError(databaseURL, err)
 	}
 	if err := CheckHosts(&cfg.ConnConfig.Config); err != nil {
 		return nil, &URLError{Err: err}

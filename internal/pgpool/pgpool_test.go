@@ -19,7 +19,7 @@ func TestOpenRefusesSeveralHostsWithoutReadWrite(t *testing.T) {
 	_, err := Open(context.Background(), "postgres://u@127.0.0.1:1,127.0.0.1:2/db?connect_timeout=1", 2, "test")
 	var urlErr *URLError
 	require.ErrorAs(t, err, &urlErr)
-	require.ErrorContains(t, err, "DATABASE_URL: names 2 hosts (127.0.0.1:1, 127.0.0.1:2) but not target_session_attrs=read-write")
+	require.ErrorContains(t, err, "DatabaseURL names 2 hosts (127.0.0.1:1, 127.0.0.1:2) but not target_session_attrs=read-write")
 }
 
 // With target_session_attrs=read-write every connection of the pool skips a
