@@ -16,8 +16,10 @@
 //   - An index on a table that already exists is built CREATE INDEX
 //     CONCURRENTLY IF NOT EXISTS in a file marked -- +goose NO TRANSACTION.
 //     Before running it the runner drops an INVALID index of that name (left
-//     by a build that failed), so a rerun builds it again instead of keeping
-//     the broken one. Indexes on tables created in the same file are built
+//     by a build that failed or was killed), so a rerun builds it again
+//     instead of keeping the broken one; a build of it still running is
+//     ended first if a killed migrate left it, waited for otherwise
+//     (orphan.go). Indexes on tables created in the same file are built
 //     plainly: no application can write those yet.
 //   - In a NO TRANSACTION file each statement commits alone, and a failed
 //     run is rerun from the file's start: every statement is idempotent
