@@ -131,6 +131,7 @@ func Run(ctx context.Context, databaseURL string, want Expect, cfg Config, log z
 		return res, err
 	}
 	defer db.Close()
+	logClientCheck(ctx, db, log)
 
 	files, err := loadFiles(embedded)
 	if err != nil {
@@ -186,16 +187,15 @@ func Run(ctx context.Context, databaseURL string, want Expect, cfg Config, log z
 }
 
 // open connects, as application_name wlproj-migrate so that the operator
-// and the application's DBA can tell its sessions apart, and checks the guard.
+// and the application's DBA can tell its sessions apart, on sessions that
+// notice a client gone (sessionParams, checkClient), and checks the guard.
 func open(ctx context.Context, databaseURL string, want Expect) (*sql.DB, Target, error) {
 	cfg, err := pgx.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, Target{}, fmt.Errorf("DATABASE_URL: %w", err)
 	}
-	if _, ok := cfg.RuntimeParams["application_name"]; !ok {
-		cfg.RuntimeParams["application_name"] = ApplicationName
-	}
-	db := stdlib.OpenDB(*cfg)
+	sessionParams(cfg)
+	db := stdlib.OpenDB(*cfg, stdlib.OptionAfterConnect(checkClient))
 	target, err := inspect(ctx, db, cfg)
 	if err != nil {
 		db.Close()
