@@ -16,8 +16,10 @@
 //   - An index on a table that already exists is built CREATE INDEX
 //     CONCURRENTLY IF NOT EXISTS in a file marked -- +goose NO TRANSACTION.
 //     Before running it the runner drops an INVALID index of that name (left
-//     by a build that failed), so a rerun builds it again instead of keeping
-//     the broken one. Indexes on tables created in the same file are built
+//     by a build that failed or was killed), so a rerun builds it again
+//     instead of keeping the broken one; a build of it still running is
+//     ended first if a killed migrate left it, waited for otherwise
+//     (orphan.go). Indexes on tables created in the same file are built
 //     plainly: no application can write those yet.
 //   - In a NO TRANSACTION file each statement commits alone, and a failed
 //     run is rerun from the file's start: every statement is idempotent
@@ -129,6 +131,7 @@ func Run(ctx context.Context, databaseURL string, want Expect, cfg Config, log z
 		return res, err
 	}
 	defer db.Close()
+	logClientCheck(ctx, db, log)
 
 	files, err := loadFiles(embedded)
 	if err != nil {
@@ -184,16 +187,15 @@ func Run(ctx context.Context, databaseURL string, want Expect, cfg Config, log z
 }
 
 // open connects, as application_name wlproj-migrate so that the operator
-// and the application's DBA can tell its sessions apart, and checks the guard.
+// and the application's DBA can tell its sessions apart, on sessions that
+// notice a client gone (sessionParams, checkClient), and checks the guard.
 func open(ctx context.Context, databaseURL string, want Expect) (*sql.DB, Target, error) {
 	cfg, err := pgx.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, Target{}, fmt.Errorf("DATABASE_URL: %w", err)
 	}
-	if _, ok := cfg.RuntimeParams["application_name"]; !ok {
-		cfg.RuntimeParams["application_name"] = ApplicationName
-	}
-	db := stdlib.OpenDB(*cfg)
+	sessionParams(cfg)
+	db := stdlib.OpenDB(*cfg, stdlib.OptionAfterConnect(checkClient))
 	target, err := inspect(ctx, db, cfg)
 	if err != nil {
 		db.Close()

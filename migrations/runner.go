@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/wlproj/wlproj/internal/bounds"
+	"github.com/wlproj/wlproj/internal/serviceutil"
 )
 
 const (
@@ -199,6 +200,13 @@ func (r *runner) runNoTx(ctx context.Context, f file, stmts []statement) error {
 	if err := conn.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
 		return err
 	}
+	// A killed run of this file may have left a build running; its lock
+	// would hold up any statement here on its table. (A file run in one
+	// transaction has no CONCURRENTLY build, and an orphan can only be of
+	// the first file not yet applied.)
+	if err := r.endBuilders(ctx, conn, ""); err != nil {
+		return err
+	}
 	for i, st := range stmts {
 		if skip, err := r.skip(ctx, conn, f, st); err != nil || skip {
 			if err != nil {
@@ -276,14 +284,7 @@ func (r *runner) backoff(ctx context.Context, lt *LockTimeoutError) error {
 		ev = ev.Int("blocked_by_pid", b.PID).Str("blocked_by", b.String())
 	}
 	ev.Msg("migration statement gave up waiting for a lock so as not to hold up the application's writes; retrying")
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return serviceutil.Sleep(ctx, d)
 }
 
 // watch runs fn while polling, from another session, which sessions block
@@ -362,24 +363,28 @@ func (r *runner) skip(ctx context.Context, db execer, f file, st statement) (boo
 
 var concurrentRE = regexp.MustCompile(`(?is)^\s*(CREATE\s+(UNIQUE\s+)?INDEX|DROP\s+INDEX|REINDEX)\s+.*CONCURRENTLY`)
 
-// dropInvalid drops the INVALID index a failed CREATE INDEX CONCURRENTLY IF
-// NOT EXISTS left under st's name, which IF NOT EXISTS would keep.
+// dropInvalid drops the INVALID index a failed or interrupted CREATE INDEX
+// CONCURRENTLY IF NOT EXISTS left under st's name, which IF NOT EXISTS would
+// keep; first it ends or waits out any session still building it
+// (endBuilders).
 func (r *runner) dropInvalid(ctx context.Context, conn *sql.Conn, st statement) error {
 	m := createIndexRE.FindStringSubmatch(strings.TrimSpace(st.SQL))
 	if m == nil || m[2] == "" || m[3] == "" {
 		return nil
 	}
-	var invalid bool
-	err := conn.QueryRowContext(ctx,
-		`SELECT NOT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass($1)`, m[4]).Scan(&invalid)
-	if errors.Is(err, sql.ErrNoRows) || (err == nil && !invalid) {
-		return nil
-	}
-	if err != nil {
+	index := m[4]
+	if invalid, err := indexInvalid(ctx, conn, index); err != nil || !invalid {
 		return err
 	}
-	r.log.Warn().Str("index", m[4]).Msg("dropping the invalid index an interrupted build left, to build it again")
-	_, err = conn.ExecContext(ctx, "DROP INDEX CONCURRENTLY IF EXISTS "+m[4])
+	if err := r.endBuilders(ctx, conn, index); err != nil {
+		return err
+	}
+	// A build waited out may have finished: its index is valid, and kept.
+	if invalid, err := indexInvalid(ctx, conn, index); err != nil || !invalid {
+		return err
+	}
+	r.log.Warn().Str("index", index).Msg("dropping the invalid index an interrupted build left, to build it again")
+	_, err := conn.ExecContext(ctx, "DROP INDEX CONCURRENTLY IF EXISTS "+index)
 	return err
 }
 

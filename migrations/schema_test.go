@@ -72,6 +72,17 @@ func diff(a, b []string) (onlyA, onlyB []string) {
 	return onlyA, onlyB
 }
 
+// databaseAt is a database of the test's own migrated by the runner up to
+// version, and the guard that names it.
+func databaseAt(t *testing.T, version int64) (harness.DB, migrations.Expect) {
+	t.Helper()
+	db := harness.NewEmptyDatabase(t)
+	expect := migrations.Expect{Database: db.Name}
+	_, err := migrations.Run(context.Background(), db.URL, expect, migrations.Config{UpTo: version}, zerolog.Nop())
+	require.NoError(t, err)
+	return db, expect
+}
+
 // TestSchemaSameAfterOldToNew: an install migrated by the old files (all of
 // them, or some and then the new runner for the rest) ends with the same
 // schema as a fresh install by the new files.
@@ -151,11 +162,8 @@ func TestLedgerBackfillInPagesEqualsOneStatement(t *testing.T) {
 func TestRerunRebuildsInvalidIndex(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := harness.NewEmptyDatabase(t)
-	expect := migrations.Expect{Database: db.Name}
-	_, err := migrations.Run(ctx, db.URL, expect, migrations.Config{UpTo: 3}, zerolog.Nop())
-	require.NoError(t, err)
-	_, err = db.Pool.Exec(ctx, `INSERT INTO outbox_events (entity_type, entity_id, op, status) VALUES ('book', '1', 'upsert', 'done'), ('book', '2', 'upsert', 'done')`)
+	db, expect := databaseAt(t, 3)
+	_, err := db.Pool.Exec(ctx, `INSERT INTO outbox_events (entity_type, entity_id, op, status) VALUES ('book', '1', 'upsert', 'done'), ('book', '2', 'upsert', 'done')`)
 	require.NoError(t, err)
 	// A unique build over duplicates fails after its catalog entry
 	// committed: what an interrupted build leaves.
@@ -180,10 +188,7 @@ func TestRerunRebuildsInvalidIndex(t *testing.T) {
 func TestLockTimeoutNamesStatementAndBlocker(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := harness.NewEmptyDatabase(t)
-	expect := migrations.Expect{Database: db.Name}
-	_, err := migrations.Run(ctx, db.URL, expect, migrations.Config{UpTo: 14}, zerolog.Nop())
-	require.NoError(t, err)
+	db, expect := databaseAt(t, 14)
 
 	appCfg, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)
@@ -227,10 +232,7 @@ func TestLockTimeoutNamesStatementAndBlocker(t *testing.T) {
 func TestConcurrentBuildWaitsWithoutBlockingWrites(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := harness.NewEmptyDatabase(t)
-	expect := migrations.Expect{Database: db.Name}
-	_, err := migrations.Run(ctx, db.URL, expect, migrations.Config{UpTo: 3}, zerolog.Nop())
-	require.NoError(t, err)
+	db, expect := databaseAt(t, 3)
 
 	app, err := pgx.Connect(ctx, db.URL)
 	require.NoError(t, err)
