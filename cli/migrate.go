@@ -13,7 +13,7 @@ import (
 
 type migrateCmd struct {
 	dbFlags
-	ExpectDB    string        `name:"expect-db" help:"Refuse to migrate unless the connected database has this name." env:"MIGRATE_EXPECT_DB"`
+	ExpectDB    string        `name:"expect-db" help:"Refuse to migrate unless the connected database has this name, typed from the change ticket; required except with --dry-run." env:"MIGRATE_EXPECT_DB"`
 	ExpectHost  string        `help:"Refuse to migrate unless connected to this host (as written in the URL, or the server address)." env:"MIGRATE_EXPECT_HOST"`
 	ExpectPort  int           `help:"Refuse to migrate unless connected to this port." env:"MIGRATE_EXPECT_PORT"`
 	DryRun      bool          `name:"dry-run" help:"List the migrations that would run and the lock each statement takes; change nothing."`
@@ -38,6 +38,12 @@ func (c *migrateCmd) Run(g *globals) error {
 	}
 	if _, err := parseURL(c.DatabaseURL); err != nil {
 		return &exitError{code: exitUsage, err: err}
+	}
+	if c.ExpectDB == "" && !c.DryRun {
+		// The guard is the point: a URL copied from the wrong env file
+		// would otherwise change whatever database it reaches.
+		return usagef("--expect-db (MIGRATE_EXPECT_DB) is required: name the database you mean to migrate, " +
+			"typed from the change ticket, not taken from the URL; nothing was changed")
 	}
 	if c.DryRun {
 		plan, err := migrations.DryRun(ctx, c.DatabaseURL, want, cfg)

@@ -106,3 +106,22 @@ func TestMigrateRefusesSeveralHostsWithoutReadWrite(t *testing.T) {
 		`SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'`).Scan(&tables))
 	require.Zero(t, tables)
 }
+
+// The guard is required: without --expect-db migrate changes nothing,
+// wherever the URL points; a dry run, which changes nothing, may go without.
+func TestMigrateRequiresTheGuard(t *testing.T) {
+	t.Parallel()
+	db := harness.NewEmptyDatabase(t)
+	var stdout, stderr bytes.Buffer
+	code := Run([]string{"migrate", "--database-url", db.URL}, &stdout, &stderr)
+	require.Equal(t, exitUsage, code, stderr.String())
+	require.Contains(t, stderr.String(), "--expect-db (MIGRATE_EXPECT_DB) is required")
+	var tables int
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'`).Scan(&tables))
+	require.Zero(t, tables, "nothing was changed")
+
+	stdout.Reset()
+	stderr.Reset()
+	require.Zero(t, Run([]string{"migrate", "--database-url", db.URL, "--dry-run"}, &stdout, &stderr), stderr.String())
+}

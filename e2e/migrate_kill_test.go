@@ -37,7 +37,9 @@ type migrateProc struct {
 func startMigrate(t *testing.T, dbURL string) *migrateProc {
 	t.Helper()
 	m := &migrateProc{done: make(chan struct{})}
-	m.cmd = exec.Command(harness.Binary(t), "migrate", "--database-url", dbURL)
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	m.cmd = exec.Command(harness.Binary(t), "migrate", "--database-url", dbURL, "--expect-db", strings.TrimPrefix(u.Path, "/"))
 	m.cmd.Env = os.Environ()
 	m.cmd.Stdout, m.cmd.Stderr = &m.out, &m.out
 	m.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
