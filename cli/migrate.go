@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -42,8 +43,8 @@ func (c *migrateCmd) Run(g *globals) error {
 	if c.ExpectDB == "" && !c.DryRun {
 		// The guard is the point: a URL copied from the wrong env file
 		// would otherwise change whatever database it reaches.
-		return usagef("--expect-db (MIGRATE_EXPECT_DB) is required: name the database you mean to migrate, " +
-			"typed from the change ticket, not taken from the URL; nothing was changed")
+		return &exitError{code: exitUsage, err: errors.New("--expect-db (MIGRATE_EXPECT_DB) is required: name the database you mean to migrate, " +
+			"typed from the change ticket, not taken from the URL; nothing was changed")}
 	}
 	if c.DryRun {
 		plan, err := migrations.DryRun(ctx, c.DatabaseURL, want, cfg)
