@@ -29,15 +29,23 @@ type Gauges struct {
 	TakenAt  time.Time
 }
 
+// pendingSince is when a pending row began to wait for the leader: its
+// insert, or the newest replay or restore that revived it. A month-old
+// event replayed today has waited since today, and must not fire the
+// backlog alert. The history is read only for revived rows.
+const pendingSince = `CASE WHEN replay_count > 0 THEN coalesce(
+    (SELECT max((h->>'at')::timestamptz) FROM jsonb_array_elements(error_history) h
+      WHERE h->>'event' IN ('replayed', 'restored')), created_at) ELSE created_at END`
+
 // gaugesSQL reads at most GaugeCountCap entries of each partial index it
 // walks, and the newest pending id with one probe from the index's tail.
-const gaugesSQL = `
-WITH head AS MATERIALIZED (SELECT id, created_at FROM outbox_events WHERE status = 'pending' ORDER BY id LIMIT $2)
+var gaugesSQL = `
+WITH head AS MATERIALIZED (SELECT id, ` + pendingSince + ` AS since FROM outbox_events WHERE status = 'pending' ORDER BY id LIMIT $2)
 SELECT
     (SELECT count(*) FROM head),
     (SELECT max(id) FROM head),
     (SELECT id FROM outbox_events WHERE status = 'pending' ORDER BY id DESC LIMIT 1),
-    (SELECT created_at FROM head ORDER BY id LIMIT 1),
+    (SELECT min(since) FROM head),
     (SELECT count(*) FROM (SELECT 1 FROM outbox_events WHERE status = 'processing' LIMIT $2) p),
     (SELECT count(*) FROM (SELECT 1 FROM outbox_events WHERE status = 'processing' AND ` + stuckWhere + ` LIMIT $2) s),
     now()`

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wlproj/wlproj/outbox"
+	"github.com/wlproj/wlproj/replay"
 )
 
 func TestGaugesCountExactlyUpToTheCap(t *testing.T) {
@@ -51,4 +52,24 @@ func TestGaugesReadABoundedPartOfALongBacklog(t *testing.T) {
 	// The first 10k pending entries (~30 index pages, heap for their
 	// created_at), not the 150k.
 	require.Less(t, buffers, 1_000, plan)
+}
+
+// A month-old event replayed now waits from its replay: the oldest-pending
+// age (the backlog alert's) and status's oldest do not jump a month.
+func TestOldestPendingAgeCountsARevivedRowFromItsRevival(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, status, error_class, error_reason, created_at, updated_at)
+		VALUES ('book', 'old', 'upsert', 'failed', 'transient', 'timeout', now() - interval '30 days', now() - interval '29 days')`)
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, created_at) VALUES ('book', 'new', 'upsert', now() - interval '2 minutes')`)
+	_, err := replay.Replay(ctx, b.Pool, replay.Request{Reason: "timeout", By: "t", Why: "engine back", Yes: true})
+	require.NoError(t, err)
+
+	g, err := outbox.ReadGauges(ctx, b.Pool, time.Minute)
+	require.NoError(t, err)
+	require.InDelta(t, (2 * time.Minute).Seconds(), g.OldestPendingAge.Seconds(), 30, "the fresh row is the oldest waiting")
+	s, err := outbox.TakeSnapshot(ctx, b.Pool, time.Minute)
+	require.NoError(t, err)
+	require.InDelta(t, (2 * time.Minute).Seconds(), s.OldestPendingAge.Seconds(), 30)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -43,7 +44,8 @@ type Snapshot struct {
 	DoneExact bool
 	// Lag is the number of pending rows, due or waiting for a retry.
 	Lag int64
-	// OldestPendingAge is how long ago the oldest pending row was inserted;
+	// OldestPendingAge is how long the oldest pending row has waited: since
+	// its insert, or since the replay or restore that revived it;
 	// zero when nothing is pending.
 	OldestPendingAge time.Duration
 	// InFlight is the number of processing rows.
@@ -126,16 +128,17 @@ const stuckWhere = `(lease_until < now()
 
 // Every count except done walks one of the partial indexes, so its cost
 // follows the backlog, failed set or in-flight set, never the done history.
-// The oldest pending row is the lowest pending id (ids grow with inserts),
-// one index probe. One statement, so the numbers agree with each other.
-const snapshotSQL = `
+// The oldest pending row is found among the lowest pending ids (ids grow
+// with inserts; a revived row waits from its revival, pendingSince). One statement, so the numbers agree with each other.
+var snapshotSQL = `
 SELECT
     (SELECT count(*) FROM outbox_events WHERE status = 'pending'),
     (SELECT count(*) FROM outbox_events WHERE status = 'processing'),
     (SELECT count(*) FROM outbox_events WHERE status = 'failed'),
     (SELECT count(*) FROM outbox_events WHERE status = 'discarded'),
     (SELECT count(*) FROM outbox_events WHERE status = 'processing' AND ` + stuckWhere + `),
-    (SELECT created_at FROM outbox_events WHERE status = 'pending' ORDER BY id LIMIT 1),
+    (SELECT min(since) FROM (SELECT ` + pendingSince + ` AS since FROM outbox_events
+      WHERE status = 'pending' ORDER BY id LIMIT ` + strconv.Itoa(GaugeCountCap) + `) head),
     CASE WHEN $2::bool THEN (SELECT count(*) FROM outbox_events WHERE status = 'done')
          ELSE greatest(pg_stat_get_live_tuples('outbox_events'::regclass), 0) END,
     now(),
@@ -259,8 +262,8 @@ func readLeader(ctx context.Context, db Querier) (*LeaderInfo, error) {
 
 // pendingByProjectionSQL walks the pending partial index and reads each
 // row's projection: its cost follows the backlog.
-const pendingByProjectionSQL = `
-SELECT projection, count(*), min(created_at) FROM outbox_events WHERE status = 'pending' GROUP BY projection`
+var pendingByProjectionSQL = `
+SELECT projection, count(*), min(` + pendingSince + `) FROM outbox_events WHERE status = 'pending' GROUP BY projection`
 
 // projectionLags joins the pending counts with the state rows, for known
 // and every other projection that shows up, sorted by name.
