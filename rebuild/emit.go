@@ -56,9 +56,9 @@ RETURNING r.loaded_type, r.loaded_id, r.rows_loaded, r.emit_first_id, r.emit_las
 // are pending, so a live event waits behind at most that many. Then it
 // waits until every event it enqueued is done or failed.
 func (e *emitter) emit(ctx context.Context, table string) error {
-	var total int64
-	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&total); err != nil {
-		return fmt.Errorf("count %s: %w", table, err)
+	total, err := countSource(ctx, e.pool, table, nil)
+	if err != nil {
+		return err
 	}
 	e.rep.Rows = total
 	e.cfg.Progress.Phase("emit", total)
@@ -70,6 +70,7 @@ func (e *emitter) emit(ctx context.Context, table string) error {
 		}
 		n, err := e.chunk(ctx, table)
 		if err != nil || n == 0 {
+			e.rep.Rows = e.row.RowsLoaded
 			return err
 		}
 		sent += n
