@@ -104,6 +104,8 @@ func NewAutoReplayer(db Beginner, cfg AutoReplayerConfig, healthy func(context.C
 type autoResult struct {
 	// Healthy is false when the engine check failed and nothing was tried.
 	Healthy bool
+	// Busy is set when another run held the lock: this one did nothing.
+	Busy bool
 	// Budget is what was left of the per-minute allowance before this run.
 	Budget  int
 	Revived []int64
@@ -111,9 +113,11 @@ type autoResult struct {
 }
 
 // Serialises runOnce across replicas, so a deposed and a new leader briefly
-// running together cannot both spend the same budget. The two-key form
-// cannot collide with the leader's one-bigint lock key.
-const autoLockSQL = `SELECT pg_advisory_xact_lock(hashtext('wlproj.outbox'), hashtext('auto_replay'))`
+// running together cannot both spend the same budget. A try-lock: a run
+// that finds another under way leaves the round to it rather than wait in
+// a statement, whose snapshot would hold vacuum back for as long. The
+// two-key form cannot collide with the leader's one-bigint lock key.
+const autoLockSQL = `SELECT pg_try_advisory_xact_lock(hashtext('wlproj.outbox'), hashtext('auto_replay'))`
 
 // Oldest failure first. SKIP LOCKED: a row an operator is replaying right
 // now is theirs.
@@ -136,8 +140,13 @@ func (a *AutoReplayer) runOnce(ctx context.Context) (autoResult, error) {
 		return res, fmt.Errorf("auto-replay: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
-	if _, err := tx.Exec(ctx, autoLockSQL); err != nil {
+	var locked bool
+	if err := tx.QueryRow(ctx, autoLockSQL).Scan(&locked); err != nil {
 		return res, fmt.Errorf("auto-replay: lock: %w", err)
+	}
+	if !locked {
+		res.Busy = true
+		return res, nil
 	}
 	spent, err := outbox.AuditedSince(ctx, tx, AutoBy, time.Minute)
 	if err != nil {

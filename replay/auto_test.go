@@ -2,6 +2,7 @@ package replay
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -178,4 +179,35 @@ func TestAutoReplayRunStopsWithContext(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run did not return after cancel")
 	}
+}
+
+// A run that finds another under way (a deposed and a new leader, briefly
+// both running it) leaves the round to it at once, rather than wait in a
+// statement whose snapshot would hold vacuum back as long; the next round
+// revives the rows.
+func TestAutoReplayLeavesTheRoundToARunUnderWay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.insertFailed(t, 2, "timeout")
+	other, err := b.db.Pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer other.Rollback(b.ctx) //nolint:errcheck // the test's own
+	_, err = other.Exec(b.ctx, strings.Replace(autoLockSQL, "pg_try_advisory_xact_lock", "pg_advisory_xact_lock", 1))
+	require.NoError(t, err)
+	a := newAuto(t, b, AutoReplayerConfig{}, nil)
+
+	ctx, cancel := context.WithTimeout(b.ctx, 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	res, err := a.runOnce(ctx)
+	require.NoError(t, err, "the run waited for the lock")
+	require.Less(t, time.Since(start), time.Second)
+	require.True(t, res.Busy)
+	require.Empty(t, res.Revived)
+	require.Equal(t, []string{"failed", "failed"}, b.statuses(t, id...))
+
+	require.NoError(t, other.Rollback(b.ctx))
+	res = b.pass(t, a)
+	require.False(t, res.Busy)
+	require.Equal(t, id, res.Revived)
 }
