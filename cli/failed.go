@@ -304,7 +304,8 @@ type replayCmd struct {
 }
 
 func (c *replayCmd) Help() string {
-	return "Selectors combine with AND. The replay is one transaction and writes one audit row. " +
+	return "Selectors combine with AND. The replay is one transaction and writes one audit row; with --yes and no --limit, " +
+		"transactions of " + strconv.Itoa(replay.BatchDefault) + " events, oldest failure first, each with its own audit row. " +
 		"--archived brings events back from outbox_dead_letter by --ids, as pending under the same ids; " +
 		"it inserts events, so run it as the owner role. " +
 		"Exit codes: 0 done (or nothing matched), 1 error, 2 incomplete command, 3 refused with nothing changed."
@@ -324,7 +325,8 @@ type failedDiscardCmd struct {
 
 func (c *failedDiscardCmd) Help() string {
 	return "Discarded is terminal: nothing revives it, and failed archive moves it out of the outbox. " +
-		"Selectors combine with AND; one transaction, one audit row. " +
+		"Selectors combine with AND; one transaction, one audit row (with --yes and no --limit, transactions of " +
+		strconv.Itoa(replay.BatchDefault) + " events, each with its own). " +
 		"Exit codes: 0 done (or nothing matched), 1 error, 2 incomplete command, 3 refused with nothing changed."
 }
 

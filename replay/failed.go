@@ -3,6 +3,7 @@ package replay
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -100,6 +101,11 @@ type rowSet struct {
 	// locked locks the wanted rows a filter matches, lowest id first; $9 is
 	// the limit, NULL for all.
 	locked string
+	// oldest locks the $9 wanted rows a filter matches that failed first:
+	// a batch of a large selection, found by walking the partial indexes
+	// of its statuses in the order of failure, where locked would read and
+	// sort every match for each batch. Empty for the dead letter.
+	oldest string
 	count  string
 	// list is newest failure first: triage starts from what just broke.
 	list  string
@@ -114,8 +120,10 @@ type rowSet struct {
 // Archive takes discarded rows too (housekeeping), and the dead letter keeps
 // their status; a restore takes only the archived rows that were failed.
 var (
-	failedRows     = newRowSet("outbox_events", "NULL::timestamptz", "status = 'failed'", "failed", "unknown ids")
-	closedRows     = newRowSet("outbox_events", "NULL::timestamptz", "(status = 'failed' OR status = 'discarded')", "failed or discarded", "unknown ids")
+	failedRows = withOldest(newRowSet("outbox_events", "NULL::timestamptz", "status = 'failed'", "failed", "unknown ids"),
+		"failed")
+	closedRows = withOldest(newRowSet("outbox_events", "NULL::timestamptz", "(status = 'failed' OR status = 'discarded')",
+		"failed or discarded", "unknown ids"), "failed", "discarded")
 	archivedRows   = newRowSet("outbox_dead_letter", "archived_at", "true", "archived", "unknown archived ids")
 	restorableRows = func() rowSet {
 		r := newRowSet("outbox_dead_letter", "archived_at", "status = 'failed'", "archived failed", "unknown archived ids")
@@ -169,6 +177,25 @@ func newRowSet(table, archivedAt, status, want, unknown string) rowSet {
  GROUP BY 1, 2
  ORDER BY 4 DESC, 1, 2`,
 	}
+}
+
+// withOldest adds r's oldest query: one arm per status, each walking its
+// partial index by time of failure (outbox_events_failed_time_idx,
+// outbox_events_discarded_idx) and stopping at the limit.
+func withOldest(r rowSet, statuses ...string) rowSet {
+	arms := make([]string, len(statuses))
+	for i, st := range statuses {
+		arms[i] = `(SELECT id, updated_at FROM ` + r.table + ` WHERE status = '` + st + `' AND ` + filterWhere + `
+         ORDER BY updated_at, id LIMIT $9)`
+	}
+	r.oldest = `SELECT ` + r.cols + `
+  FROM ` + r.table + `
+ WHERE id = ANY(ARRAY(SELECT id FROM (` + strings.Join(arms, "\n       UNION ALL ") + `) c
+                       ORDER BY updated_at, id LIMIT $9))
+   AND ` + r.where + `
+ ORDER BY id
+ FOR UPDATE`
+	return r
 }
 
 func (f Filter) args() []any {
