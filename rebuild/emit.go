@@ -158,16 +158,28 @@ func (e *emitter) drain(ctx context.Context) error {
 	return e.failures(ctx, first, last, label)
 }
 
+// failuresSpan is the ids one statement of failures reads.
+const failuresSpan = 50_000
+
+// failures reads the enqueued events that failed or were discarded, a span
+// of ids per statement along the primary key: the emitted range can hold
+// millions of rows, and one statement over it all read them all (a second
+// at 2 million rows).
 func (e *emitter) failures(ctx context.Context, first, last int64, label string) error {
-	rows, err := e.pool.Query(ctx, `SELECT entity_type, entity_id, coalesce(event_version, id), coalesce(error_reason, ''),
-		coalesce(last_error, '') FROM outbox_events
-		WHERE id BETWEEN $1 AND $2 AND scope_key = $3 AND status IN ('failed', 'discarded') ORDER BY id`, first, last, label)
-	if err != nil {
-		return fmt.Errorf("read the failed events: %w", err)
-	}
-	refused, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Refused])
-	if err != nil {
-		return fmt.Errorf("read the failed events: %w", err)
+	var refused []Refused
+	for lo := first; lo <= last; lo += failuresSpan {
+		rows, err := e.pool.Query(ctx, `SELECT entity_type, entity_id, coalesce(event_version, id), coalesce(error_reason, ''),
+			coalesce(last_error, '') FROM outbox_events
+			WHERE id BETWEEN $1 AND $2 AND scope_key = $3 AND status IN ('failed', 'discarded') ORDER BY id`,
+			lo, min(lo+failuresSpan-1, last), label)
+		if err != nil {
+			return fmt.Errorf("read the failed events: %w", err)
+		}
+		span, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Refused])
+		if err != nil {
+			return fmt.Errorf("read the failed events: %w", err)
+		}
+		refused = append(refused, span...)
 	}
 	// rows_loaded keeps counting the enqueued events; the report subtracts.
 	e.row.RowsRefused = int64(len(refused))
