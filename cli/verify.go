@@ -194,7 +194,7 @@ func writeVerify(w io.Writer, rep verify.Report) {
 	}
 	tw.Flush()
 	if rep.InFlight > 0 {
-		fmt.Fprintf(w, "  %d more differed while an event of theirs was pending or processing: the drain is behind, not drift\n", rep.InFlight)
+		fmt.Fprintf(w, "  %d more differed while the drain was moving them (an event pending, processing, or applied as they were read): not drift\n", rep.InFlight)
 	}
 	if rep.Drift() == 0 {
 		fmt.Fprintln(w, "clean: the index holds what the "+truth(rep)+" says")

@@ -136,7 +136,8 @@ type Report struct {
 	// Samples is up to Config.Sample document ids per kind, sorted.
 	Samples map[Kind][]string `json:"samples"`
 	// InFlight counts the documents that differed while an event of theirs
-	// was pending or processing: the live drain, not drift.
+	// was pending or processing, or was applied between the reads that
+	// checked them again: the live drain, not drift.
 	InFlight int64 `json:"in_flight"`
 	// Compared says how: ComparedFingerprints when the index and the
 	// source table proved equal as wholes (step 0 of the package doc),
