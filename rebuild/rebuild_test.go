@@ -68,6 +68,16 @@ func (b bundle) config(t *testing.T) Config {
 		By: "alice", Why: "test rebuild", Mapping: mapping, MappingFile: "testdata/mapping.json", ConfirmTimeout: 20 * time.Second}
 }
 
+// setupLed is setup with ELASTIC_INDEX a concrete index and a real leader
+// draining into it.
+func setupLed(t *testing.T, rows int) bundle {
+	t.Helper()
+	b := setup(t, rows)
+	require.NoError(t, harness.CreateIndex(b.ctx, b.base, b.alias))
+	b.leader(t)
+	return b
+}
+
 // leader starts a real replica draining into the alias and waits until it leads.
 func (b bundle) leader(t *testing.T) *harness.Replica {
 	t.Helper()
@@ -278,9 +288,7 @@ func (p *rebuildProcess) kill() {
 func TestRebuildResumesAfterCrash(t *testing.T) {
 	t.Parallel()
 	const rows = 20_000
-	b := setup(t, rows)
-	require.NoError(t, harness.CreateIndex(b.ctx, b.base, b.alias))
-	b.leader(t)
+	b := setupLed(t, rows)
 	producer := b.produce(t, 200, rows, true)
 	slow := []string{"--bulk-size", "100", "--concurrency", "1"}
 
@@ -345,9 +353,7 @@ func TestRebuildResumesAfterCrash(t *testing.T) {
 func TestRebuildRollbackServesCurrentDocuments(t *testing.T) {
 	t.Parallel()
 	const rows = 5000
-	b := setup(t, rows)
-	require.NoError(t, harness.CreateIndex(b.ctx, b.base, b.alias))
-	b.leader(t)
+	b := setupLed(t, rows)
 	cfg := b.config(t)
 	_, err := Run(b.ctx, cfg) // converts the concrete index into an alias
 	require.NoError(t, err)
@@ -396,9 +402,7 @@ func TestRebuildRollbackServesCurrentDocuments(t *testing.T) {
 func TestRebuildAbortAndCleanup(t *testing.T) {
 	t.Parallel()
 	const rows = 5000
-	b := setup(t, rows)
-	require.NoError(t, harness.CreateIndex(b.ctx, b.base, b.alias))
-	b.leader(t)
+	b := setupLed(t, rows)
 	producer := b.produce(t, 200, rows, true)
 	cfg := b.config(t)
 	cfg.Mapping = nil
@@ -600,9 +604,7 @@ func (h *pagesHook) Add(n int64) {
 func TestRebuildLoadReadsPagesOfTheirOwn(t *testing.T) {
 	t.Parallel()
 	const rows = 10_000
-	b := setup(t, rows)
-	require.NoError(t, harness.CreateIndex(b.ctx, b.base, b.alias))
-	b.leader(t)
+	b := setupLed(t, rows)
 	at := func(position int) string {
 		return str(t, b.db, `SELECT entity_id FROM search_index ORDER BY entity_type, entity_id OFFSET $1 LIMIT 1`, position)
 	}
