@@ -2,12 +2,14 @@ package cli
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/wlproj/wlproj/internal/testkit/harness"
 	"github.com/wlproj/wlproj/replay"
 )
 
@@ -438,4 +440,30 @@ func TestOpsReplayNothingMatches(t *testing.T) {
 	require.Zero(t, code, errOut)
 	require.Equal(t, "no failed events match; nothing replayed\n", out)
 	require.Zero(t, b.audits(t))
+}
+
+// The listing reads a page per statement: longer than a page, every row
+// comes once, newest failure first, and --limit cuts it where it says.
+func TestOpsFailedListAcrossPages(t *testing.T) {
+	t.Parallel()
+	b := opsSetup(t)
+	n := replay.PageSizeRange.Max + 500
+	b.db.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, status, error_class, error_reason, updated_at)
+		SELECT 'book', 'p' || g, 'upsert', 'failed', 'transient', 'server_error', now() - make_interval(secs => g)
+		  FROM generate_series(1, $1) g`, n)
+	want := harness.Column[int64](t, b.db, `SELECT id FROM outbox_events WHERE status = 'failed' AND error_reason = 'server_error'
+		ORDER BY updated_at DESC, id DESC`)
+
+	code, out, errOut := b.run(t, "failed", "list", "--reason", "server_error", "--limit", "0", "--json")
+	require.Zero(t, code, errOut)
+	var got []int64
+	for _, o := range jsonLines(t, out) {
+		got = append(got, int64(o["id"].(float64)))
+	}
+	require.Equal(t, want, got)
+
+	code, out, errOut = b.run(t, "failed", "list", "--reason", "server_error", "--limit", strconv.Itoa(n-1))
+	require.Zero(t, code, errOut)
+	require.Equal(t, n+1, strings.Count(out, "\n"), "a header, the rows and the note")
+	require.Contains(t, out, fmt.Sprintf("(first %d shown; --limit 0 lists all)", n-1))
 }

@@ -30,7 +30,7 @@ type verifyCmd struct {
 	Sample       int    `help:"Document ids shown per kind [${verify_sample_range}]." default:"${verify_sample}" field:"Sample"`
 	Rate         int    `help:"Documents checked per second at most (each side of the comparison keeps to it); 0: no cap." default:"0" field:"Rate"`
 
-	Repair bool   `help:"Queue an outbox event for each drifted document that one can put right (an upsert from --from-table for missing and stale, a delete for extra and resurrected); the leader applies them. One transaction, one audit row."`
+	Repair bool   `help:"Queue an outbox event for each drifted document that one can put right (an upsert from --from-table for missing and stale, a delete for extra and resurrected); the leader applies them. Queued once the verify is over (as it finds them, with --yes) in short transactions, each with its own audit row."`
 	By     string `help:"With --repair: who is repairing; recorded in the audit. Required." placeholder:"WHO" field:"By"`
 	Why    string `help:"With --repair: why, e.g. the ticket; recorded in the audit. Required." placeholder:"TEXT" field:"Why"`
 	DryRun bool   `name:"dry-run" help:"With --repair: verify and say what would be queued; change nothing."`
@@ -160,11 +160,12 @@ type repairReportJSON struct {
 	FirstEventID int64                 `json:"first_event_id,omitempty"`
 	LastEventID  int64                 `json:"last_event_id,omitempty"`
 	AuditID      int64                 `json:"audit_id,omitempty"`
+	AuditIDs     []int64               `json:"audit_ids,omitempty"`
 }
 
 func repairJSON(r verify.RepairReport) *repairReportJSON {
 	return &repairReportJSON{DryRun: r.DryRun, Queued: r.Queued, Unrepairable: r.Unrepairable, FirstEventID: r.FirstEventID,
-		LastEventID: r.LastEventID, AuditID: r.AuditID}
+		LastEventID: r.LastEventID, AuditID: r.AuditID, AuditIDs: r.AuditIDs}
 }
 
 func verifyJSON(rep verify.Report) verifyReportJSON {
@@ -193,7 +194,7 @@ func writeVerify(w io.Writer, rep verify.Report) {
 	}
 	tw.Flush()
 	if rep.InFlight > 0 {
-		fmt.Fprintf(w, "  %d more differed while an event of theirs was pending or processing: the drain is behind, not drift\n", rep.InFlight)
+		fmt.Fprintf(w, "  %d more differed while the drain was moving them (an event pending, processing, or applied as they were read): not drift\n", rep.InFlight)
 	}
 	if rep.Drift() == 0 {
 		fmt.Fprintln(w, "clean: the index holds what the "+truth(rep)+" says")
@@ -231,11 +232,19 @@ func writeRepair(w io.Writer, r verify.RepairReport, maxDocs int) {
 	case r.AuditID == 0:
 		fmt.Fprintf(w, "repair refused: %d documents (%s), more than --max %d; nothing changed\n", total, queued, maxDocs)
 	default:
-		fmt.Fprintf(w, "repair: queued %d events (%s), ids %d-%d, audit #%d; the leader applies them, "+
-			"then run wlproj verify again\n", total, queued, r.FirstEventID, r.LastEventID, r.AuditID)
+		fmt.Fprintf(w, "repair: queued %d events (%s), ids %d-%d, %s; the leader applies them, "+
+			"then run wlproj verify again\n", total, queued, r.FirstEventID, r.LastEventID, auditRows(r.AuditIDs))
 		if r.Queued[verify.Missing] > 0 {
 			fmt.Fprintln(w, "note: a document deleted by hand in the engine less than index.gc_deletes ago (60s by default) "+
 				"refuses its repair; if the next verify still finds it missing, run --repair again after that")
 		}
 	}
+}
+
+// auditRows names a repair's audit rows: one per transaction.
+func auditRows(ids []int64) string {
+	if len(ids) == 1 {
+		return fmt.Sprintf("audit #%d", ids[0])
+	}
+	return fmt.Sprintf("%d audit rows #%d-#%d", len(ids), ids[0], ids[len(ids)-1])
 }

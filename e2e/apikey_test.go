@@ -236,6 +236,14 @@ var reConsoleCSRF = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 // reads: the overview and the failed list.
 func consolePages(t *testing.T, r *harness.Replica, user, password string) []string {
 	t.Helper()
+	get := consoleSession(t, r, user, password)
+	return []string{get(""), get("failed")}
+}
+
+// consoleSession signs in to r's console and returns a reader of its pages
+// (a path under /console/), each of which must answer 200.
+func consoleSession(t *testing.T, r *harness.Replica, user, password string) func(path string) string {
+	t.Helper()
 	jar, err := cookiejar.New(nil)
 	require.NoError(t, err)
 	c := &http.Client{Jar: jar, Timeout: 10 * time.Second}
@@ -254,7 +262,6 @@ func consolePages(t *testing.T, r *harness.Replica, user, password string) []str
 	resp, err := c.PostForm(base+"signin", url.Values{"user": {user}, "password": {password}, "csrf": {m[1]}})
 	require.NoError(t, err)
 	resp.Body.Close()
-	overview := get("")
-	require.Contains(t, overview, "signout", "signed in")
-	return []string{overview, get("failed")}
+	require.Contains(t, get(""), "signout", "signed in")
+	return get
 }

@@ -13,7 +13,7 @@
 // written in one transaction with its audit row (outbox_replay_audit,
 // action 'rebuild').
 //
-// # Why no event is lost: dual-write, then snapshot
+// # Why no event is lost: dual-write, then pages
 //
 // While a rebuild is open, the leader's search handler writes every bulk to
 // the rebuild's index and then to the old one (DualWrite, a leader service
@@ -21,15 +21,25 @@
 // it does, with its epoch, at the start of its term and then every
 // outbox.RebuildHeartbeat. Run waits for a confirmation by the current
 // epoch, and until every replica's cache predating the rebuild has
-// expired, and only then opens a REPEATABLE READ snapshot of the source
-// table. So:
+// expired, and only then reads the source table: in key-ordered pages,
+// each page a statement of its own (one snapshot for the whole table would
+// stop vacuum in the whole database for as long as the load takes). Each
+// document is read once, in the page whose key range holds it, and for
+// that document:
 //
-//   - an event committed before the snapshot changed the source table in
-//     the same transaction: the snapshot holds its row (or its absence);
+//   - an event committed before its page's statement changed the source
+//     table in the same transaction: the page holds its row (or its
+//     absence);
 //   - an event committed after it is claimed, and handled, by a leader
 //     that confirmed: it reaches the new index by dual-write.
 //
-// The second holds only if every leader term since the snapshot confirmed:
+// A document written between two pages is read at its newer version if
+// its key lies ahead, and carried by dual-write either way; one created
+// behind the pages read so far comes by dual-write alone. No page is read
+// before the confirmation, so the argument holds for each page as it did
+// for one snapshot of the whole table.
+//
+// The second holds only if every leader term since the first page confirmed:
 // a failover to a replica with another ELASTIC_INDEX, without the grant,
 // or running an older binary writes one index alone. A confirmation
 // continues the run of confirmations (dual_write_since) only when the last
@@ -60,7 +70,7 @@
 // The alias moves only after the load has finished and the new index is
 // refreshed, so it never points at a half-built index. The row remembers the
 // last source key whose rows the engine confirmed; a re-run of the same
-// command resumes after it with a new snapshot, which is sound because
-// dual-writes went on in between. One rebuild per projection runs at a time
+// command resumes after it, which is sound because dual-writes went on in
+// between. One rebuild per projection runs at a time
 // (an advisory lock held by the running command; the row stays open).
 package rebuild

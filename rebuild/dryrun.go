@@ -29,8 +29,8 @@ func DryRun(ctx context.Context, cfg Config) (Plan, error) {
 		return Plan{}, err
 	}
 	var p Plan
-	if err := cfg.Pool.QueryRow(ctx, `SELECT count(*) FROM `+r.table).Scan(&p.Rows); err != nil {
-		return p, fmt.Errorf("count %s: %w", r.table, err)
+	if p.Rows, err = countSource(ctx, cfg.Pool, r.table, nil); err != nil {
+		return p, err
 	}
 	p.Steps = append(p.Steps, fmt.Sprintf("source %s: %d rows", r.table, p.Rows))
 	if p.Resume, err = Open(ctx, cfg.Pool, cfg.Projection); err != nil {

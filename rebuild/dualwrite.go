@@ -35,7 +35,7 @@ const (
 // CacheTTL old, so there is no query per event; and as a leader service it
 // refreshes that cache and confirms in the rebuild row, with its epoch and
 // a heartbeat every outbox.RebuildHeartbeat, that this leader writes both
-// indexes: Run waits for that before it snapshots the source table, and
+// indexes: Run waits for that before it reads the source table, and
 // the swap and a rollback need a fresh one from the current epoch.
 //
 // It keeps writing both after the swap, until --cleanup releases the old

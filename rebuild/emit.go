@@ -56,9 +56,9 @@ RETURNING r.loaded_type, r.loaded_id, r.rows_loaded, r.emit_first_id, r.emit_las
 // are pending, so a live event waits behind at most that many. Then it
 // waits until every event it enqueued is done or failed.
 func (e *emitter) emit(ctx context.Context, table string) error {
-	var total int64
-	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&total); err != nil {
-		return fmt.Errorf("count %s: %w", table, err)
+	total, err := countSource(ctx, e.pool, table, nil)
+	if err != nil {
+		return err
 	}
 	e.rep.Rows = total
 	e.cfg.Progress.Phase("emit", total)
@@ -70,6 +70,7 @@ func (e *emitter) emit(ctx context.Context, table string) error {
 		}
 		n, err := e.chunk(ctx, table)
 		if err != nil || n == 0 {
+			e.rep.Rows = e.row.RowsLoaded
 			return err
 		}
 		sent += n
@@ -157,16 +158,28 @@ func (e *emitter) drain(ctx context.Context) error {
 	return e.failures(ctx, first, last, label)
 }
 
+// failuresSpan is the ids one statement of failures reads.
+const failuresSpan = 50_000
+
+// failures reads the enqueued events that failed or were discarded, a span
+// of ids per statement along the primary key: the emitted range can hold
+// millions of rows, and one statement over it all read them all (a second
+// at 2 million rows).
 func (e *emitter) failures(ctx context.Context, first, last int64, label string) error {
-	rows, err := e.pool.Query(ctx, `SELECT entity_type, entity_id, coalesce(event_version, id), coalesce(error_reason, ''),
-		coalesce(last_error, '') FROM outbox_events
-		WHERE id BETWEEN $1 AND $2 AND scope_key = $3 AND status IN ('failed', 'discarded') ORDER BY id`, first, last, label)
-	if err != nil {
-		return fmt.Errorf("read the failed events: %w", err)
-	}
-	refused, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Refused])
-	if err != nil {
-		return fmt.Errorf("read the failed events: %w", err)
+	var refused []Refused
+	for lo := first; lo <= last; lo += failuresSpan {
+		rows, err := e.pool.Query(ctx, `SELECT entity_type, entity_id, coalesce(event_version, id), coalesce(error_reason, ''),
+			coalesce(last_error, '') FROM outbox_events
+			WHERE id BETWEEN $1 AND $2 AND scope_key = $3 AND status IN ('failed', 'discarded') ORDER BY id`,
+			lo, min(lo+failuresSpan-1, last), label)
+		if err != nil {
+			return fmt.Errorf("read the failed events: %w", err)
+		}
+		span, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Refused])
+		if err != nil {
+			return fmt.Errorf("read the failed events: %w", err)
+		}
+		refused = append(refused, span...)
 	}
 	// rows_loaded keeps counting the enqueued events; the report subtracts.
 	e.row.RowsRefused = int64(len(refused))

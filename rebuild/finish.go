@@ -41,7 +41,25 @@ func (r *runner) finish(ctx context.Context, row *Row) error {
 		}
 		return r.swap(ctx, row, since)
 	}
-	return pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) error { return r.close(ctx, tx, row) })
+	if err := pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) error { return r.close(ctx, tx, row) }); err != nil {
+		return err
+	}
+	return r.countAfter(ctx, row)
+}
+
+// countAfter counts the new index for the report, once the rebuild is
+// closed, not in the transaction that closes it: a transaction open across
+// a call to the engine would keep its xid, and with it the vacuum horizon,
+// for as long as the engine takes. The rebuild is done by then, so a failed
+// count is only noted.
+func (r *runner) countAfter(ctx context.Context, row *Row) error {
+	n, err := r.eng.count(ctx, row.Target)
+	if err != nil {
+		r.cfg.Progress.Note(fmt.Sprintf("could not count %s after the swap: %v", row.Target, err))
+		return nil
+	}
+	r.rep.DocsAfter = n
+	return nil
 }
 
 // opened reports whether cur is what the alias named when row opened.
@@ -58,10 +76,6 @@ func nonEmpty(s string) []string {
 
 // close records the swap in the row and the audit, in tx.
 func (r *runner) close(ctx context.Context, tx pgx.Tx, row *Row) error {
-	var err error
-	if r.rep.DocsAfter, err = r.eng.count(ctx, row.Target); err != nil {
-		return err
-	}
 	r.rep.Loaded, r.rep.Superseded, r.rep.Refused = row.RowsLoaded-r.emittedRefused(row), row.RowsSuperseded, row.RowsRefused
 	tag, err := tx.Exec(ctx, `UPDATE outbox_rebuilds SET state = $3`+swappedSet+` WHERE id = $1 AND state = $2`,
 		row.ID, StateOpen, StateSwapped, row.RowsLoaded, row.RowsRefused, row.RowsSuperseded)
@@ -125,7 +139,7 @@ func (r *runner) swap(ctx context.Context, row *Row, since time.Time) error {
 		return err
 	}
 	r.cfg.Progress.Note(r.swapNote(row))
-	return nil
+	return r.countAfter(ctx, row)
 }
 
 func (r *runner) swapNote(row *Row) string {

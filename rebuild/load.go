@@ -59,9 +59,10 @@ type loader struct {
 	rep    *Report
 }
 
-// load reads the source table after the row's checkpoint in one REPEATABLE
-// READ snapshot and loads it; see the package doc for why the snapshot is
-// taken only now.
+// load reads the source table after the row's checkpoint, a page per
+// statement, and loads it; see the package doc for why pages read after the
+// leader confirmed its dual-writes load every document at its newest
+// version.
 func (l *loader) load(ctx context.Context, table string) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -94,14 +95,9 @@ func (l *loader) load(ctx context.Context, table string) error {
 	return readErr
 }
 
-// read streams the snapshot into chunks, handed to the workers and, in the
-// same order, to the collector.
+// read streams the source table into chunks, handed to the workers and, in
+// the same order, to the collector.
 func (l *loader) read(ctx context.Context, table string, chunks, ordered chan<- *chunk) error {
-	tx, err := l.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return fmt.Errorf("snapshot: %w", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only
 	var after *key
 	if l.row.LoadedType != nil && l.row.LoadedID != nil {
 		after = &key{Type: *l.row.LoadedType, ID: *l.row.LoadedID}
@@ -126,7 +122,7 @@ func (l *loader) read(ctx context.Context, table string, chunks, ordered chan<- 
 		l.cfg.Progress.Phase("load", l.rep.Rows)
 		l.cfg.Progress.Add(before)
 	}
-	err = readSource(ctx, tx, table, after, counted,
+	err := readSource(ctx, l.pool, table, after, counted,
 		func(r sourceRow) error {
 			c.rows = append(c.rows, r)
 			c.last = key{Type: r.EntityType, ID: r.EntityID}
@@ -171,6 +167,7 @@ func (l *loader) collect(ctx context.Context, ordered <-chan *chunk, stop contex
 			last = time.Now()
 		}
 	}
+	l.rep.Rows = l.row.RowsLoaded + l.row.RowsSuperseded + l.row.RowsRefused
 	if failed == nil {
 		failed = checkpoint(context.WithoutCancel(ctx), l.pool, l.row)
 	} else {
@@ -234,8 +231,8 @@ SELECT u.i FROM unnest($2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS 
 
 // fresh turns the rows into the events the search handler takes (version:
 // the row's), leaving out those the ledger holds something newer of. The
-// ledger is read now, not in the snapshot: a delete applied since then
-// would otherwise be undone once the engine has forgotten it.
+// ledger is read now, after the page: a delete applied since the page was
+// read would otherwise be undone once the engine has forgotten it.
 func (l *loader) fresh(ctx context.Context, rows []sourceRow) ([]outbox.Event, int, error) {
 	types, ids, versions := make([]string, len(rows)), make([]string, len(rows)), make([]int64, len(rows))
 	for i, r := range rows {

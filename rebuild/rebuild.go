@@ -32,7 +32,9 @@ type Report struct {
 	Converted bool `json:"converted"`
 	// Created is set when ELASTIC_INDEX did not exist before.
 	Created bool `json:"created"`
-	// Rows is the source rows, counting those a resumed rebuild loaded before.
+	// Rows is the source rows read, counting those a resumed rebuild read
+	// before. The table is read in pages while the application writes, so
+	// it may differ from a count of the table at any one moment.
 	Rows            int64            `json:"rows"`
 	Loaded          int64            `json:"loaded"`
 	Superseded      int64            `json:"superseded"`
@@ -292,7 +294,7 @@ func (r *runner) resume(ctx context.Context, row *Row) error {
 // waitDualWrite waits until the current leader has confirmed that it writes
 // to the new index too, and until 2×CacheTTL after the rebuild opened, so
 // that no replica acts on a view of the rebuilds older than the row: only
-// then is every event committed after the snapshot sure to reach the new
+// then is every event committed after a page was read sure to reach the new
 // index.
 func (r *runner) waitDualWrite(ctx context.Context, row *Row) error {
 	r.cfg.Progress.Note(fmt.Sprintf("waiting for the leader to write to %s too", row.Target))
@@ -320,7 +322,7 @@ func (r *runner) waitDualWrite(ctx context.Context, row *Row) error {
 }
 
 // anchorSQL records the run of confirmations the load relies on, before
-// its first snapshot. A load begun under another run (one that broke
+// its first page. A load begun under another run (one that broke
 // since: some leader term did not confirm, and its events may have missed
 // the new index) starts again from the beginning.
 const anchorSQL = `

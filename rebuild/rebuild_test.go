@@ -20,6 +20,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wlproj/wlproj/internal/bounds"
+	"github.com/wlproj/wlproj/internal/pgpool"
+	"github.com/wlproj/wlproj/internal/testkit/faultproxy"
 	"github.com/wlproj/wlproj/internal/testkit/harness"
 	"github.com/wlproj/wlproj/projection"
 )
@@ -64,6 +66,16 @@ func (b bundle) config(t *testing.T) Config {
 	require.NoError(t, err)
 	return Config{Pool: b.db.Pool, Client: b.client, Alias: b.alias, SourceTable: "search_index",
 		By: "alice", Why: "test rebuild", Mapping: mapping, MappingFile: "testdata/mapping.json", ConfirmTimeout: 20 * time.Second}
+}
+
+// setupLed is setup with ELASTIC_INDEX a concrete index and a real leader
+// draining into it.
+func setupLed(t *testing.T, rows int) bundle {
+	t.Helper()
+	b := setup(t, rows)
+	require.NoError(t, harness.CreateIndex(b.ctx, b.base, b.alias))
+	b.leader(t)
+	return b
 }
 
 // leader starts a real replica draining into the alias and waits until it leads.
@@ -276,9 +288,7 @@ func (p *rebuildProcess) kill() {
 func TestRebuildResumesAfterCrash(t *testing.T) {
 	t.Parallel()
 	const rows = 20_000
-	b := setup(t, rows)
-	require.NoError(t, harness.CreateIndex(b.ctx, b.base, b.alias))
-	b.leader(t)
+	b := setupLed(t, rows)
 	producer := b.produce(t, 200, rows, true)
 	slow := []string{"--bulk-size", "100", "--concurrency", "1"}
 
@@ -343,9 +353,7 @@ func TestRebuildResumesAfterCrash(t *testing.T) {
 func TestRebuildRollbackServesCurrentDocuments(t *testing.T) {
 	t.Parallel()
 	const rows = 5000
-	b := setup(t, rows)
-	require.NoError(t, harness.CreateIndex(b.ctx, b.base, b.alias))
-	b.leader(t)
+	b := setupLed(t, rows)
 	cfg := b.config(t)
 	_, err := Run(b.ctx, cfg) // converts the concrete index into an alias
 	require.NoError(t, err)
@@ -394,9 +402,7 @@ func TestRebuildRollbackServesCurrentDocuments(t *testing.T) {
 func TestRebuildAbortAndCleanup(t *testing.T) {
 	t.Parallel()
 	const rows = 5000
-	b := setup(t, rows)
-	require.NoError(t, harness.CreateIndex(b.ctx, b.base, b.alias))
-	b.leader(t)
+	b := setupLed(t, rows)
 	producer := b.produce(t, 200, rows, true)
 	cfg := b.config(t)
 	cfg.Mapping = nil
@@ -442,10 +448,10 @@ func TestRebuildAbortAndCleanup(t *testing.T) {
 }
 
 // str is the single text sql returns.
-func str(t *testing.T, db harness.DB, sql string) string {
+func str(t *testing.T, db harness.DB, sql string, args ...any) string {
 	t.Helper()
 	var s string
-	require.NoError(t, db.Pool.QueryRow(context.Background(), sql).Scan(&s))
+	require.NoError(t, db.Pool.QueryRow(context.Background(), sql, args...).Scan(&s))
 	return s
 }
 
@@ -565,4 +571,96 @@ func TestRebuildEmitOutbox(t *testing.T) {
 	require.Equal(t, []string{rep.Rebuild.Target}, b.resolve(t).Indexes)
 	require.Equal(t, rows, b.count(t, b.alias))
 	harness.Verified(t, b.db.Pool, b.alias, harness.ExpectFailed(t, b.db, "mapping_error", `entity_id = 'bad'`)...)
+}
+
+// pagesHook is a Progress that runs first once the first rows are in the
+// engine, while the load has read its first page and no other, and then
+// once more rows than later are.
+type pagesHook struct {
+	noProgress
+	done         atomic.Int64
+	first, then  func()
+	later        int64
+	ranF, ranLtr atomic.Bool
+}
+
+func (h *pagesHook) Add(n int64) {
+	done := h.done.Add(n)
+	if n > 0 && h.ranF.CompareAndSwap(false, true) {
+		h.first()
+	}
+	if done > h.later && h.ranLtr.CompareAndSwap(false, true) {
+		h.then()
+	}
+}
+
+// TestRebuildLoadReadsPagesOfTheirOwn: the load reads the source table a
+// page per statement, so through a slow engine no snapshot of the
+// rebuild's lives longer than a page (and VACUUM removes rows deleted
+// during the load); and documents written between two pages, behind the
+// pages read and ahead of them, updated, deleted or created, all end at
+// their newest version: each page is read after the leader confirmed its
+// dual-writes, and after the last key read, not after a count of rows.
+func TestRebuildLoadReadsPagesOfTheirOwn(t *testing.T) {
+	t.Parallel()
+	const rows = 10_000
+	b := setupLed(t, rows)
+	at := func(position int) string {
+		return str(t, b.db, `SELECT entity_id FROM search_index ORDER BY entity_type, entity_id OFFSET $1 LIMIT 1`, position)
+	}
+	// sourcePage is 2000 rows: the first page holds positions 0 to 1999.
+	// Two deletes and one creation behind move every later row one place
+	// up: a read by position would skip one.
+	behind, deletedBehind, alsoDeletedBehind, ahead, deletedAhead := at(100), at(200), at(300), at(5000), at(6000)
+	created := behind + "-new"
+
+	pool, err := pgpool.Open(b.ctx, b.db.URL, 8, "wlproj-rebuild:test")
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	slow := faultproxy.Start(t, b.base)
+	slow.SetDelay(10*time.Millisecond, 0)
+	cfg := b.config(t)
+	cfg.Pool, cfg.BulkSize, cfg.Concurrency = pool, 100, 1
+	cfg.Client, err = projection.NewElasticClient(projection.ElasticOptions{URL: slow.URL()})
+	require.NoError(t, err)
+
+	var dead harness.DeadRows
+	var left int64
+	version := int64(100)
+	write := func(id, op string) harness.Event {
+		version++
+		return harness.Event{EntityType: "book", EntityID: id, Op: op, Version: version,
+			Payload: json.RawMessage(fmt.Sprintf(`{"kind": "book", "title": "v%d"}`, version))}
+	}
+	hook := &pagesHook{later: 6000, first: func() {
+		require.NoError(t, harness.Insert(b.ctx, harness.SourceWriter{DB: b.db.Pool, Table: "search_index"}, []harness.Event{
+			write(behind, "upsert"), write(deletedBehind, "delete"), write(alsoDeletedBehind, "delete"), write(ahead, "upsert"), write(deletedAhead, "delete"),
+			write(created, "upsert")}))
+		require.NoError(t, harness.WaitDrained(b.ctx, 20*time.Second, b.db.Pool))
+		dead, err = harness.DeleteRows(b.ctx, b.db.Pool, "application_rows", 1000)
+		require.NoError(t, err)
+	}, then: func() {
+		left, err = dead.Vacuum(b.ctx)
+		require.NoError(t, err)
+	}}
+	cfg.Progress = hook
+	require.Less(t, b.db.Int(t, `SELECT count(*) FROM search_index WHERE (entity_type, entity_id) < ('book', $1)`, created),
+		2000, "the created document sorts among the first page's")
+
+	watch := harness.WatchSnapshots(b.db.Pool, "wlproj-rebuild", 20*time.Millisecond)
+	start := time.Now()
+	rep, err := Run(b.ctx, cfg)
+	require.NoError(t, err)
+	took := time.Since(start)
+	oldest, samples, err := watch.Stop()
+	require.NoError(t, err)
+	t.Logf("the rebuild took %s; its oldest snapshot of %d samples: %s", took.Round(time.Millisecond), samples, oldest)
+	require.True(t, hook.ranLtr.Load(), "the load went on after the writes")
+	require.Less(t, oldest.Age, time.Second, "no snapshot of the rebuild outlives a page; the oldest: %s", oldest)
+	require.Zero(t, left, "VACUUM, during the load, removes rows deleted during it")
+
+	require.Equal(t, []string{rep.Rebuild.Target}, b.resolve(t).Indexes)
+	harness.SourceMatched(t, b.db.Pool, b.alias, "search_index")
+	harness.Verified(t, b.db.Pool, b.alias)
+	require.Equal(t, rows-3+1, b.count(t, b.alias))
 }

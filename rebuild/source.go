@@ -3,6 +3,7 @@ package rebuild
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -130,47 +131,91 @@ func afterKey(after *key) (string, []any) {
 	return ` WHERE (entity_type, entity_id) > ($1, $2)`, []any{after.Type, after.ID}
 }
 
-// sourcePage is the rows one read of the source table returns. Reading in
-// key-ordered pages lets Postgres walk the primary key, where one ordered
-// read of the whole table would sort it all (on disk, for a large table).
-const sourcePage = 2000
+// sourcePage is the rows one read of the source table returns, and
+// countPage the keys one count walks. Each read is a statement of its own,
+// so that no snapshot lives longer than one page: a snapshot held for a
+// whole load would stop vacuum in the whole database for as long. Reading
+// in key-ordered pages also lets Postgres walk the primary key, where one
+// ordered read of the whole table would sort it all.
+const (
+	sourcePage = 2000
+	countPage  = 50_000
+)
 
-// readSource streams the rows of table after a key, in key order, to each,
-// within tx (the rebuild's snapshot); it counts them first, for progress.
-func readSource(ctx context.Context, tx pgx.Tx, table string, after *key, counted func(int64), each func(sourceRow) error) error {
-	where, args := afterKey(after)
+// countSourceSQL counts up to countPage keys after a key (%s is afterKey's
+// clause) and returns the last one: count(*) OVER () is taken before the
+// outer ORDER BY and LIMIT keep the last row.
+const countSourceSQL = `
+SELECT count(*) OVER (), entity_type, entity_id
+  FROM (SELECT entity_type, entity_id FROM %s%s ORDER BY entity_type, entity_id LIMIT %d) p
+ ORDER BY entity_type DESC, entity_id DESC LIMIT 1`
+
+// countSource counts the rows of table after a key, one page of keys per
+// statement, for progress and the dry run. Rows written meanwhile may or
+// may not be counted.
+func countSource(ctx context.Context, db Querier, table string, after *key) (int64, error) {
 	var total int64
-	if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+table+where, args...).Scan(&total); err != nil {
-		return fmt.Errorf("count %s: %w", table, err)
-	}
-	counted(total)
 	for {
-		n, last, err := readPage(ctx, tx, table, after, each)
-		if err != nil || n < sourcePage {
-			return err
+		where, args := afterKey(after)
+		var n int64
+		var last key
+		err := db.QueryRow(ctx, fmt.Sprintf(countSourceSQL, table, where, countPage), args...).Scan(&n, &last.Type, &last.ID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return total, nil
+		}
+		if err != nil {
+			return total, fmt.Errorf("count %s: %w", table, err)
+		}
+		total += n
+		if n < countPage {
+			return total, nil
 		}
 		after = &last
 	}
 }
 
-// readPage reads up to sourcePage rows after a key and returns how many
-// and the last one's key.
-func readPage(ctx context.Context, tx pgx.Tx, table string, after *key, each func(sourceRow) error) (int, key, error) {
+// readSource hands the rows of table after a key to each, in key order. It
+// counts them first, for progress. Each page is read whole, and its
+// statement over, before each sees its first row: each may wait for the
+// engine, and a statement's snapshot lasts until its last row is read.
+func readSource(ctx context.Context, db Querier, table string, after *key, counted func(int64), each func(sourceRow) error) error {
+	total, err := countSource(ctx, db, table, after)
+	if err != nil {
+		return err
+	}
+	counted(total)
+	for {
+		rows, err := readPage(ctx, db, table, after)
+		if err != nil {
+			return err
+		}
+		for _, r := range rows {
+			if err := each(r); err != nil {
+				return err
+			}
+		}
+		if len(rows) < sourcePage {
+			return nil
+		}
+		after = &key{Type: rows[len(rows)-1].EntityType, ID: rows[len(rows)-1].EntityID}
+	}
+}
+
+// readPage reads up to sourcePage rows after a key, in one statement.
+func readPage(ctx context.Context, db Querier, table string, after *key) ([]sourceRow, error) {
 	where, args := afterKey(after)
-	rows, err := tx.Query(ctx, `SELECT entity_type, entity_id, doc::text, version FROM `+table+where+
+	rows, err := db.Query(ctx, `SELECT entity_type, entity_id, doc::text, version FROM `+table+where+
 		` ORDER BY entity_type, entity_id LIMIT `+strconv.Itoa(sourcePage), args...)
 	if err != nil {
-		return 0, key{}, fmt.Errorf("read %s: %w", table, err)
+		return nil, fmt.Errorf("read %s: %w", table, err)
 	}
-	defer rows.Close()
-	n, last := 0, key{}
-	for rows.Next() {
+	page, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (sourceRow, error) {
 		var r sourceRow
 		var doc []byte
 		var version *int64
 		var typ, id *string
-		if err := rows.Scan(&typ, &id, &doc, &version); err != nil {
-			return n, last, fmt.Errorf("read %s: %w", table, err)
+		if err := row.Scan(&typ, &id, &doc, &version); err != nil {
+			return r, err
 		}
 		r.Doc = doc
 		if typ != nil {
@@ -183,10 +228,10 @@ func readPage(ctx context.Context, tx pgx.Tx, table string, after *key, each fun
 		if version != nil {
 			r.Version = *version
 		}
-		n, last = n+1, key{Type: r.EntityType, ID: r.EntityID}
-		if err := each(r); err != nil {
-			return n, last, err
-		}
+		return r, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", table, err)
 	}
-	return n, last, rows.Err()
+	return page, nil
 }

@@ -50,7 +50,7 @@ type Row struct {
 	DualWriteBy    string     `json:"dual_write_by,omitempty"`
 	DualWriteEpoch int64      `json:"dual_write_epoch,omitempty"`
 	// DualWriteSince is when the unbroken run of confirmations began,
-	// LoadSince what it was when the load took its first snapshot.
+	// LoadSince what it was when the load read its first page.
 	DualWriteSince *time.Time `json:"dual_write_since,omitempty"`
 	LoadSince      *time.Time `json:"load_since,omitempty"`
 	LoadedType     *string    `json:"-"`

@@ -26,6 +26,9 @@ type action struct {
 	// capped applies Max to requests without IDs; archive moves in batches
 	// instead.
 	capped bool
+	// oldest selects by the row set's oldest query (a batch) instead of
+	// its locked one.
+	oldest bool
 	// sql changes the locked rows, with the named arguments of change.apply;
 	// its WHERE checks the status again, so it is a compare-and-set.
 	sql string
@@ -33,12 +36,64 @@ type action struct {
 	notify bool
 }
 
-// run checks req and applies the action in one transaction.
+// run checks req and applies the action: in one transaction, or, for an
+// uncapped request (Yes) by selector with no Limit, no Expect and no dry
+// run, in batches.
 func (a action) run(ctx context.Context, db Beginner, req Request) (Report, error) {
 	if err := req.check(a.doing); err != nil {
 		return Report{DryRun: req.DryRun}, err
 	}
+	if a.capped && req.Yes && len(req.IDs) == 0 && req.Limit == 0 && req.Expect == "" && !req.DryRun {
+		return a.batches(ctx, db, req, BatchDefault)
+	}
 	return a.once(ctx, db, req, req.Limit)
+}
+
+// batches applies the action to the rows a checked req selects, oldest
+// failure first, at most size of them a transaction, each committed with
+// its own audit row, until a batch comes back short. A transaction over a
+// whole selection would hold its xid and its row locks, and so vacuum,
+// for as long as it takes (ten seconds for 100,000 rows). Only rows that
+// failed before the first batch are taken: a replayed row that fails again
+// is not replayed again by the same command. A failure stops it after the
+// batches already committed.
+func (a action) batches(ctx context.Context, db Beginner, req Request, size int) (Report, error) {
+	rep := Report{DryRun: req.DryRun}
+	start, err := dbNow(ctx, db)
+	if err != nil {
+		return rep, fmt.Errorf("%s: %w", a.name, err)
+	}
+	if req.Until.IsZero() || req.Until.After(start) {
+		req.Until = start
+	}
+	batch := a
+	batch.capped, batch.oldest = false, true
+	for {
+		b, err := batch.once(ctx, db, req, size)
+		if err != nil {
+			return rep, err
+		}
+		if b.AuditID != 0 {
+			rep.Events = append(rep.Events, b.Events...)
+			rep.AuditIDs = append(rep.AuditIDs, b.AuditID)
+			rep.AuditID, rep.At = cmp.Or(rep.AuditID, b.AuditID), b.At
+		}
+		if len(b.Events) < size {
+			return rep, nil
+		}
+	}
+}
+
+// dbNow is the database's clock, which updated_at is written by.
+func dbNow(ctx context.Context, db Beginner) (time.Time, error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // read-only
+	var now time.Time
+	err = tx.QueryRow(ctx, `SELECT now()`).Scan(&now)
+	return now, err
 }
 
 // once selects and locks the rows of a checked req, at most limit of them
@@ -169,7 +224,11 @@ func (a action) selectBySelector(ctx context.Context, tx pgx.Tx, req Request, li
 	if limit > 0 {
 		limitArg = limit
 	}
-	rows, err := tx.Query(ctx, a.rows.locked, append(f.args(), limitArg)...)
+	query := a.rows.locked
+	if a.oldest {
+		query = a.rows.oldest
+	}
+	rows, err := tx.Query(ctx, query, append(f.args(), limitArg)...)
 	if err != nil {
 		return fmt.Errorf("%s: select: %w", a.name, err)
 	}

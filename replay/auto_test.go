@@ -2,6 +2,7 @@ package replay
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -178,4 +179,68 @@ func TestAutoReplayRunStopsWithContext(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run did not return after cancel")
 	}
+}
+
+// A run that finds another under way (a deposed and a new leader, briefly
+// both running it) leaves the round to it at once, rather than wait in a
+// statement whose snapshot would hold vacuum back as long; the next round
+// revives the rows.
+func TestAutoReplayLeavesTheRoundToARunUnderWay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.insertFailed(t, 2, "timeout")
+	other, err := b.db.Pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer other.Rollback(b.ctx) //nolint:errcheck // the test's own
+	_, err = other.Exec(b.ctx, strings.Replace(autoLockSQL, "pg_try_advisory_xact_lock", "pg_advisory_xact_lock", 1))
+	require.NoError(t, err)
+	a := newAuto(t, b, AutoReplayerConfig{}, nil)
+
+	ctx, cancel := context.WithTimeout(b.ctx, 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	res, err := a.runOnce(ctx)
+	require.NoError(t, err, "the run waited for the lock")
+	require.Less(t, time.Since(start), time.Second)
+	require.True(t, res.Busy)
+	require.Empty(t, res.Revived)
+	require.Equal(t, []string{"failed", "failed"}, b.statuses(t, id...))
+
+	require.NoError(t, other.Rollback(b.ctx))
+	res = b.pass(t, a)
+	require.False(t, res.Busy)
+	require.Equal(t, id, res.Revived)
+}
+
+// The policy sweeps the failed rows a few pages a run, from where the last
+// run stopped, instead of walking every failed row for each run: behind
+// rows it may not revive (replayed MaxReplays times, or deterministic), the
+// first runs revive nothing and the sweep goes on; every revivable row is
+// revived within a sweep, a failure newer than the sweep's position too,
+// and the sweep starts again from the oldest once it has read the newest.
+func TestAutoReplaySweepsInPages(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	spent := b.insertFailed(t, 7, "timeout")
+	b.exec(t, `UPDATE outbox_events SET replay_count = 3, updated_at = now() - interval '2 hours' WHERE id = ANY($1)`, spent)
+	old := b.insert(t, 1)
+	b.fail(t, "mapping_error", 90*time.Minute, old...)
+	later := b.insertFailed(t, 2, "server_error") // an hour ago
+	a := newAuto(t, b, AutoReplayerConfig{PerMinute: 100}, nil)
+	a.replayed = metrics.NewSet().NewCounter(`outbox_replayed_total{by="auto"}`)
+	a.page, a.pages = 2, 2
+
+	require.Empty(t, b.pass(t, a).Revived, "4 rows read, none revivable")
+	require.Empty(t, b.pass(t, a).Revived, "4 more: the last spent ones and the mapping error")
+	res := b.pass(t, a)
+	require.Equal(t, later, res.Revived)
+	require.Equal(t, sweepStart, a.swept, "the newest failure read: the next run starts again")
+
+	fresh := b.insert(t, 1)
+	b.fail(t, "connection", 0, fresh...)
+	var revived []int64
+	for range 4 {
+		revived = append(revived, b.pass(t, a).Revived...)
+	}
+	require.Equal(t, fresh, revived, "found once the sweep reached it")
 }

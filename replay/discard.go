@@ -16,9 +16,9 @@ UPDATE outbox_events
 var discardAction = action{name: "discard", doing: "discarding", rows: failedRows, capped: true, sql: discardSQL}
 
 // Discard moves the selected failed rows to discarded, a terminal status
-// nothing revives, in one transaction with one audit row. It takes the
-// same requests as Replay, refuses the same way, and changes nothing on a
-// refusal.
+// nothing revives, in one transaction with one audit row, or in batches as
+// Replay does. It takes the same requests as Replay, refuses the same way,
+// and changes nothing on a refusal.
 func Discard(ctx context.Context, db Beginner, req Request) (Report, error) {
 	return discardAction.run(ctx, db, req)
 }

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -164,4 +165,30 @@ func TestStats(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, stats, 2)
 	require.EqualValues(t, 1, stats[0].Count)
+}
+
+// Stats reads a page of statsPage rows per statement: groups that span
+// pages add up, with their oldest and newest failure, and the order is the
+// single statement's (largest first, then projection and reason).
+func TestStatsAcrossPages(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.insert(t, statsPage+statsPage/2)
+	b.exec(t, `UPDATE outbox_events SET status = 'failed', error_class = 'transient',
+		error_reason = CASE WHEN id % 3 = 0 THEN 'server_error' ELSE 'timeout' END,
+		updated_at = now() - make_interval(secs => id) WHERE id = ANY($1)`, id)
+	want := harness.Column[string](t, b.db, `SELECT format('%s %s %s %s %s %s', projection, error_reason, max(error_class),
+		count(*), min(updated_at), max(updated_at)) FROM outbox_events WHERE status = 'failed'
+		GROUP BY projection, error_reason ORDER BY count(*) DESC, projection, error_reason`)
+
+	stats, err := Stats(b.ctx, b.db.Pool, Filter{})
+	require.NoError(t, err)
+	var got []string
+	for _, s := range stats {
+		var oldest, newest string
+		require.NoError(t, b.db.Pool.QueryRow(b.ctx, `SELECT $1::timestamptz::text, $2::timestamptz::text`, s.Oldest, s.Newest).
+			Scan(&oldest, &newest))
+		got = append(got, fmt.Sprintf("%s %s %s %d %s %s", s.Projection, s.Reason, s.Class, s.Count, oldest, newest))
+	}
+	require.Equal(t, want, got)
 }

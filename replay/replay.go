@@ -178,8 +178,10 @@ UPDATE outbox_events
 var replayAction = action{name: "replay", doing: "replaying", rows: failedRows, capped: true, sql: reviveSQL, notify: true}
 
 // Replay returns the selected failed rows to pending in one transaction, with
-// one audit row, and wakes the leader. On refusal it returns a *RefusedError
-// and a Report naming the offending ids; nothing is changed.
+// one audit row, and wakes the leader; with Yes, by selector and without a
+// Limit, in transactions of BatchDefault rows, each with its own audit row
+// (see action.batches). On refusal it returns a *RefusedError and a Report
+// naming the offending ids; nothing is changed.
 func Replay(ctx context.Context, db Beginner, req Request) (Report, error) {
 	return replayAction.run(ctx, db, req)
 }

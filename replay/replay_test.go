@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"testing"
@@ -283,3 +284,32 @@ func TestRefusedErrorIsNotUsage(t *testing.T) {
 }
 
 func itoa(n int64) string { return FormatIDs([]int64{n}) }
+
+// A replay with Yes of a selection larger than a batch commits batch by
+// batch, each with its own audit row, oldest failure first: one
+// transaction over the whole selection would hold its xid and its row
+// locks, and so vacuum, for as long as it took. A row that fails again
+// while the command runs is not replayed again by it: here every replay
+// fails again at once, as a row with a deterministic error would.
+func TestReplayWithYesCommitsInBatches(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.insertFailed(t, 2*BatchDefault+5, "mapping_error")
+	b.exec(t, `CREATE FUNCTION fails_again() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN NEW.status := 'failed'; RETURN NEW; END $$`)
+	b.exec(t, `CREATE TRIGGER fails_again BEFORE UPDATE ON outbox_events FOR EACH ROW
+		WHEN (NEW.status = 'pending') EXECUTE FUNCTION fails_again()`)
+
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	rep, err := Replay(ctx, b.db.Pool, Request{Reason: "mapping_error", Yes: true, By: "alice", Why: "fixed the mapping"})
+	require.NoError(t, err)
+	require.Equal(t, id, rep.IDs(), "each row replayed once")
+	audits := b.auditRows(t)
+	require.Len(t, audits, 3, "one audit row per batch")
+	require.Equal(t, []int64{audits[0].ID, audits[1].ID, audits[2].ID}, rep.AuditIDs)
+	for i, n := range []int{BatchDefault, BatchDefault, 5} {
+		require.Len(t, audits[i].IDs, n)
+	}
+	require.Equal(t, len(id), b.count(t, `SELECT count(*) FROM outbox_events WHERE replay_count = 1`))
+}

@@ -155,25 +155,28 @@ type current struct {
 	inFlight bool
 }
 
-// currentSQL reads the documents' source rows (with their docs when $5)
-// and ledger entries as they are now; inFlightSQL which of them have an
-// event pending or processing. The two partial indexes of those statuses
-// keep the latter as small as the backlog.
+// currentSQL reads the documents' source rows (with their docs when $4)
+// and ledger entries as they are now, and which of them have an event
+// pending or processing, in one statement: one snapshot, so that an event
+// is either in flight or applied (its ack moved the ledger) in what it
+// returns. The in-flight read is two arms, one per status, so that each
+// walks its partial index and costs as little as the backlog.
 const currentSQL = `
-SELECT c.entity_type, c.entity_id, %[1]s, CASE WHEN $4 THEN %[3]s END, a.version, a.deleted
-  FROM unnest($1::text[], $2::text[]) AS c(entity_type, entity_id)
+WITH c AS (SELECT * FROM unnest($1::text[], $2::text[]) AS c(entity_type, entity_id)),
+busy AS (
+  SELECT e.entity_type, e.entity_id FROM outbox_events e JOIN c USING (entity_type, entity_id)
+   WHERE e.status = 'pending' AND e.projection = $3
+  UNION
+  SELECT e.entity_type, e.entity_id FROM outbox_events e JOIN c USING (entity_type, entity_id)
+   WHERE e.status = 'processing' AND e.projection = $3
+)
+SELECT c.entity_type, c.entity_id, %[1]s, CASE WHEN $4 THEN %[3]s END, a.version, a.deleted,
+       EXISTS (SELECT 1 FROM busy b WHERE b.entity_type = c.entity_type AND b.entity_id = c.entity_id)
+  FROM c
   %[2]s
   LEFT JOIN outbox_applied a ON a.projection = $3 AND a.entity_type = c.entity_type AND a.entity_id = c.entity_id`
 
-const inFlightSQL = `
-WITH c AS (SELECT * FROM unnest($1::text[], $2::text[]) AS c(entity_type, entity_id))
-SELECT e.entity_type, e.entity_id FROM outbox_events e JOIN c USING (entity_type, entity_id)
- WHERE e.status = 'pending' AND e.projection = $3
-UNION
-SELECT e.entity_type, e.entity_id FROM outbox_events e JOIN c USING (entity_type, entity_id)
- WHERE e.status = 'processing' AND e.projection = $3`
-
-// current reads the keys' documents as they are now, outside the snapshot.
+// current reads the keys' documents as they are now.
 func (db database) current(ctx context.Context, keys []key, docs bool) (map[key]current, error) {
 	out := make(map[key]current, len(keys))
 	if len(keys) == 0 {
@@ -194,14 +197,14 @@ func (db database) current(ctx context.Context, keys []key, docs bool) (map[key]
 	defer rows.Close()
 	for rows.Next() {
 		var k key
+		var c current
 		var inSource bool
 		var sourceVersion, ledgerVersion *int64
 		var body *string
 		var deleted *bool
-		if err := rows.Scan(&k.Type, &k.ID, &inSource, &sourceVersion, &body, &ledgerVersion, &deleted); err != nil {
+		if err := rows.Scan(&k.Type, &k.ID, &inSource, &sourceVersion, &body, &ledgerVersion, &deleted, &c.inFlight); err != nil {
 			return nil, fmt.Errorf("read the suspects from the database: %w", err)
 		}
-		var c current
 		if inSource {
 			c.source = &SourceRow{Version: orMinus1(sourceVersion)}
 			if body != nil {
@@ -213,24 +216,19 @@ func (db database) current(ctx context.Context, keys []key, docs bool) (map[key]
 		}
 		out[k] = c
 	}
-	if err := rows.Err(); err != nil {
-		return nil, err
+	return out, rows.Err()
+}
+
+// same reports whether two reads of a document found the same source row
+// version and the same ledger entry: nothing was applied to it in between.
+func (c current) same(o current) bool {
+	switch {
+	case (c.source == nil) != (o.source == nil) || (c.ledger == nil) != (o.ledger == nil):
+		return false
+	case c.source != nil && c.source.Version != o.source.Version:
+		return false
+	case c.ledger != nil && *c.ledger != *o.ledger:
+		return false
 	}
-	rows, err = db.q.Query(ctx, inFlightSQL, types, ids, db.projection)
-	if err != nil {
-		return nil, fmt.Errorf("read the suspects' pending events: %w", err)
-	}
-	busy, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (key, error) {
-		var k key
-		return k, r.Scan(&k.Type, &k.ID)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read the suspects' pending events: %w", err)
-	}
-	for _, k := range busy {
-		c := out[k]
-		c.inFlight = true
-		out[k] = c
-	}
-	return out, nil
+	return true
 }

@@ -20,26 +20,30 @@
 // streams):
 //
 //  0. With a source table, the whole index (a scroll) and the whole table
-//     (key-ordered pages of one snapshot) are read side by side into an
-//     order-free fingerprint of their (_id, version) pairs. Equal, the
-//     index is clean: one read of each side, no lookup. This is the
-//     common case, and what makes a run cost about the slower of the two
-//     reads. The scheduled verify skips it (Config.Documents): beside a
-//     live drain the two sides never match as wholes. Otherwise, or
-//     without a table, document by document:
+//     (key-ordered pages) are read side by side into an order-free
+//     fingerprint of their (_id, version) pairs. Equal, the index is
+//     clean: one read of each side, no lookup. This is the common case,
+//     and what makes a run cost about the slower of the two reads. The
+//     scheduled verify skips it (Config.Documents): beside a live drain
+//     the two sides never match as wholes. Otherwise, or without a table,
+//     document by document:
 //  1. One scroll of the index in _doc order (versions on, _source off).
 //     Each page of ids is looked up in the database (source row and ledger
 //     entry, by primary key) and judged.
 //  2. The database's keys (the table's, or the live ledger entries'), in
 //     key-ordered pages, each looked up in the index with one ids query:
 //     what the index lacks is missing.
-//     Each page of steps 1 and 2 is a statement of its own: a snapshot held
-//     for a whole rate-capped run would keep vacuum from the outbox's dead
-//     rows, and the claim from skipping them, for as long.
-//  3. Every document found different is checked again, in batches, against
-//     the database and the index as they are now (a realtime _mget): the
-//     live drain moves on while verify reads, so only a document that still
-//     differs, and has no event pending or processing, is drift.
+//  3. Every document found different is checked again, in batches: the
+//     database, the index (a realtime _mget), then the database again.
+//     The live drain moves on while verify reads, so only a document that
+//     still differs, that both reads of the database saw alike, and that
+//     had no event pending or processing in either, is drift.
+//
+// Every page of every step, and each read of step 3, is a statement of its
+// own: a snapshot held for a whole (rate-capped) run would stop vacuum in
+// the whole database for as long, the outbox's dead rows and the
+// application's alike. A repair likewise queues its events in short
+// transactions (see Repair), never one open across the run.
 //
 // Only pages, a batch of suspects and the samples are held in memory.
 package verify

@@ -4,9 +4,11 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/wlproj/wlproj/internal/bounds"
 	"github.com/wlproj/wlproj/outbox"
@@ -16,8 +18,11 @@ const (
 	// RepairMaxDefault is the most documents a repair queues without Yes,
 	// as replay's cap; the CLI's --max takes its default from here.
 	RepairMaxDefault = 1000
-	// auditIDsMax bounds the event ids one audit row lists; the selector
-	// keeps the first and last id of a larger repair.
+	// RepairBatch is the most events one repair transaction queues, with
+	// its audit row.
+	RepairBatch = 1000
+	// auditIDsMax bounds the document ids the scheduled repair's audit row
+	// lists.
 	auditIDsMax = 10000
 )
 
@@ -55,8 +60,11 @@ type RepairReport struct {
 	// FirstEventID and LastEventID bound the queued events' ids.
 	FirstEventID int64 `json:"first_event_id,omitempty"`
 	LastEventID  int64 `json:"last_event_id,omitempty"`
-	AuditID      int64 `json:"audit_id,omitempty"`
-	DryRun       bool  `json:"dry_run"`
+	// AuditID is the first audit row, AuditIDs all of them: one per
+	// transaction of at most RepairBatch events.
+	AuditID  int64   `json:"audit_id,omitempty"`
+	AuditIDs []int64 `json:"audit_ids,omitempty"`
+	DryRun   bool    `json:"dry_run"`
 }
 
 // QueuedTotal is the total of Queued.
@@ -125,10 +133,16 @@ SELECT $1, u.entity_type, u.entity_id, u.op, u.version, u.payload::jsonb, true
 RETURNING id`
 
 // Repair verifies as Run does and queues an outbox event for each drifted
-// document it can put right, in one transaction with one audit row (action
-// repair): the leader applies them through the normal path (ledger,
-// fencing). Over Max without Yes, or on a dry run, nothing is queued. A
-// repair queues events, so it runs as a role that may insert them.
+// document it can put right: the leader applies them through the normal
+// path (ledger, fencing). Events are queued in short transactions of at
+// most RepairBatch events, each with its own audit row (action repair), so
+// that no transaction stays open across the verify: its xid would hold
+// vacuum back for the whole run. Without Yes the events wait in memory
+// until the verify is over, and none is queued when there are more than
+// Max; with Yes each batch of drift is queued as it is found, and a
+// failure stops the repair after the batches already committed. A dry run
+// queues nothing. A repair queues events, so it runs as a role that may
+// insert them.
 func Repair(ctx context.Context, cfg Config, req RepairRequest) (RepairReport, error) {
 	rp := &repairer{rep: RepairReport{Queued: map[Kind]int64{}, Unrepairable: map[string]int64{}, DryRun: req.DryRun}}
 	req.Max = cmp.Or(req.Max, RepairMaxDefault)
@@ -136,31 +150,31 @@ func Repair(ctx context.Context, cfg Config, req RepairRequest) (RepairReport, e
 	if err := req.check(); err != nil {
 		return rp.rep, err
 	}
-	if !req.DryRun && cfg.Pool != nil {
-		var err error
-		if rp.tx, err = cfg.Pool.Begin(ctx); err != nil {
-			return rp.rep, fmt.Errorf("repair: %w", err)
-		}
-		defer rp.tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit, a no-op
+	rp.req, rp.projection, rp.pool = req, cfg.Projection, cfg.Pool
+	if req.DryRun {
+		rp.pool = nil
 	}
-	rp.projection = cfg.Projection
 	cfg.Docs, cfg.OnDrift = true, rp.onDrift
 	var err error
-	if rp.rep.Report, err = Run(ctx, cfg); err != nil {
-		return rp.rep, err
-	}
+	rp.rep.Report, err = Run(ctx, cfg)
 	for _, k := range Kinds {
 		rp.rep.Queued[k] += 0 // every kind, zero or not
 	}
+	if err != nil {
+		return rp.rep, err
+	}
 	total := rp.rep.QueuedTotal()
 	if total > int64(req.Max) && !req.Yes {
-		rp.rep.FirstEventID, rp.rep.LastEventID = 0, 0
 		return rp.rep, &RefusedError{Queued: total, Max: req.Max}
 	}
-	if rp.tx == nil || total == 0 {
-		return rp.rep, nil
+	for len(rp.held) > 0 {
+		n := min(len(rp.held), RepairBatch)
+		if err := rp.queue(ctx, rp.held[:n]); err != nil {
+			return rp.rep, err
+		}
+		rp.held = rp.held[n:]
 	}
-	return rp.rep, rp.commit(ctx, req, total)
+	return rp.rep, nil
 }
 
 func (req RepairRequest) check() error {
@@ -173,18 +187,22 @@ func (req RepairRequest) check() error {
 	return bounds.Check("Max", req.Max, RepairMaxRange)
 }
 
-// repairer queues a repair's events as the verify finds drift, in one
-// transaction (none on a dry run), and keeps the report.
+// repairer queues a repair's events as the verify finds drift, and keeps
+// the report.
 type repairer struct {
 	rep        RepairReport
-	tx         pgx.Tx
+	req        RepairRequest
 	projection string
-	// ids are the first events queued, for the audit row.
-	ids []int64
+	// pool is nil on a dry run: nothing is queued.
+	pool *pgxpool.Pool
+	// held are the events that wait for the end of the verify, without
+	// Yes, while they are no more than Max.
+	held []repairEvent
 }
 
 // onDrift is the verify's Config.OnDrift: it counts each drifted document
-// by what a repair can do for it, and queues the repairable ones.
+// by what a repair can do for it, and queues the repairable ones, or holds
+// them until the verify is over.
 func (rp *repairer) onDrift(ctx context.Context, drift []Drift) error {
 	var batch []repairEvent
 	for _, d := range drift {
@@ -196,57 +214,53 @@ func (rp *repairer) onDrift(ctx context.Context, drift []Drift) error {
 		rp.rep.Queued[ev.kind]++
 		batch = append(batch, ev)
 	}
-	if rp.tx == nil || len(batch) == 0 {
-		return nil
-	}
-	got, err := queue(ctx, rp.tx, rp.projection, batch)
-	if err != nil {
-		return err
-	}
-	for _, id := range got {
-		if rp.rep.FirstEventID == 0 || id < rp.rep.FirstEventID {
-			rp.rep.FirstEventID = id
-		}
-		rp.rep.LastEventID = max(rp.rep.LastEventID, id)
-	}
-	if room := auditIDsMax - len(rp.ids); room > 0 {
-		rp.ids = append(rp.ids, got[:min(room, len(got))]...)
+	switch {
+	case rp.pool == nil || len(batch) == 0:
+	case rp.req.Yes:
+		return rp.queue(ctx, batch)
+	case rp.rep.QueuedTotal() <= int64(rp.req.Max):
+		rp.held = append(rp.held, batch...)
+	default:
+		rp.held = nil // over Max: nothing will be queued
 	}
 	return nil
 }
 
-// commit writes the audit row of total queued events and commits.
-func (rp *repairer) commit(ctx context.Context, req RepairRequest, total int64) error {
-	rep := &rp.rep
-	selector := map[string]any{"projection": rep.Projection, "index": rep.Index, "source_table": rep.SourceTable,
-		"drift": rep.Counts, "queued": rep.Queued, "unrepairable": rep.Unrepairable, "checked": rep.Checked,
-		"first_event_id": rep.FirstEventID, "last_event_id": rep.LastEventID, "event_ids_listed": len(rp.ids)}
-	var err error
-	if rep.AuditID, _, err = outbox.WriteAudit(ctx, rp.tx, outbox.Audit{Action: "repair", By: req.By, Why: req.Why,
-		Selector: selector, EventIDs: rp.ids, Count: total}); err != nil {
-		return err
-	}
-	if err := rp.tx.Commit(ctx); err != nil {
-		return fmt.Errorf("repair: commit: %w", err)
-	}
-	return nil
-}
-
-// queue inserts a batch of repair events and returns their ids.
-func queue(ctx context.Context, tx pgx.Tx, projection string, batch []repairEvent) ([]int64, error) {
+// queue inserts a batch of repair events and its audit row in one
+// transaction.
+func (rp *repairer) queue(ctx context.Context, batch []repairEvent) error {
 	n := len(batch)
 	types, ids, ops, payloads := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	versions := make([]int64, n)
+	queued := map[Kind]int64{}
 	for i, ev := range batch {
 		types[i], ids[i], ops[i], versions[i], payloads[i] = ev.entityType, ev.entityID, ev.op, ev.version, ev.payload
+		queued[ev.kind]++
 	}
-	rows, err := tx.Query(ctx, repairSQL, projection, types, ids, ops, versions, payloads)
+	var got []int64
+	var auditID int64
+	err := pgx.BeginFunc(ctx, rp.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, repairSQL, rp.projection, types, ids, ops, versions, payloads)
+		if err != nil {
+			return fmt.Errorf("queue repair events: %w", err)
+		}
+		if got, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
+			return fmt.Errorf("queue repair events: %w", err)
+		}
+		r := &rp.rep
+		selector := map[string]any{"projection": r.Projection, "index": r.Index, "source_table": r.SourceTable,
+			"queued": queued, "first_event_id": slices.Min(got), "last_event_id": slices.Max(got), "batch": len(r.AuditIDs) + 1}
+		auditID, _, err = outbox.WriteAudit(ctx, tx, outbox.Audit{Action: "repair", By: rp.req.By, Why: rp.req.Why,
+			Selector: selector, EventIDs: got, Count: int64(len(got))})
+		return err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("queue repair events: %w", err)
+		return fmt.Errorf("repair: %w", err)
 	}
-	got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("queue repair events: %w", err)
-	}
-	return got, nil
+	r := &rp.rep
+	r.FirstEventID = min(cmp.Or(r.FirstEventID, slices.Min(got)), slices.Min(got))
+	r.LastEventID = max(r.LastEventID, slices.Max(got))
+	r.AuditID = cmp.Or(r.AuditID, auditID)
+	r.AuditIDs = append(r.AuditIDs, auditID)
+	return nil
 }

@@ -136,7 +136,8 @@ type Report struct {
 	// Samples is up to Config.Sample document ids per kind, sorted.
 	Samples map[Kind][]string `json:"samples"`
 	// InFlight counts the documents that differed while an event of theirs
-	// was pending or processing: the live drain, not drift.
+	// was pending or processing, or was applied between the reads that
+	// checked them again: the live drain, not drift.
 	InFlight int64 `json:"in_flight"`
 	// Compared says how: ComparedFingerprints when the index and the
 	// source table proved equal as wholes (step 0 of the package doc),
@@ -239,21 +240,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return Report{}, err
 	}
-	v := &run{cfg: cfg, engine: engine{client: cfg.Client, index: cfg.Index},
-		rep: Report{Projection: cfg.Projection, Index: cfg.Index, Counts: map[Kind]int64{}, Samples: map[Kind][]string{},
-			Started: time.Now()}}
-	if cfg.SourceTable != "" {
-		quoted, err := rebuild.CheckSource(ctx, cfg.Pool, cfg.SourceTable)
-		if err != nil {
-			return Report{}, err
-		}
-		v.table, v.rep.SourceTable = quoted, quoted
+	v, err := newRun(ctx, cfg)
+	if err != nil {
+		return Report{}, err
 	}
-	if cfg.Rate > 0 {
-		v.limit = rate.NewLimiter(rate.Limit(cfg.Rate), cfg.Page)
-		v.limitSource = rate.NewLimiter(rate.Limit(cfg.Rate), cfg.Page)
-	}
-	err := v.compare(ctx)
+	err = v.compare(ctx)
 	for _, k := range Kinds {
 		v.rep.Counts[k] += 0 // every kind, zero or not
 		slices.Sort(v.rep.Samples[k])
@@ -263,6 +254,25 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	v.rep.Took = time.Since(v.rep.Started)
 	return v.rep, err
+}
+
+// newRun checks the source table and sets up a run of a valid cfg.
+func newRun(ctx context.Context, cfg Config) (*run, error) {
+	v := &run{cfg: cfg, engine: engine{client: cfg.Client, index: cfg.Index},
+		rep: Report{Projection: cfg.Projection, Index: cfg.Index, Counts: map[Kind]int64{}, Samples: map[Kind][]string{},
+			Started: time.Now()}}
+	if cfg.SourceTable != "" {
+		quoted, err := rebuild.CheckSource(ctx, cfg.Pool, cfg.SourceTable)
+		if err != nil {
+			return nil, err
+		}
+		v.table, v.rep.SourceTable = quoted, quoted
+	}
+	if cfg.Rate > 0 {
+		v.limit = rate.NewLimiter(rate.Limit(cfg.Rate), cfg.Page)
+		v.limitSource = rate.NewLimiter(rate.Limit(cfg.Rate), cfg.Page)
+	}
+	return v, nil
 }
 
 // run is one verify in progress.
@@ -419,6 +429,26 @@ func (v *run) recheck(ctx context.Context) error {
 	}
 	batch := v.suspects
 	v.suspects = v.suspects[:0:0]
+	drift, err := v.settle(ctx, batch, v.engine.get)
+	if err != nil || v.cfg.OnDrift == nil || len(drift) == 0 {
+		return err
+	}
+	return v.cfg.OnDrift(ctx, drift)
+}
+
+// indexReader reads the versions the index holds now of some ids.
+type indexReader func(ctx context.Context, ids []string) (map[string]int64, error)
+
+// settle judges suspects on the index as it is now, read between two reads
+// of the database. Two reads of two systems are never one moment: an event
+// applied between them would make its document look stale, missing or
+// extra, whichever is read first. So a document is drift only if the
+// database held the same of it before and after the index was read, with
+// no event of it pending or processing either time: then nothing was
+// applied to it in between (an ack moves the ledger, and the application
+// writes the source row with its event), and the index read shows what
+// the drain left. The others are the drain's, counted in flight.
+func (v *run) settle(ctx context.Context, batch []suspect, readIndex indexReader) ([]Drift, error) {
 	ids := make([]string, len(batch))
 	var keys []key
 	for i, s := range batch {
@@ -427,13 +457,18 @@ func (v *run) recheck(ctx context.Context) error {
 			keys = append(keys, s.key)
 		}
 	}
-	versions, err := v.engine.get(ctx, ids)
+	db := database{q: v.cfg.Pool, table: v.table, projection: v.cfg.Projection}
+	before, err := db.current(ctx, keys, false)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	now, err := database{q: v.cfg.Pool, table: v.table, projection: v.cfg.Projection}.current(ctx, keys, v.cfg.Docs)
+	versions, err := readIndex(ctx, ids)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	after, err := db.current(ctx, keys, v.cfg.Docs)
+	if err != nil {
+		return nil, err
 	}
 	var drift []Drift
 	for i, s := range batch {
@@ -441,16 +476,16 @@ func (v *run) recheck(ctx context.Context) error {
 		if ver, ok := versions[ids[i]]; ok {
 			st.index = ver
 		}
-		var c current
+		var was, now current
 		if s.hasKey {
-			c = now[s.key]
+			was, now = before[s.key], after[s.key]
 		}
-		st.source, st.ledger = c.source, c.ledger
+		st.source, st.ledger = now.source, now.ledger
 		kind, drifted := judge(v.table != "", st)
 		switch {
 		case !drifted:
 			continue
-		case c.inFlight:
+		case was.inFlight || now.inFlight || !was.same(now):
 			v.rep.InFlight++
 			continue
 		}
@@ -461,10 +496,7 @@ func (v *run) recheck(ctx context.Context) error {
 		v.rep.add(d, v.cfg.Sample)
 		drift = append(drift, d)
 	}
-	if v.cfg.OnDrift != nil && len(drift) > 0 {
-		return v.cfg.OnDrift(ctx, drift)
-	}
-	return nil
+	return drift, nil
 }
 
 // documentID is the _id of k's document.

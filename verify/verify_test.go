@@ -15,6 +15,7 @@ import (
 
 	"github.com/wlproj/wlproj/consume"
 	"github.com/wlproj/wlproj/internal/bounds"
+	"github.com/wlproj/wlproj/internal/pgpool"
 	"github.com/wlproj/wlproj/internal/testkit/harness"
 	"github.com/wlproj/wlproj/projection"
 	"github.com/wlproj/wlproj/rebuild"
@@ -346,4 +347,95 @@ func TestVerifyFindsDocumentsWrittenUnderTheOldIDs(t *testing.T) {
 	rep := f.verify(t, f.config("search_index"))
 	require.Equal(t, counts(1, 0, 1, 0), rep.Counts)
 	require.Equal(t, map[Kind][]string{Missing: {"crm%3Acontact:7"}, Stale: {}, Extra: {"crm:contact:7"}, Resurrected: {}}, rep.Samples)
+}
+
+// The check again reads the database, the index, then the database again.
+// A document the drain changes between two of the reads (updated, deleted
+// or created, through the outbox) is not drift, whichever read saw it
+// first; one that differs throughout still is.
+func TestVerifyCheckAgainIgnoresAChangeBetweenItsReads(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := setup(t, 50)
+	f.deleteByHand(t, "b1")
+	for _, tc := range []struct{ table, updated, deleted, created string }{
+		{"search_index", "b7", "b8", "n1"},
+		{"", "b9", "b10", "n2"},
+	} {
+		cfg := f.config(tc.table).withDefaults()
+		v, err := newRun(ctx, cfg)
+		require.NoError(t, err)
+		var batch []suspect
+		for _, id := range []string{"b1", tc.updated, tc.deleted, tc.created} {
+			batch = append(batch, suspect{id: "book:" + id, key: key{"book", id}, hasKey: true})
+		}
+		drift, err := v.settle(ctx, batch, func(ctx context.Context, ids []string) (map[string]int64, error) {
+			got, err := v.engine.get(ctx, ids)
+			f.produce(t, `SELECT 'book', $1, 'upsert', 2::bigint, '{"kind": "book", "title": "second"}'::jsonb
+				UNION ALL SELECT 'book', $2, 'delete', 2::bigint, '{}'::jsonb
+				UNION ALL SELECT 'book', $3, 'upsert', 1::bigint, '{"kind": "book", "title": "new"}'::jsonb`,
+				tc.updated, tc.deleted, tc.created)
+			f.drain(t)
+			return got, err
+		})
+		require.NoError(t, err)
+		require.Len(t, drift, 1, "table %q: %+v", tc.table, drift)
+		require.Equal(t, Missing, drift[0].Kind)
+		require.Equal(t, "book:b1", drift[0].ID)
+		require.EqualValues(t, 3, v.rep.InFlight, "table %q", tc.table)
+	}
+}
+
+// A verify and a repair, rate-capped to last seconds, hold no snapshot for
+// longer than a page and commit what they queue batch by batch: VACUUM
+// removes rows deleted while the repair runs.
+func TestVerifyAndRepairHoldNoSnapshot(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := setup(t, 1200)
+	gone := harness.Column[string](t, f.DB, `SELECT entity_id FROM search_index WHERE entity_id ~ '^b[1-4]'`)
+	f.deleteByHand(t, gone...)
+	pool, err := pgpool.Open(ctx, f.URL, 4, "wlproj-verify:test")
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	cfg := f.config("search_index")
+	cfg.Pool, cfg.Page, cfg.Rate = pool, 100, 600
+
+	watch := harness.WatchSnapshots(f.Pool, "wlproj-verify", 20*time.Millisecond)
+	rep := f.verify(t, cfg)
+	oldest, samples, err := watch.Stop()
+	require.NoError(t, err)
+	t.Logf("verify took %s; its oldest snapshot of %d samples: %s", rep.Took.Round(time.Millisecond), samples, oldest)
+	require.EqualValues(t, len(gone), rep.Counts[Missing])
+	require.Less(t, oldest.Age, time.Second, "no snapshot of verify's outlives a page; the oldest: %s", oldest)
+
+	// The repair's first batch of events is in (or, were it one
+	// transaction, its xid taken) while the rest of the run goes on.
+	cfg.Documents, cfg.Rate = true, 300
+	done := make(chan error, 1)
+	var fix RepairReport
+	go func() {
+		var err error
+		fix, err = Repair(ctx, cfg, req(who, func(r *RepairRequest) { r.Yes = true }))
+		done <- err
+	}()
+	harness.Eventually(t, 20*time.Second, "the repair's first batch", func() bool {
+		return f.Int(t, `SELECT count(*) FROM outbox_events WHERE repair`)+f.Int(t, `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = 'wlproj-verify:test' AND backend_xid IS NOT NULL`) > 0
+	})
+	dead, err := harness.DeleteRows(ctx, f.Pool, "application_rows", 1000)
+	require.NoError(t, err)
+	time.Sleep(300 * time.Millisecond)
+	left, err := dead.Vacuum(ctx)
+	require.NoError(t, err)
+	select {
+	case err := <-done:
+		t.Fatalf("the repair ended (%v) before the VACUUM: the test proves nothing", err)
+	default:
+	}
+	require.Zero(t, left, "VACUUM removes rows deleted while the repair runs")
+	require.NoError(t, <-done)
+	require.EqualValues(t, len(gone), fix.QueuedTotal())
+	require.Len(t, fix.AuditIDs, 2, "one audit row per batch committed")
+	require.Equal(t, len(gone), f.Count(t, `repair`))
 }
