@@ -29,7 +29,8 @@ func (s Snapshot) String() string {
 	return fmt.Sprintf("%s (pid %d, %s, %s old): %.120q", s.Application, s.PID, s.State, s.Age.Round(time.Millisecond), s.Query)
 }
 
-// OldestSnapshot returns the oldest snapshot held in q's database by a
+// OldestSnapshot returns the oldest snapshot (or transaction id, which holds
+// the horizon as well) held in q's database by a
 // session whose application_name starts with prefix (every wlproj session's
 // starts with "wlproj"), and false when none holds one.
 func OldestSnapshot(ctx context.Context, q Querier, prefix string) (Snapshot, bool, error) {
@@ -40,7 +41,7 @@ func OldestSnapshot(ctx context.Context, q Querier, prefix string) (Snapshot, bo
 		       extract(epoch FROM clock_timestamp() - coalesce(xact_start, query_start))
 		  FROM pg_stat_activity
 		 WHERE datname = current_database() AND pid <> pg_backend_pid()
-		   AND backend_xmin IS NOT NULL AND starts_with(application_name, $1)
+		   AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL) AND starts_with(application_name, $1)
 		 ORDER BY coalesce(xact_start, query_start) LIMIT 1`, prefix).
 		Scan(&s.PID, &s.Application, &s.State, &s.Query, &seconds)
 	if err == pgx.ErrNoRows {
