@@ -216,7 +216,12 @@ func TestBenchSmoke(t *testing.T) {
 	for _, h := range rep.DatabaseHealth {
 		require.Positive(t, h.Samples, h.Step)
 		require.Zero(t, h.FailedSamples, h.Step)
-		require.Positive(t, h.StandbySamples, "%s: a standby waited for the lock", h.Step)
+		if h.Step != "failover" {
+			// The failover step waits for its standby itself before each
+			// kill, and in the smoke run its rounds are shorter than the
+			// sampler's second: a sample may fall only on restarts.
+			require.Positive(t, h.StandbySamples, "%s: a standby waited for the lock", h.Step)
+		}
 		require.Contains(t, h.Tables, outboxTable, h.Step)
 	}
 
