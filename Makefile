@@ -41,7 +41,7 @@ DEB_VERSION ?= $(shell scripts/version.sh --deb)
 DEB_ARCH ?= $(shell $(GO) env GOARCH)
 DEB_STAGE := $(DEB_DIR)/deb-stage
 
-.PHONY: build deb image test test-go test-engine test-engines capture stack-up stack-down lint demo bench drill clean
+.PHONY: build deb image test test-go test-k8s test-engine test-engines capture stack-up stack-down lint demo bench drill clean
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/wlproj .
@@ -100,12 +100,19 @@ test:
 	@scripts/tools.sh
 	@rc=0; \
 	$(STACK) with $(MAKE) --no-print-directory test-go || rc=$$?; \
+	$(MAKE) --no-print-directory test-k8s || rc=$$?; \
 	$(MAKE) --no-print-directory test-engines || rc=$$?; \
 	exit $$rc
 
 # The whole suite against ENGINE's stack, which must be up.
 test-go:
 	@$(STACK) exec $(GO) test $(GOTEST_FLAGS) ./...
+
+# The Kubernetes manifests' offline checks: deploy/k8s is a Go module of its
+# own (the Kubernetes API types and kustomize stay out of wlproj's go.mod),
+# which ./... does not reach. No stack needed.
+test-k8s:
+	@cd deploy/k8s && $(GO) test $(GOTEST_FLAGS) ./...
 
 # The engine-facing tests against ENGINE's stack, which must be up.
 test-engine:
