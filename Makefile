@@ -77,7 +77,7 @@ image:
 	CGO_ENABLED=0 GOARCH=$(IMAGE_ARCH) $(GO) build -trimpath -ldflags '-s -w' -o $(IMAGE_STAGE)/root/usr/libexec/wlproj/healthcheck ./deploy/image/healthcheck
 	install -m 0644 /etc/ssl/certs/ca-certificates.crt $(IMAGE_STAGE)/root/etc/ssl/certs/
 	install -m 0644 deploy/image/passwd deploy/image/group $(IMAGE_STAGE)/root/etc/
-	$(PODMAN) build --quiet --format docker --platform linux/$(IMAGE_ARCH) --file deploy/image/Containerfile \
+	$(PODMAN) build --quiet --layers=false --format docker --platform linux/$(IMAGE_ARCH) --file deploy/image/Containerfile \
 		--build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) --build-arg CREATED=$(BUILD_DATE) \
 		--tag $(IMAGE) $(IMAGE_STAGE)
 	@rm -f $(IMAGE_DIR)/wlproj_$(VERSION)_$(IMAGE_ARCH).image.tar

@@ -7,8 +7,8 @@
 // in exec form, so no shell expands the variables in them: this program
 // expands ${VAR} and ${VAR:-default} itself, so that the probe follows the
 // replica's own bind address and port (the Containerfile names them; this
-// program knows no setting of wlproj). An unspecified bind address (0.0.0.0,
-// ::) is probed on loopback.
+// program knows no setting of wlproj). A replica bound to every address
+// (0.0.0.0, ::) is probed there, which Linux connects to the host itself.
 package main
 
 import (
@@ -57,15 +57,8 @@ func expand(s string) string {
 	})
 }
 
-// probeURL is the http URL of path on host:port, on loopback when host is
-// an unspecified address: a replica bound to every address answers there.
+// probeURL is the http URL of path on host:port.
 func probeURL(host, port, path string) string {
-	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-		host = "127.0.0.1"
-		if ip.To4() == nil {
-			host = "::1"
-		}
-	}
 	return "http://" + net.JoinHostPort(host, port) + path
 }
 

@@ -42,8 +42,8 @@ func TestHealthcheckExitCodes(t *testing.T) {
 }
 
 // The image passes ${OUTBOX_HTTP_ADDR:-127.0.0.1} and ${OUTBOX_HTTP_PORT:-8080}
-// unexpanded (exec form): the probe follows the replica's settings, and a
-// replica bound to every address is probed on loopback.
+// unexpanded (exec form): the probe follows the replica's settings, a
+// replica bound to every address too.
 func TestHealthcheckFollowsTheReplicasSettings(t *testing.T) {
 	_, port := server(t, http.StatusOK)
 	args := []string{"${PROBE_ADDR:-127.0.0.2}", "${PROBE_PORT:-1}", "/healthz"}
@@ -55,6 +55,6 @@ func TestHealthcheckFollowsTheReplicasSettings(t *testing.T) {
 	t.Setenv("PROBE_ADDR", "")
 	require.Equal(t, "http://127.0.0.2:"+port+"/healthz", probeURL(expand(args[0]), expand(args[1]), expand(args[2])),
 		"an empty variable takes the default, as in sh")
-	require.Equal(t, "http://[::1]:8080/healthz", probeURL("::", "8080", "/healthz"))
+	require.Equal(t, "http://[::]:8080/healthz", probeURL("::", "8080", "/healthz"))
 	require.Equal(t, "http://replica.example:8080/healthz", probeURL("replica.example", "8080", "/healthz"))
 }
