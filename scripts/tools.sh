@@ -41,7 +41,7 @@ full=() # with them
 podman_missing() {
 	command -v podman >/dev/null || lean+=(podman)
 	command -v runc >/dev/null || lean+=(runc)
-	[ -x /usr/lib/podman/netavark ] || lean+=(netavark)
+	dpkg -s netavark >/dev/null 2>&1 || lean+=(netavark)
 	[ -f /etc/ssl/certs/ca-certificates.crt ] || lean+=(ca-certificates)
 }
 podman_missing
