@@ -198,6 +198,7 @@ func imageCluster(t *testing.T, img image, db harness.DB) (*cluster, *containers
 }
 
 func TestImage(t *testing.T) {
+	t.Parallel()
 	img := buildImage(t)
 	t.Run("Metadata", func(t *testing.T) { t.Parallel(); imageMetadata(t, img) })
 	t.Run("MigrateFailoverStop", func(t *testing.T) { t.Parallel(); imageMigrateFailoverStop(t, img) })
