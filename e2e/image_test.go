@@ -302,17 +302,19 @@ func imageMigrateFailoverStop(t *testing.T, img image) {
 
 // imageRollingReplacement replaces both containers one at a time, as a
 // Kubernetes rolling update with maxUnavailable 0 does, under a steady
-// producer: start a new container, wait until it is ready, stop the oldest
-// one. Nothing is lost, regressed or resurrected.
+// producer, with bulks slowed so that a stopped leader has some in flight:
+// start a new container, wait until it is ready, stop the oldest one.
+// Nothing is lost, regressed or resurrected.
 func imageRollingReplacement(t *testing.T, img image) {
 	c, cs := imageCluster(t, img, harness.NewDatabase(t))
 	olds := []*harness.Replica{cs.start(c, "a"), cs.start(c, "b")}
 	c.leader()
+	c.proxy.Set(faultproxy.Fault{Delay: 100 * time.Millisecond}) // a stopped leader has bulks in flight
 	producer := harness.Produce(context.Background(), c.db.Pool, harness.ProducerConfig{Rate: 200, Next: bookVersions(300)})
 	t.Cleanup(producer.Stop)
 
 	for i, old := range olds {
-		time.Sleep(2 * time.Second) // the leader is mid-stream
+		midStream(t, c)
 		fresh := cs.start(c, "new-"+strconv.Itoa(i+1))
 		opWaitReady(t, fresh, http.StatusOK, 20*time.Second)
 		h, err := old.Health()
@@ -321,14 +323,25 @@ func imageRollingReplacement(t *testing.T, img image) {
 		t.Logf("replaced %s by %s: %s (%s) stopped with exit %d after %.3f s", old.Name, fresh.Name, old.Name, h.Role, code, took.Seconds())
 		require.Zero(t, code)
 	}
-	time.Sleep(2 * time.Second)
+	midStream(t, c)
 	producer.Stop()
+	c.proxy.Clear()
 	require.Zero(t, producer.FailedInserts(), "the producer wrote every event: %v", producer.Err())
 	l := c.leader()
 	require.True(t, strings.HasPrefix(l.Name, "new-"), "a new container leads")
 	v := c.settle(60 * time.Second)
 	t.Logf("verdict after the rolling replacement: %s (%d events produced)", v, producer.Committed())
 	require.EqualValues(t, producer.Committed(), v.Events)
+}
+
+// midStream waits for an ack after now: a leader is draining the
+// producer's events.
+func midStream(t *testing.T, c *cluster) {
+	t.Helper()
+	now, err := harness.Now(context.Background(), c.db.Pool)
+	require.NoError(t, err)
+	_, err = harness.WaitFirstAck(context.Background(), takeoverBound, c.db.Pool, now, "")
+	require.NoError(t, err, "a leader acks the producer's events")
 }
 
 // bookVersions is a producer's Next: upserts of books in turn, each at a
