@@ -197,6 +197,8 @@ func imageCluster(t *testing.T, img image, db harness.DB) (*cluster, *containers
 	return c, newContainers(t, img, c)
 }
 
+// TestImage builds the image once with make image and checks it three
+// ways side by side.
 func TestImage(t *testing.T) {
 	t.Parallel()
 	img := buildImage(t)
