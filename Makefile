@@ -41,7 +41,7 @@ DEB_VERSION ?= $(shell scripts/version.sh --deb)
 DEB_ARCH ?= $(shell $(GO) env GOARCH)
 DEB_STAGE := $(DEB_DIR)/deb-stage
 
-.PHONY: build deb test test-go test-engine test-engines capture stack-up stack-down lint demo bench drill clean
+.PHONY: build deb image test test-go test-k8s test-engine test-engines capture stack-up stack-down lint demo bench drill clean
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/wlproj .
@@ -56,6 +56,34 @@ deb:
 	@nfpm=$$(scripts/tools.sh nfpm) && DEB_VERSION=$(DEB_VERSION) DEB_ARCH=$(DEB_ARCH) DEB_STAGE=$(DEB_STAGE) \
 		$$nfpm package --config deploy/deb/nfpm.yaml --packager deb --target $(DEB_DIR)/wlproj_$(DEB_VERSION)_$(DEB_ARCH).deb
 	@rm -rf $(DEB_STAGE)
+
+# make image builds the container image IMAGE from the checkout with Debian's
+# podman (deploy/image/Containerfile says what is in it) and writes it to
+# $(IMAGE_DIR)/wlproj_$(VERSION)_$(IMAGE_ARCH).image.tar too, for `podman
+# load`, `docker load` or `skopeo copy` on another machine. Nothing is
+# pulled: the image is FROM scratch, its root staged here. The binary is
+# built as for make deb but not position-independent: a PIE Go binary asks
+# for the dynamic loader, which an empty root does not have.
+IMAGE ?= localhost/wlproj:$(VERSION)
+IMAGE_DIR ?= bin
+IMAGE_ARCH ?= $(shell $(GO) env GOARCH)
+IMAGE_STAGE := $(IMAGE_DIR)/image-stage
+PODMAN := CONTAINERS_CONF=$(CURDIR)/deploy/image/containers.conf podman
+
+image:
+	@scripts/tools.sh podman
+	@rm -rf $(IMAGE_STAGE) && mkdir -p $(IMAGE_STAGE)/root/usr/bin $(IMAGE_STAGE)/root/usr/libexec/wlproj $(IMAGE_STAGE)/root/etc/ssl/certs
+	CGO_ENABLED=0 GOARCH=$(IMAGE_ARCH) $(GO) build -trimpath -ldflags '$(LDFLAGS) -s -w' -o $(IMAGE_STAGE)/root/usr/bin/wlproj .
+	CGO_ENABLED=0 GOARCH=$(IMAGE_ARCH) $(GO) build -trimpath -ldflags '-s -w' -o $(IMAGE_STAGE)/root/usr/libexec/wlproj/healthcheck ./deploy/image/healthcheck
+	install -m 0644 /etc/ssl/certs/ca-certificates.crt $(IMAGE_STAGE)/root/etc/ssl/certs/
+	install -m 0644 deploy/image/passwd deploy/image/group $(IMAGE_STAGE)/root/etc/
+	$(PODMAN) build --quiet --layers=false --format docker --platform linux/$(IMAGE_ARCH) --file deploy/image/Containerfile \
+		--build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) --build-arg CREATED=$(BUILD_DATE) \
+		--tag $(IMAGE) $(IMAGE_STAGE)
+	@rm -f $(IMAGE_DIR)/wlproj_$(VERSION)_$(IMAGE_ARCH).image.tar
+	$(PODMAN) save --quiet --format docker-archive -o $(IMAGE_DIR)/wlproj_$(VERSION)_$(IMAGE_ARCH).image.tar $(IMAGE)
+	@rm -rf $(IMAGE_STAGE)
+	@$(PODMAN) image inspect --format '{{.RepoTags}} {{.Size}} bytes' $(IMAGE)
 
 # PG_STANDBY=1 adds a streaming standby of Postgres (scripts/stack.sh).
 stack-up:
@@ -72,12 +100,19 @@ test:
 	@scripts/tools.sh
 	@rc=0; \
 	$(STACK) with $(MAKE) --no-print-directory test-go || rc=$$?; \
+	$(MAKE) --no-print-directory test-k8s || rc=$$?; \
 	$(MAKE) --no-print-directory test-engines || rc=$$?; \
 	exit $$rc
 
 # The whole suite against ENGINE's stack, which must be up.
 test-go:
 	@$(STACK) exec $(GO) test $(GOTEST_FLAGS) ./...
+
+# The Kubernetes manifests' offline checks: deploy/k8s is a Go module of its
+# own (the Kubernetes API types and kustomize stay out of wlproj's go.mod),
+# which ./... does not reach. No stack needed.
+test-k8s:
+	@cd deploy/k8s && $(GO) test $(GOTEST_FLAGS) ./...
 
 # The engine-facing tests against ENGINE's stack, which must be up.
 test-engine:

@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
 # Installs the programs the tests call, from Debian, when missing: promtool
 # (prometheus), systemd-analyze (systemd), lintian and dpkg-deb for the
-# package test, and chromium for the console's browser tests. Only Debian's
-# chromium: the tests never download a browser build of their own. Then
-# nFPM, as `scripts/tools.sh nfpm` alone does.
+# package test, chromium for the console's browser tests, and podman for
+# `make image` and the image's tests. Only Debian's chromium: the tests
+# never download a browser build of their own. Then nFPM, as
+# `scripts/tools.sh nfpm` alone does.
+#
+# `scripts/tools.sh podman` installs podman alone, with what `make image`
+# and the containers need from Debian: runc (deploy/image/containers.conf
+# asks for it; Debian's podman would take crun), netavark (the network
+# stack podman's common files depend on; the containers use the host's
+# network) and ca-certificates (copied into the image). No recommends:
+# no buildah, slirp4netns or fuse-overlayfs, which rootful podman with host
+# networking does not use.
 #
 # `scripts/tools.sh nfpm` installs nFPM, the packager of `make deb`, with go
 # install into .cache/ (never onto the machine's PATH) and prints its path.
@@ -26,15 +35,25 @@ if [ "${1:-}" = nfpm ]; then
 	nfpm
 	exit 0
 fi
-nfpm >/dev/null
 
 lean=() # installed without their recommends
-command -v promtool >/dev/null || lean+=(prometheus)
-command -v systemd-analyze >/dev/null || lean+=(systemd)
-command -v lintian >/dev/null || lean+=(lintian)
-command -v dpkg-deb >/dev/null || lean+=(dpkg)
-full=() # chromium wants its recommended fonts to render pages
-[ -x /usr/bin/chromium ] || full+=(chromium)
+full=() # with them
+podman_missing() {
+	command -v podman >/dev/null || lean+=(podman)
+	command -v runc >/dev/null || lean+=(runc)
+	dpkg -s netavark >/dev/null 2>&1 || lean+=(netavark)
+	[ -f /etc/ssl/certs/ca-certificates.crt ] || lean+=(ca-certificates)
+}
+podman_missing
+if [ "${1:-}" != podman ]; then
+	nfpm >/dev/null
+	command -v promtool >/dev/null || lean+=(prometheus)
+	command -v systemd-analyze >/dev/null || lean+=(systemd)
+	command -v lintian >/dev/null || lean+=(lintian)
+	command -v dpkg-deb >/dev/null || lean+=(dpkg)
+	# chromium wants its recommended fonts to render pages
+	[ -x /usr/bin/chromium ] || full+=(chromium)
+fi
 [ ${#lean[@]} = 0 ] && [ ${#full[@]} = 0 ] && exit 0
 
 as_root=()
@@ -59,4 +78,8 @@ if [ ! -e "$policy" ]; then
 fi
 [ ${#lean[@]} = 0 ] || "${apt[@]}" install -y -qq --no-install-recommends "${lean[@]}" >/dev/null
 [ ${#full[@]} = 0 ] || "${apt[@]}" install -y -qq "${full[@]}" >/dev/null
+lean=() full=()
+podman_missing
+[ ${#lean[@]} = 0 ] || { echo "tools: still missing after the install: ${lean[*]}" >&2; exit 1; }
+[ "${1:-}" = podman ] && exit 0
 command -v promtool >/dev/null && command -v systemd-analyze >/dev/null && command -v lintian >/dev/null && [ -x /usr/bin/chromium ]
