@@ -247,6 +247,10 @@ func (e *Elector) Run(ctx context.Context) {
 			continue
 		}
 		if err != nil && ctx.Err() == nil {
+			// A failed attempt is the loop at work, not a hung one: liveness
+			// must not fail (and systemd's watchdog or a kubelet restart the
+			// replica) for a database outage, which readiness reports.
+			e.ticked()
 			e.log.Warn().Err(err).Msg("leadership attempt failed; retrying")
 			select {
 			case <-ctx.Done():
