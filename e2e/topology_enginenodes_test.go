@@ -1,0 +1,76 @@
+package e2e
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wlproj/wlproj/internal/testkit/faultproxy"
+	"github.com/wlproj/wlproj/internal/testkit/harness"
+)
+
+// enginePair is a cluster whose ELASTIC_URL lists two "nodes", each a
+// fault proxy in front of the one stack engine, the first to be faulted.
+func enginePair(t *testing.T, settings ...string) (c *cluster, faulty, healthy *faultproxy.Proxy) {
+	t.Helper()
+	c = &cluster{t: t, db: harness.NewDatabase(t), index: harness.NewIndex(t)}
+	engine, _, _ := strings.Cut(harness.ElasticURL(t), ",") // one node of a cluster stack
+	faulty = faultproxy.Start(t, engine)
+	healthy = faultproxy.Start(t, engine)
+	c.env = harness.ReplicaEnv(c.db.URL, faulty.URL()+","+healthy.URL(), c.index,
+		slices.Concat(harness.Quick, settings)...)
+	return c, faulty, healthy
+}
+
+// bulksTo are the bulk requests a node's proxy received.
+func bulksTo(p *faultproxy.Proxy) int {
+	n := 0
+	for _, r := range p.Received() {
+		if strings.HasSuffix(r.Path, "/_bulk") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestTopologyEngineNode503FailsNothing: of the two nodes, the first answers
+// every request 503 (cluster_block_exception, as a node cut off from its
+// master does) for the whole run, with two attempts per event at most. A
+// bulk it refuses goes to the other node at once, the node stays out of the
+// rotation while its cluster health answers 503, and not one of 1,000
+// events fails.
+func TestTopologyEngineNode503FailsNothing(t *testing.T) {
+	t.Parallel()
+	c, unavailable, healthy := enginePair(t, "OUTBOX_BULK_SIZE=10", "OUTBOX_MAX_ATTEMPTS=2")
+	unavailable.Set(faultproxy.Fault{Status: 503})
+	c.run("a")
+	c.produce(500, 2)
+	rep := c.settle(90 * time.Second)
+	require.EqualValues(t, 1000, rep.Done)
+	require.Zero(t, c.count(`status = 'failed'`), "events failed while a node answered")
+	require.Zero(t, c.count(`attempts > 1`), "attempts spent on the node answering 503")
+	require.LessOrEqual(t, bulksTo(unavailable), 2, "bulks sent to the node answering 503")
+	require.Greater(t, bulksTo(healthy), 50)
+}
+
+// TestTopologyEngineNodeSilentFailsNothing: of the two nodes, the first
+// accepts connections and never answers, as a lost host does (no FIN, no
+// RST), with the default 30 s request timeout. The bulk that first went to
+// it waits a few seconds and goes to the other node; no event waits 10 s,
+// none needs a second attempt, and the silent node gets no other bulk.
+func TestTopologyEngineNodeSilentFailsNothing(t *testing.T) {
+	t.Parallel()
+	c, silent, healthy := enginePair(t, "OUTBOX_BULK_SIZE=10", "ELASTIC_TIMEOUT_SECONDS=30")
+	silent.Set(faultproxy.Fault{Delay: time.Hour})
+	c.run("a")
+	c.produce(500, 2)
+	rep := c.settle(90 * time.Second)
+	require.EqualValues(t, 1000, rep.Done)
+	require.Zero(t, c.count(`attempts > 1`), "attempts spent on the silent node")
+	require.Zero(t, c.count(`processed_at - created_at > interval '10 seconds'`), "events that waited long")
+	require.LessOrEqual(t, bulksTo(silent), 2, "bulks sent to the silent node")
+	require.Greater(t, bulksTo(healthy), 50)
+}
