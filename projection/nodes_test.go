@@ -90,6 +90,10 @@ func TestNodePickerSpreadsAndFailsOver(t *testing.T) {
 	t.Parallel()
 	a, aN := countingNode(t)
 	b, bN := countingNode(t)
+	unavailableNode := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(unavailableNode.Close)
 	c, _ := countingNode(t)
 	cURL := c.URL
 	c.Close() // a node that is down: connections refused
@@ -120,10 +124,6 @@ func TestNodePickerSpreadsAndFailsOver(t *testing.T) {
 	// A node answering 503 is out too, and its request goes on to the
 	// next node. That one refuses: the error names it, the node the
 	// request went to last, not olivere's URL (the first node's).
-	unavailableNode := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.WriteHeader(http.StatusServiceUnavailable)
-	}))
-	t.Cleanup(unavailableNode.Close)
 	nodes, _, _, err = ParseNodes(unavailableNode.URL + "," + cURL)
 	require.NoError(t, err)
 	p = newNodePicker(nodes, http.DefaultTransport)
@@ -289,15 +289,16 @@ func streamBulks(t *testing.T, s *Search, workers int, limit time.Duration, stop
 	return took
 }
 
-// bulksTo are the bulk requests a node's proxy received.
-func bulksTo(p *faultproxy.Proxy) int {
-	n := 0
-	for _, r := range p.Received() {
-		if strings.HasSuffix(r.Path, "/_bulk") {
-			n++
-		}
-	}
-	return n
+// silentFirst is a handler for b's index on a list of two nodes, each a
+// fault proxy in front of the engine: the first accepts connections and
+// never answers, as a lost host does (no FIN, no RST); the second forwards.
+func silentFirst(t *testing.T, b bundle, timeout time.Duration) (s *Search, silent, live *faultproxy.Proxy) {
+	t.Helper()
+	engine, _, _ := strings.Cut(b.base, ",")
+	silent = faultproxy.Start(t, engine)
+	silent.Set(faultproxy.Fault{Delay: time.Hour})
+	live = faultproxy.Start(t, engine)
+	return b.searchAt(t, ElasticOptions{URL: silent.URL() + "," + live.URL(), Timeout: timeout}, 0), silent, live
 }
 
 // TestNewElasticClientSilentNodeCostsOneShortWait: of two nodes, the first
@@ -307,12 +308,7 @@ func bulksTo(p *faultproxy.Proxy) int {
 // sent to the other node, and no event fails.
 func TestNewElasticClientSilentNodeCostsOneShortWait(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	engine, _, _ := strings.Cut(b.base, ",")
-	silent := faultproxy.Start(t, engine)
-	silent.Set(faultproxy.Fault{Delay: time.Hour})
-	live := faultproxy.Start(t, engine)
-	s := b.searchAt(t, ElasticOptions{URL: silent.URL() + "," + live.URL()}, 0)
+	s, silent, live := silentFirst(t, setup(t), 0)
 
 	took := streamBulks(t, s, 2, 8*time.Second, func() bool { return false })
 	long, longest := 0, time.Duration(0)
@@ -325,8 +321,9 @@ func TestNewElasticClientSilentNodeCostsOneShortWait(t *testing.T) {
 	}
 	t.Logf("%d bulks, %d waited over 3s, the longest %s", len(took), long, longest)
 	require.LessOrEqual(t, long, 2, "bulks that waited long, of %d", len(took))
-	require.LessOrEqual(t, bulksTo(silent), 2, "bulks sent to the silent node")
+	require.LessOrEqual(t, silent.RequestsTo("/_bulk"), 2, "bulks sent to the silent node")
 	require.Greater(t, len(took), 20)
+	require.Equal(t, len(took), live.RequestsTo("/_bulk"), "every bulk reached the live node")
 }
 
 // TestNewElasticClientRevivesANodeByProbe: a node out of the rotation is
@@ -335,23 +332,18 @@ func TestNewElasticClientSilentNodeCostsOneShortWait(t *testing.T) {
 // answers, the node takes bulks again.
 func TestNewElasticClientRevivesANodeByProbe(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	engine, _, _ := strings.Cut(b.base, ",")
-	silent := faultproxy.Start(t, engine)
-	silent.Set(faultproxy.Fault{Delay: time.Hour})
-	live := faultproxy.Start(t, engine)
-	s := b.searchAt(t, ElasticOptions{URL: silent.URL() + "," + live.URL()}, 0)
+	s, silent, _ := silentFirst(t, setup(t), 0)
 
 	streamBulks(t, s, 2, 10*time.Second, func() bool { return false })
 	got := silent.Received()
 	var probes []faultproxy.Received
 	for _, r := range got {
-		if r.Method == http.MethodGet && r.Path == "/_cluster/health" {
+		if r.Method == http.MethodGet && r.Path == probePath {
 			probes = append(probes, r)
 		}
 	}
-	require.LessOrEqual(t, bulksTo(silent), 2, "bulks sent to the silent node")
-	require.Equal(t, len(got), len(probes)+bulksTo(silent), "only bulks and probes: %v", got)
+	require.LessOrEqual(t, silent.RequestsTo("/_bulk"), 2, "bulks sent to the silent node")
+	require.Equal(t, len(got), len(probes)+silent.RequestsTo("/_bulk"), "only bulks and probes: %v", got)
 	require.GreaterOrEqual(t, len(probes), 2)
 	for k := 1; k < len(probes); k++ {
 		require.False(t, probes[k-1].End.IsZero() || probes[k].Start.Before(probes[k-1].End), "probes overlap: %v", probes)
@@ -359,9 +351,9 @@ func TestNewElasticClientRevivesANodeByProbe(t *testing.T) {
 	}
 
 	silent.Clear()
-	before := bulksTo(silent)
-	streamBulks(t, s, 2, 20*time.Second, func() bool { return bulksTo(silent) > before })
-	require.Greater(t, bulksTo(silent), before, "the node answering again takes bulks again")
+	before := silent.RequestsTo("/_bulk")
+	streamBulks(t, s, 2, 20*time.Second, func() bool { return silent.RequestsTo("/_bulk") > before })
+	require.Greater(t, silent.RequestsTo("/_bulk"), before, "the node answering again takes bulks again")
 }
 
 // TestNewElasticClientRetriesWithinTheDeadline keeps WriteLifetime's
@@ -371,21 +363,16 @@ func TestNewElasticClientRevivesANodeByProbe(t *testing.T) {
 // fails as a timeout at its deadline, and the other node never gets it.
 func TestNewElasticClientRetriesWithinTheDeadline(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	engine, _, _ := strings.Cut(b.base, ",")
-	silent := faultproxy.Start(t, engine)
-	silent.Set(faultproxy.Fault{Delay: time.Hour})
-	live := faultproxy.Start(t, engine)
 	const timeout = 2 * time.Second
-	s := b.searchAt(t, ElasticOptions{URL: silent.URL() + "," + live.URL(), Timeout: timeout}, 0)
+	s, silent, live := silentFirst(t, setup(t), timeout)
 
 	start := time.Now()
 	res := handle(t, s, upsert(1, "book", "1", v(1), book("Dune")))
 	requireFailed(t, res[1], classify.Transient, classify.Timeout)
 	require.Less(t, time.Since(start), timeout+time.Second)
 	time.Sleep(suspectAfter + probeTimeout)
-	require.Zero(t, bulksTo(live), "a bulk sent after its deadline")
-	require.Equal(t, 1, bulksTo(silent))
+	require.Zero(t, live.RequestsTo("/_bulk"), "a bulk sent after its deadline")
+	require.Equal(t, 1, silent.RequestsTo("/_bulk"))
 }
 
 // TestNewElasticClientProbesCarryCredentials: a probe is sent with the

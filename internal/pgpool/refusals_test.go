@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wlproj/wlproj/internal/testkit/harness"
@@ -48,6 +49,18 @@ func serverPort(t *testing.T, conn interface {
 	return port
 }
 
+// requireConnsOn opens n connections of pool at once and requires each to
+// have reached the server at port.
+func requireConnsOn(t *testing.T, pool *pgxpool.Pool, n, port int) {
+	t.Helper()
+	for range n {
+		conn, err := pool.Acquire(context.Background())
+		require.NoError(t, err)
+		defer conn.Release()
+		require.Equal(t, port, serverPort(t, conn))
+	}
+}
+
 // A standby listed first that has not applied the database yet answers
 // 3D000, with which pgx (like libpq) stops instead of trying the next host.
 // Connect goes on to the primary.
@@ -76,12 +89,7 @@ func TestOpenGoesPastAStandbyWithoutTheDatabase(t *testing.T) {
 	pool, err := Open(ctx, url, 3, "test")
 	require.NoError(t, err)
 	defer pool.Close()
-	for range 3 {
-		conn, err := pool.Acquire(ctx)
-		require.NoError(t, err)
-		defer conn.Release()
-		require.Equal(t, pair.Primary.Port, serverPort(t, conn))
-	}
+	requireConnsOn(t, pool, 3, pair.Primary.Port)
 }
 
 // TestArrangeTriesRefusingHostsLast: a host that refused a session lately

@@ -206,6 +206,18 @@ func (p *Proxy) Received() []Received {
 	return out
 }
 
+// RequestsTo is the number of requests received whose path ends with
+// pathSuffix (for example "/_bulk").
+func (p *Proxy) RequestsTo(pathSuffix string) int {
+	n := 0
+	for _, r := range p.Received() {
+		if strings.HasSuffix(r.Path, pathSuffix) {
+			n++
+		}
+	}
+	return n
+}
+
 // receive records r's arrival and returns the function that records its end.
 func (p *Proxy) receive(r *http.Request) (ended func()) {
 	p.requests.Add(1)

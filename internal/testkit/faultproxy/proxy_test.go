@@ -192,6 +192,7 @@ func TestReceived(t *testing.T) {
 	harness.Eventually(t, 5*time.Second, "the held request", func() bool { return len(b.proxy.Received()) == 2 })
 	got := b.proxy.Received()
 	require.Equal(t, []string{"GET /_cluster/health", "POST /i/_bulk"}, []string{got[0].Method + " " + got[0].Path, got[1].Method + " " + got[1].Path})
+	require.Equal(t, 1, b.proxy.RequestsTo("/_bulk"))
 	require.False(t, got[0].End.IsZero(), "answered")
 	require.True(t, got[1].End.IsZero(), "in flight")
 	cancel()
