@@ -270,6 +270,12 @@ func (p *nodePicker) send(req *http.Request, i int, body func() (io.ReadCloser, 
 	a := p.begin(i, cancel, again)
 	resp, err := p.next.RoundTrip(r)
 	p.end(i, a)
+	if err == nil && errors.Is(context.Cause(ctx), errNodeSilent) {
+		// Given up by its node's probe just as it answered: the answer's
+		// body is cut off with the attempt's context.
+		discard(resp)
+		resp, err = nil, errNodeSilent
+	}
 	if err != nil {
 		cancel(nil)
 		return nil, p.failedWith(ctx, req, i, err)
