@@ -92,7 +92,7 @@ func connect(ctx context.Context, databaseURL string) (*pgx.Conn, error) {
 	if cfg.RuntimeParams["application_name"] == "" {
 		cfg.RuntimeParams["application_name"] = "wlproj-cli"
 	}
-	conn, err := pgx.ConnectConfig(ctx, cfg)
+	conn, err := pgpool.Connect(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}

@@ -9,10 +9,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wlproj/wlproj/internal/testkit/faultproxy"
@@ -102,4 +105,37 @@ func countOn(c *cluster, where string, args ...any) (int, error) {
 	var n int
 	err := c.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_events WHERE `+where, args...).Scan(&n)
 	return n, err
+}
+
+// TestTopologyPostgresStandbyBehindListedFirst: the standby, listed first in
+// DATABASE_URL, has flushed the test's database but not applied it (replay
+// paused, as on a standby that is behind; the primary's commits wait for the
+// flush only, synchronous_commit=on). It answers 3D000, with which pgx, like
+// libpq, stops trying hosts. The replicas' lock connections and pools go on
+// to the primary: one leads and drains.
+func TestTopologyPostgresStandbyBehindListedFirst(t *testing.T) {
+	t.Parallel()
+	pair := harness.StartPGPair(t)
+	ctx := context.Background()
+	standby, err := pgx.Connect(ctx, pair.URL([]string{pair.Standby.Addr()}))
+	require.NoError(t, err)
+	_, err = standby.Exec(ctx, `SELECT pg_wal_replay_pause()`)
+	require.NoError(t, err)
+	require.NoError(t, standby.Close(ctx))
+
+	c := &cluster{t: t, db: pair.NewDatabase(t, pair.URL([]string{pair.Primary.Addr()}, "synchronous_commit=on")),
+		index: harness.NewIndex(t)}
+	url := strings.Replace(pair.URL([]string{pair.Standby.Addr(), pair.Primary.Addr()},
+		"target_session_attrs=read-write", "synchronous_commit=on"), "/postgres?", "/"+c.db.Name+"?", 1)
+	_, err = pgx.Connect(ctx, url)
+	var pe *pgconn.PgError
+	require.ErrorAs(t, err, &pe, "pgx alone stops at the standby")
+	require.Equal(t, "3D000", pe.Code)
+
+	c.proxy = faultproxy.Start(t, harness.ElasticURL(t))
+	c.env = harness.ReplicaEnv(url, c.proxy.URL(), c.index, harness.Quick...)
+	c.run("a", "b")
+	c.produce(200, 3)
+	rep := c.settle(60 * time.Second)
+	require.EqualValues(t, 600, rep.Done)
 }

@@ -304,7 +304,7 @@ func (e *Elector) connect(ctx context.Context) (*pgx.Conn, error) {
 	}}
 	cfg.DialFunc = dialer.DialContext
 	cfg.ConnectTimeout = cmp.Or(cfg.ConnectTimeout, 5*time.Second)
-	return pgx.ConnectConfig(ctx, cfg)
+	return pgpool.Connect(ctx, cfg)
 }
 
 // campaign runs one connection's life: wait for the lock, lead, and return

@@ -26,9 +26,13 @@ const (
 	// idleConnsPerHost keeps connections open for every bulk the loop may
 	// have in flight; net/http's default of 2 would reconnect constantly.
 	idleConnsPerHost = 32
-	// dialTimeout and keepAlive are net/http's DefaultTransport's.
-	dialTimeout = 30 * time.Second
-	keepAlive   = 30 * time.Second
+	// dialTimeout bounds setting up a connection, TCP and TLS handshakes
+	// each: a lost host (no RST) costs a request that long, not its whole
+	// deadline, before the next node of a list is tried. Long enough for
+	// two retransmitted SYNs (at 1 s and 3 s).
+	dialTimeout = 5 * time.Second
+	// keepAlive is net/http's DefaultTransport's.
+	keepAlive = 30 * time.Second
 )
 
 // TCPUserTimeout is how long data sent to the engine may stay
@@ -52,8 +56,11 @@ func bulkTimeouts(timeout time.Duration) (client, server time.Duration) {
 // never (the connection closes abortively and the kernel discards them),
 // bytes already sent arrive within TCPUserTimeout or the kernel gives up,
 // and the engine waits for a shard at most the bulk's server-side timeout
-// before applying. The index's index.gc_deletes must be at least this long,
-// or a late upsert can overwrite a delete the engine has forgotten.
+// before applying. A bulk that a node list's picker sends again to another
+// node (nodePicker) does not extend it: every attempt runs under the one
+// deadline, and the attempt it abandons closes abortively like any other.
+// The index's index.gc_deletes must be at least this long, or a late
+// upsert can overwrite a delete the engine has forgotten.
 // Defaults: 30s + 10s + 10s = 50s, under the engine's 60s.
 func WriteLifetime(timeout time.Duration) time.Duration {
 	client, server := bulkTimeouts(cmp.Or(timeout, TimeoutDefault))
@@ -158,33 +165,34 @@ func NewElasticClient(o ElasticOptions) (*elastic.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Credentials go on below the node picker, so that its probes carry
+	// them too.
 	var rt http.RoundTripper = tr
-	if len(nodes) > 1 {
-		rt = newNodePicker(nodes, tr)
+	if auth := o.authorization(); auth != "" {
+		rt = &authTransport{next: rt, authorization: auth}
 	}
-	if o.APIKey != "" {
-		encoded, _ := encodeAPIKey(o.APIKey)
-		rt = &authTransport{next: rt, authorization: "ApiKey " + encoded}
+	if len(nodes) > 1 {
+		rt = newNodePicker(nodes, rt)
 	}
 	hc := &http.Client{
 		Transport: &retryAfterTransport{next: rt},
 		Timeout:   o.Timeout,
 	}
+	var doer elastic.Doer = hc
+	if len(nodes) > 1 {
+		doer = nodeNamingClient{hc}
+	}
 
-	opts := []elastic.ClientOptionFunc{
+	client, err := elastic.NewClient(
 		// With several nodes olivere's URL is the first node's; the
 		// transport sends each request to the node it picks.
 		elastic.SetURL(nodes[0].String()),
-		elastic.SetHttpClient(hc),
+		elastic.SetHttpClient(doer),
 		elastic.SetSniff(false),
 		elastic.SetHealthcheck(false),
 		elastic.SetRetrier(reviveRetrier{}),
 		elastic.SetRetryStatusCodes(),
-	}
-	if o.Username != "" || o.Password != "" {
-		opts = append(opts, elastic.SetBasicAuth(o.Username, o.Password))
-	}
-	client, err := elastic.NewClient(opts...)
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -203,6 +211,19 @@ func (o ElasticOptions) ValidateAuth() error {
 	}
 	_, err := encodeAPIKey(o.APIKey)
 	return err
+}
+
+// authorization is the Authorization header of every request: the API key,
+// else basic auth, else none.
+func (o ElasticOptions) authorization() string {
+	if o.APIKey != "" {
+		encoded, _ := encodeAPIKey(o.APIKey)
+		return "ApiKey " + encoded
+	}
+	if o.Username != "" || o.Password != "" {
+		return "Basic " + base64.StdEncoding.EncodeToString([]byte(o.Username+":"+o.Password))
+	}
+	return ""
 }
 
 // encodeAPIKey is key, the id:key pair or its base64 form, as the ApiKey
@@ -253,6 +274,7 @@ func transport(caFile string) (*http.Transport, error) {
 	tr.MaxIdleConnsPerHost = idleConnsPerHost
 	dialer := &net.Dialer{Timeout: dialTimeout, KeepAlive: keepAlive, Control: boundWrites}
 	tr.DialContext = dialer.DialContext
+	tr.TLSHandshakeTimeout = dialTimeout
 	// HTTP/1.1 only: a cancelled bulk then closes its own connection, and
 	// the abortive close discards what it had not sent. HTTP/2 would cancel
 	// a stream and keep the connection, whose kernel would still deliver

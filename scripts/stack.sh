@@ -198,7 +198,12 @@ start_pg() {
   as_user "$bindir/initdb" -D "$PG_DATA" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >"$RUN_DIR/initdb.log" 2>&1 \
     || { cat "$RUN_DIR/initdb.log" >&2; die "initdb failed"; }
   # A throwaway cluster: durability settings are off for speed, except that
-  # with a standby a commit waits for it (synchronous_commit=on).
+  # with a standby a commit waits for it (synchronous_commit=on): for the
+  # standby to flush it, which is all a promotion needs to lose no commit a
+  # client saw. Not remote_apply, which would also stall every commit while
+  # the standby's replay lags: wlproj does not need a standby to have applied
+  # a new database or role, it tries a host that refuses them after the
+  # others (internal/pgpool/refusals.go).
   # pg_stat_statements is loaded for the bench, which reads what each
   # statement cost (tools/bench/statements.go). max_prepared_transactions
   # lets the horizon tests leave a prepared transaction behind, as a

@@ -3,10 +3,13 @@
 // (rebuild, verify), each named in pg_stat_activity. A URL may name several
 // hosts (a primary and its standbys) with target_session_attrs=read-write:
 // every new connection then goes to whichever host accepts writes, so the
-// pool follows a failover as its broken connections are replaced. ParseURL
-// is the one check of a database URL every process makes before it
-// connects: it refuses a URL that pgx would read otherwise than its writer
-// meant, and its errors never show the URL.
+// pool follows a failover as its broken connections are replaced. A host
+// that refuses the session outright (a standby that has not applied a new
+// database, role or password yet), where pgx would stop, is tried after the
+// others (refusals.go); so is it by Connect, which the lock connection and
+// the CLI use. ParseURL is the one check of a database URL every process
+// makes before it connects: it refuses a URL that pgx would read otherwise
+// than its writer meant, and its errors never show the URL.
 package pgpool
 
 import (
@@ -42,6 +45,7 @@ func Open(ctx context.Context, databaseURL string, maxConns int, application str
 	cfg.ConnConfig.ConnectTimeout = cmp.Or(cfg.ConnConfig.ConnectTimeout, connectTimeoutDefault)
 	cfg.MaxConns = int32(maxConns)
 	cfg.ConnConfig.RuntimeParams["application_name"] = application
+	cfg.BeforeConnect = BeforeConnect(cfg.ConnConfig)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)

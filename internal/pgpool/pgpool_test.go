@@ -36,16 +36,7 @@ func TestOpenFollowsTargetSessionAttrs(t *testing.T) {
 	pool, err := Open(ctx, pair.URL(hosts, "target_session_attrs=read-write"), 3, "test")
 	require.NoError(t, err)
 	defer pool.Close()
-	for range 3 {
-		conn, err := pool.Acquire(ctx)
-		require.NoError(t, err)
-		defer conn.Release()
-		var inRecovery bool
-		var port int
-		require.NoError(t, conn.QueryRow(ctx, `SELECT pg_is_in_recovery(), inet_server_port()`).Scan(&inRecovery, &port))
-		require.False(t, inRecovery)
-		require.Equal(t, pair.Primary.Port, port)
-	}
+	requireConnsOn(t, pool, 3, pair.Primary.Port)
 
 	conn, err := pgx.Connect(ctx, pair.URL(hosts))
 	require.NoError(t, err)

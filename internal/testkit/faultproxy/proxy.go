@@ -84,6 +84,16 @@ type Proxy struct {
 	srv       *http.Server // nil while refusing or closed
 	closed    bool
 	done      chan struct{}
+	received  []*Received
+}
+
+// Received is one request the proxy has received: what it asked for, and
+// when it came and ended (the answer written, or the client gone).
+type Received struct {
+	Method, Path string
+	Start        time.Time
+	// End is zero while the request is in flight.
+	End time.Time
 }
 
 // Start starts a proxy to target (the engine's base URL) on a free loopback
@@ -184,6 +194,44 @@ func (l latency) delay(dir Direction) time.Duration {
 // Requests is the number of requests the proxy has received, faulted or not.
 func (p *Proxy) Requests() int64 { return p.requests.Load() }
 
+// Received lists the requests the proxy has received, faulted or not, in
+// the order they came, each as it stands now.
+func (p *Proxy) Received() []Received {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]Received, len(p.received))
+	for i, r := range p.received {
+		out[i] = *r
+	}
+	return out
+}
+
+// RequestsTo is the number of requests received whose path ends with
+// pathSuffix (for example "/_bulk").
+func (p *Proxy) RequestsTo(pathSuffix string) int {
+	n := 0
+	for _, r := range p.Received() {
+		if strings.HasSuffix(r.Path, pathSuffix) {
+			n++
+		}
+	}
+	return n
+}
+
+// receive records r's arrival and returns the function that records its end.
+func (p *Proxy) receive(r *http.Request) (ended func()) {
+	p.requests.Add(1)
+	rec := &Received{Method: r.Method, Path: r.URL.Path, Start: time.Now()}
+	p.mu.Lock()
+	p.received = append(p.received, rec)
+	p.mu.Unlock()
+	return func() {
+		p.mu.Lock()
+		rec.End = time.Now()
+		p.mu.Unlock()
+	}
+}
+
 // Close stops the proxy and drops its connections.
 func (p *Proxy) Close() error {
 	p.mu.Lock()
@@ -245,7 +293,7 @@ func (p *Proxy) take(path string) (Fault, bool, latency) {
 }
 
 func (p *Proxy) handle(w http.ResponseWriter, r *http.Request) {
-	p.requests.Add(1)
+	defer p.receive(r)()
 	f, ok, l := p.take(r.URL.Path)
 	if d := l.delay(Requests); d > 0 && !sleep(r.Context(), p.done, d) {
 		return

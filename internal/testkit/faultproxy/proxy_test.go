@@ -176,6 +176,29 @@ func TestDelayClientGivesUp(t *testing.T) {
 	require.Less(t, time.Since(start), 5*time.Second)
 }
 
+// TestReceived: the log names each request and when it ended, a request
+// still held by a Delay included.
+func TestReceived(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := do(t, b.client, http.MethodGet, b.proxy.URL()+"/_cluster/health", "")
+	require.NoError(t, err)
+	b.proxy.Set(faultproxy.Fault{Delay: time.Minute})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.proxy.URL()+"/i/_bulk", nil)
+	require.NoError(t, err)
+	go func() { _, _ = b.client.Do(req) }()
+	harness.Eventually(t, 5*time.Second, "the held request", func() bool { return len(b.proxy.Received()) == 2 })
+	got := b.proxy.Received()
+	require.Equal(t, []string{"GET /_cluster/health", "POST /i/_bulk"}, []string{got[0].Method + " " + got[0].Path, got[1].Method + " " + got[1].Path})
+	require.Equal(t, 1, b.proxy.RequestsTo("/_bulk"))
+	require.False(t, got[0].End.IsZero(), "answered")
+	require.True(t, got[1].End.IsZero(), "in flight")
+	cancel()
+	harness.Eventually(t, 5*time.Second, "the held request's end", func() bool { return !b.proxy.Received()[1].End.IsZero() })
+}
+
 func TestReset(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
