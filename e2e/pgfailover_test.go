@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -138,4 +139,9 @@ func TestTopologyPostgresStandbyBehindListedFirst(t *testing.T) {
 	c.produce(200, 3)
 	rep := c.settle(60 * time.Second)
 	require.EqualValues(t, 600, rep.Done)
+
+	// wlproj migrate goes past the standby to the primary too.
+	out, err := exec.Command(harness.Binary(t), "migrate", "--database-url", url, "--expect-db", c.db.Name).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "schema is up to date")
 }

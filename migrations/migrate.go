@@ -63,6 +63,8 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 	"github.com/rs/zerolog"
+
+	"github.com/wlproj/wlproj/internal/pgpool"
 )
 
 //go:embed *.sql
@@ -195,7 +197,9 @@ func open(ctx context.Context, databaseURL string, want Expect) (*sql.DB, Target
 		return nil, Target{}, fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	sessionParams(cfg)
-	db := stdlib.OpenDB(*cfg, stdlib.OptionAfterConnect(checkClient))
+	// Past a standby that refuses the session (it has not applied a new
+	// database or role yet) to the next host, as the replicas go.
+	db := stdlib.OpenDB(*cfg, stdlib.OptionBeforeConnect(pgpool.BeforeConnect(cfg)), stdlib.OptionAfterConnect(checkClient))
 	target, err := inspect(ctx, db, cfg)
 	if err != nil {
 		db.Close()
