@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wlproj/wlproj/internal/testkit/harness"
+	"github.com/wlproj/wlproj/leader"
 	"github.com/wlproj/wlproj/migrations"
 )
 
@@ -142,6 +143,7 @@ func TestUpgradeOrderOldBinaryRunsOnNewSchema(t *testing.T) {
 	c.produce(2000, 5)
 
 	oldStandby.Stop(15 * time.Second)
+	endOrphanedWait(t, c.db, oldStandby.Name)
 	migrate(t, c.db, 0) // while the old leader drains the backlog
 	c.produce(2000, 1)  // on the head schema
 	rep := c.settle(90 * time.Second)
@@ -163,6 +165,27 @@ func TestUpgradeOrderOldBinaryRunsOnNewSchema(t *testing.T) {
 	require.EqualValues(t, 14000, rep.Done)
 	require.Equal(t, 2000, c.db.Count(t, `locked_by = $1 AND event_version = 7`, standby.Name),
 		"the new leader drained the last batch")
+}
+
+// endOrphanedWait does what the runbook says after stopping such a standby:
+// its lock session can outlive it, since Postgres does not notice a client
+// gone while the backend waits for a lock (its snapshot with it); one left
+// after a few seconds is terminated.
+func endOrphanedWait(t *testing.T, db harness.DB, worker string) {
+	t.Helper()
+	const orphan = `application_name = $1 AND wait_event = 'advisory'`
+	left := func() int {
+		return db.Int(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND `+orphan, leader.LockSessionName(worker))
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for left() > 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if left() > 0 {
+		t.Logf("the stopped standby's lock wait outlived it: terminating it, as the runbook says")
+		db.Exec(t, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND `+orphan,
+			leader.LockSessionName(worker))
+	}
 }
 
 // A leader whose schema changes under it (a column its claim reads renamed
