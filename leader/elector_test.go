@@ -157,12 +157,8 @@ func TestStandbyWaitHoldsNoSnapshot(t *testing.T) {
 	watch := harness.WatchSnapshots(db.Pool, lockSessionPrefix, 50*time.Millisecond)
 	rows, err := harness.DeleteRows(ctx, db.Pool, "application_rows", 1000)
 	require.NoError(t, err)
-	var left int64
-	harness.Eventually(t, 3*outbox.LockWaitSlice, "VACUUM removes rows deleted while the standby waits", func() bool {
-		left, err = rows.Vacuum(ctx)
-		require.NoError(t, err)
-		return left == 0
-	})
+	left, err := rows.WaitRemoved(ctx, 3*outbox.LockWaitSlice)
+	require.NoError(t, err, "VACUUM removes rows deleted while the standby waits: %d left", left)
 	time.Sleep(2 * outbox.LockWaitSlice) // watch a few more slices of the wait
 	oldest, samples, err := watch.Stop()
 	require.NoError(t, err)

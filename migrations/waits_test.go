@@ -94,12 +94,8 @@ func TestLedgerBackfillLetsVacuumRun(t *testing.T) {
 	harness.Eventually(t, time.Minute, "the ledger's data move running", moving)
 	dead, err := harness.DeleteRows(ctx, db.Pool, "app_rows", 1000)
 	require.NoError(t, err)
-	var left int64
-	harness.Eventually(t, 10*time.Second, "VACUUM removing the rows deleted during the data move", func() bool {
-		left, err = dead.Vacuum(ctx)
-		require.NoError(t, err)
-		return left == 0
-	})
+	left, err := dead.WaitRemoved(ctx, 10*time.Second)
+	require.NoError(t, err, "VACUUM removing the rows deleted during the data move: %d left", left)
 	require.True(t, moving(), "the data move ended before VACUUM could tell; give it more rows")
 	require.NoError(t, <-done)
 }

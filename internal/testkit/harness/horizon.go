@@ -281,3 +281,17 @@ func Backlog(ctx context.Context, q Querier) (int64, error) {
 	}
 	return n, nil
 }
+
+// WaitRemoved runs Vacuum every 100 ms until it removes every deleted row
+// or within passes, and returns how many it could not remove at the last
+// try (with the timeout's error then).
+func (d DeadRows) WaitRemoved(ctx context.Context, within time.Duration) (int64, error) {
+	var left int64
+	err := PollAt(ctx, 100*time.Millisecond, within, "VACUUM to remove "+d.table+"'s deleted rows",
+		func(ctx context.Context) (bool, error) {
+			var err error
+			left, err = d.Vacuum(ctx)
+			return err == nil && left == 0, err
+		})
+	return left, err
+}
