@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -57,9 +58,9 @@ const TimelineSQL = `('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)
 // on the other. With the timeline in the epoch, every epoch of the newer
 // timeline is above every epoch the old one reaches, so a token is never
 // valid on both.
-const BumpEpochSQL = `
+var BumpEpochSQL = `
 INSERT INTO outbox_leader (name, holder, epoch, acquired_at)
-VALUES ($1, $2, (` + TimelineSQL + ` - 1) * 1000000000 + 1, now())
+VALUES ($1, $2, (` + TimelineSQL + ` - 1) * ` + strconv.Itoa(EpochsPerTimeline) + ` + 1, now())
 ON CONFLICT (name) DO UPDATE
    SET holder = excluded.holder, epoch = greatest(outbox_leader.epoch + 1, excluded.epoch), acquired_at = now()
 RETURNING epoch`
