@@ -58,16 +58,20 @@ func TestOldPrimaryBackAsPrimaryGetsNoSecondLeader(t *testing.T) {
 	standby.Stop(10 * time.Second)
 	restarted := c.start(standby.Name)
 	roles.add(restarted)
+	started := time.Now()
 	waitRefused(t, restarted, leader.ReasonNotNewestPrimary)
+	t.Logf("%s, restarted onto the old primary, refused %s after it served /healthz", restarted.Name, time.Since(started))
 	oldDB.Exec(t, `
 		INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload, scope_key)
 		SELECT 'book', 'split-' || i, 'upsert', 1, jsonb_build_object('kind', 'book', 'title', 'written to the old primary'), 'lib'
 		  FROM generate_series(1, 20) i`)
 
 	terminate(t, newDB, "wlproj:"+first.Name)
+	terminated := time.Now()
 	harness.Eventually(t, 15*time.Second, first.Name+" to step down and say why", func() bool {
 		return !first.IsLeader() && (refused(first, leader.ReasonPoolOnOtherServer) || refused(first, leader.ReasonNotNewestPrimary))
 	})
+	t.Logf("%s stepped down %s after its pool's connections were ended", first.Name, time.Since(terminated))
 	time.Sleep(2 * time.Second) // time for a second leader, or a claim on the old primary, to show
 	oldEpoch, newEpoch := oldDB.Int(t, `SELECT epoch FROM outbox_leader`), newDB.Int(t, `SELECT epoch FROM outbox_leader`)
 	require.Less(t, oldEpoch, outbox.EpochsPerTimeline, "the old primary's epoch stays on timeline 1")
@@ -76,8 +80,10 @@ func TestOldPrimaryBackAsPrimaryGetsNoSecondLeader(t *testing.T) {
 	require.Equal(t, 20, oldDB.Count(t, `entity_id LIKE 'split-%' AND status = 'pending' AND attempts = 0`))
 
 	require.NoError(t, pair.KillPrimary())
+	fenced := time.Now()
 	_, _, err = harness.WaitLeader(ctx, 30*time.Second, epoch+1, first, restarted)
 	require.NoError(t, err, "a leader again once the old primary is gone")
+	t.Logf("a leader again %s after the old primary was killed", time.Since(fenced))
 	for _, r := range []*harness.Replica{first, restarted} {
 		harness.Eventually(t, 15*time.Second, r.Name+" to refuse no more", func() bool {
 			return !refused(r, leader.ReasonPoolOnOtherServer) && !refused(r, leader.ReasonNotNewestPrimary)
