@@ -66,7 +66,7 @@ func TestOldPrimaryBackAsPrimaryGetsNoSecondLeader(t *testing.T) {
 		SELECT 'book', 'split-' || i, 'upsert', 1, jsonb_build_object('kind', 'book', 'title', 'written to the old primary'), 'lib'
 		  FROM generate_series(1, 20) i`)
 
-	terminate(t, newDB, "wlproj:"+first.Name)
+	harness.TerminateSessions(t, newDB, "wlproj:"+first.Name)
 	terminated := time.Now()
 	harness.Eventually(t, 15*time.Second, first.Name+" to step down and say why", func() bool {
 		return !first.IsLeader() && (refused(first, leader.ReasonPoolOnOtherServer) || refused(first, leader.ReasonNotNewestPrimary))
@@ -90,8 +90,9 @@ func TestOldPrimaryBackAsPrimaryGetsNoSecondLeader(t *testing.T) {
 		})
 	}
 	roles.stop()
-	require.Zero(t, roles.both(), "rounds in which two replicas said leader")
-	require.Positive(t, roles.rounds())
+	rounds, two := roles.counts()
+	require.Zero(t, two, "rounds of %d in which two replicas said leader", rounds)
+	require.Positive(t, rounds)
 
 	c.produce(20, 1)
 	rep := c.settle(60 * time.Second)
@@ -117,14 +118,6 @@ func refused(r *harness.Replica, reason string) bool {
 func waitRefused(t *testing.T, r *harness.Replica, reason string) {
 	t.Helper()
 	harness.Eventually(t, 15*time.Second, r.Name+" to refuse to lead ("+reason+")", func() bool { return refused(r, reason) })
-}
-
-// terminate ends db's sessions named application.
-func terminate(t *testing.T, db harness.DB, application string) {
-	t.Helper()
-	require.Positive(t, db.Int(t, `
-		SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`,
-		application), "no session named %s", application)
 }
 
 // leaderWatch reads /healthz of every watched replica, round after round,
@@ -183,14 +176,9 @@ func (w *leaderWatch) stop() {
 	<-w.done
 }
 
-func (w *leaderWatch) both() int {
+// counts is how many rounds were read, and in how many two said leader.
+func (w *leaderWatch) counts() (rounds, two int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.two
-}
-
-func (w *leaderWatch) rounds() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.n
+	return w.n, w.two
 }

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -102,7 +101,7 @@ func TestLeaderWhosePoolReachesAnotherServerStepsDown(t *testing.T) {
 	epoch := r.e.State().Epoch
 
 	pair.StartOldPrimary(t)
-	terminatePool(t, harness.OnNode(t, db.URL, pair.Standby), "wlproj:a")
+	harness.TerminateSessions(t, harness.DBOnNode(t, db, pair.Standby), "wlproj:a")
 	harness.Eventually(t, 5*time.Second, "the leader to step down", func() bool {
 		return !r.leading() && r.refused() == ReasonPoolOnOtherServer
 	})
@@ -115,20 +114,6 @@ func TestLeaderWhosePoolReachesAnotherServerStepsDown(t *testing.T) {
 	harness.Eventually(t, 10*time.Second, "the replica to lead again", func() bool {
 		return r.leading() && r.refused() == "" && r.e.State().Epoch > epoch
 	})
-}
-
-// terminatePool ends the sessions named application on the server of url.
-func terminatePool(t *testing.T, url, application string) {
-	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	var ended int
-	require.NoError(t, conn.QueryRow(ctx, `
-		SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`,
-		application).Scan(&ended))
-	require.Positive(t, ended)
 }
 
 // One server listed under two names is one server, not two primaries: the

@@ -50,3 +50,13 @@ func DBOnNode(t testing.TB, db DB, n PGNode) DB {
 	t.Cleanup(on.Pool.Close)
 	return on
 }
+
+// TerminateSessions ends db's sessions named application (a replica's pool
+// is "wlproj:<worker id>"), as a server restart or an idle timeout would,
+// and fails the test when there is none.
+func TerminateSessions(t testing.TB, db DB, application string) {
+	t.Helper()
+	require.Positive(t, db.Int(t, `
+		SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`,
+		application), "no session named %s", application)
+}
