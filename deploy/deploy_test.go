@@ -47,6 +47,7 @@ var allowedMetrics = map[string]bool{
 	"outbox_leader_changes_total":                    true,
 	"outbox_leader":                                  true,
 	"outbox_leader_epoch":                            true,
+	"outbox_leader_refused":                          true,
 	"outbox_ready":                                   true,
 	"outbox_batch_duration_seconds_bucket":           true,
 	"outbox_batch_duration_seconds_sum":              true,
@@ -196,6 +197,7 @@ var wantAlerts = []string{
 	"OutboxDeadTuplesNotReclaimed",
 	"OutboxSchemaBehind",
 	"OutboxLeaderErrors",
+	"OutboxLeaderRefused",
 }
 
 var reRunbookURL = regexp.MustCompile(`^https://\S+/runbook\.md#([a-z0-9-]+)$`)

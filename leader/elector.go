@@ -25,15 +25,16 @@ import (
 
 // Defaults of Config. The CLI's flags take their defaults from here.
 const (
-	NameDefault               = "wlproj"
-	CheckIntervalDefault      = 250 * time.Millisecond
-	CheckTimeoutDefault       = time.Second
-	retryIntervalDefault      = 500 * time.Millisecond
-	tickIntervalDefault       = time.Second
-	KeepalivesIdleDefault     = 5 * time.Second
-	KeepalivesIntervalDefault = 2 * time.Second
-	KeepalivesCountDefault    = 3
-	drainTimeoutDefault       = 30 * time.Second
+	NameDefault                = "wlproj"
+	CheckIntervalDefault       = 250 * time.Millisecond
+	CheckTimeoutDefault        = time.Second
+	retryIntervalDefault       = 500 * time.Millisecond
+	tickIntervalDefault        = time.Second
+	KeepalivesIdleDefault      = 5 * time.Second
+	KeepalivesIntervalDefault  = 2 * time.Second
+	KeepalivesCountDefault     = 3
+	drainTimeoutDefault        = 30 * time.Second
+	serverCheckIntervalDefault = 5 * time.Second
 )
 
 // Accepted ranges of Config.
@@ -84,6 +85,11 @@ type Config struct {
 	// DrainTimeout bounds how long shutdown waits for the services to drain
 	// before it cancels them. Defaults to 30s.
 	DrainTimeout time.Duration
+	// ServerCheckInterval is how often a leader asks every host DatabaseURL
+	// lists, and its pool, which server they reach (a split brain check,
+	// each within CheckTimeout), and how long a replica that refused to
+	// lead waits before it asks again. Defaults to 5s.
+	ServerCheckInterval time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -96,6 +102,7 @@ func (c Config) withDefaults() Config {
 	c.KeepalivesInterval = cmp.Or(c.KeepalivesInterval, KeepalivesIntervalDefault)
 	c.KeepalivesCount = cmp.Or(c.KeepalivesCount, KeepalivesCountDefault)
 	c.DrainTimeout = cmp.Or(c.DrainTimeout, drainTimeoutDefault)
+	c.ServerCheckInterval = cmp.Or(c.ServerCheckInterval, serverCheckIntervalDefault)
 	return c
 }
 
@@ -137,6 +144,9 @@ type State struct {
 	WorkerID string    `json:"worker_id"`
 	Epoch    int64     `json:"epoch"`
 	Since    time.Time `json:"since"`
+	// Refused is why this replica refuses to lead (a Reason constant),
+	// empty when it does not.
+	Refused string `json:"refused,omitempty"`
 }
 
 func init() {
@@ -168,6 +178,16 @@ type Elector struct {
 	// and a leader for which it turns to no steps down as at shutdown. It
 	// is called from the loop, so it must answer at once.
 	CanLead func() bool
+	// PoolServers, if set, says which servers the replica's pool reaches
+	// (PoolServers makes one of a pool). A replica whose pool reaches
+	// another server than its lock connection does not lead: its claims
+	// and acks would run where its lock and epoch are not.
+	PoolServers func(context.Context) ([]Server, error)
+
+	// refusal is the last split check's verdict and checkedAt its time;
+	// only the loop touches them.
+	refusal   *Refusal
+	checkedAt time.Time
 
 	mu     sync.Mutex
 	state  State
@@ -200,7 +220,7 @@ func (e *Elector) LastTick() time.Time { return time.Unix(0, e.tick.Load()) }
 
 func (e *Elector) setState(role Role, epoch int64) {
 	e.mu.Lock()
-	e.state = State{Role: role, WorkerID: e.cfg.WorkerID, Epoch: epoch, Since: time.Now()}
+	e.state = State{Role: role, WorkerID: e.cfg.WorkerID, Epoch: epoch, Since: time.Now(), Refused: e.state.Refused}
 	e.mu.Unlock()
 	if role == RoleLeader {
 		leaderGauge.Set(1)
@@ -243,19 +263,37 @@ func (e *Elector) Run(ctx context.Context) {
 			return
 		}
 		err := e.campaign(ctx)
-		if errors.Is(err, errMayNotLead) {
-			continue
-		}
-		if err != nil && ctx.Err() == nil {
+		var refused *Refusal
+		switch {
+		case errors.Is(err, errMayNotLead):
+		case errors.As(err, &refused):
+			// Refused, not failed: the split lasts until someone resolves
+			// it, so ask again after a check interval, not at once.
+			e.pause(ctx, e.cfg.ServerCheckInterval)
+		case err != nil && ctx.Err() == nil:
 			// A failed attempt is the loop at work, not a hung one: liveness
 			// must not fail (and systemd's watchdog or a kubelet restart the
 			// replica) for a database outage, which readiness reports.
 			e.ticked()
 			e.log.Warn().Err(err).Msg("leadership attempt failed; retrying")
-			select {
-			case <-ctx.Done():
-			case <-time.After(e.cfg.RetryInterval):
-			}
+			e.pause(ctx, e.cfg.RetryInterval)
+		}
+	}
+}
+
+// pause waits d, or until ctx ends, ticking meanwhile.
+func (e *Elector) pause(ctx context.Context, d time.Duration) {
+	done := time.After(d)
+	ticker := time.NewTicker(e.cfg.TickInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-done:
+			return
+		case <-ticker.C:
+			e.ticked()
 		}
 	}
 }
@@ -309,24 +347,58 @@ func (e *Elector) connect(ctx context.Context) (*pgx.Conn, error) {
 
 // campaign runs one connection's life: wait for the lock, lead, and return
 // when leadership or the connection is lost, or ctx is cancelled.
+//
+// It checks for a split brain before it waits for the lock, so a replica
+// that refused takes no lock while it keeps asking, and again after it
+// wins unless the last check is recent: the failover path (the lock free at
+// once) pays for one check, not two.
 func (e *Elector) campaign(ctx context.Context) error {
 	conn, err := e.connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.Background())
+	lock, err := readServer(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("read the lock connection's server: %w", err)
+	}
+	if err := e.checkSplit(ctx, lock); err != nil {
+		return err
+	}
 	if err := e.waitForLock(ctx, conn); err != nil {
 		return err
 	}
 	if !e.canLead() {
 		return errMayNotLead // closing conn releases the lock
 	}
+	if time.Since(e.checkedAt) >= e.cfg.ServerCheckInterval {
+		if err := e.checkSplit(ctx, lock); err != nil {
+			return err // closing conn releases the lock
+		}
+	}
 	var epoch int64
 	err = conn.QueryRow(ctx, outbox.BumpEpochSQL, e.cfg.Name, e.cfg.WorkerID).Scan(&epoch)
 	if err != nil {
 		return fmt.Errorf("bump epoch: %w", err)
 	}
-	return e.lead(ctx, conn, epoch)
+	return e.lead(ctx, conn, epoch, lock)
+}
+
+// checkSplit runs findSplit; a *Refusal when this replica may not lead
+// on lock.
+func (e *Elector) checkSplit(ctx context.Context, lock Server) error {
+	return e.recordSplit(e.findSplit(ctx, lock))
+}
+
+// recordSplit records a split check's verdict and returns r as an error,
+// nil for no split.
+func (e *Elector) recordSplit(r *Refusal) error {
+	e.checkedAt = time.Now()
+	e.refuse(r)
+	if r != nil {
+		return r
+	}
+	return nil
 }
 
 // waitForLock returns once conn holds the leader lock. The wait runs aside
@@ -369,7 +441,10 @@ func waitInSlices(ctx context.Context, conn *pgx.Conn, name string, canLead func
 	}
 }
 
-func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, epoch int64) error {
+// lead runs the services for the term of epoch until it ends: ctx
+// cancelled, the lock connection lost, CanLead turned to no, or a split
+// brain check (every ServerCheckInterval) refusing lock's server.
+func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, epoch int64, lock Server) error {
 	e.setState(RoleLeader, epoch)
 	e.log.Info().Int64("epoch", epoch).Msg("became leader")
 	defer e.setState(RoleStandby, 0)
@@ -387,6 +462,8 @@ func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, epoch int64) error {
 	defer check.Stop()
 	tick := time.NewTicker(e.cfg.TickInterval)
 	defer tick.Stop()
+	split := e.newSplitWatch()
+	defer split.due.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -398,6 +475,14 @@ func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, epoch int64) error {
 			return nil
 		case <-tick.C:
 			e.ticked()
+		case <-split.due.C:
+			split.start(ctx, e, lock)
+		case r := <-split.result:
+			split.running = false
+			if err := e.recordSplit(r); err != nil {
+				e.release(conn, epoch, drain, done, tick.C, cancel)
+				return err
+			}
 		case <-check.C:
 			if !e.canLead() {
 				e.log.Warn().Int64("epoch", epoch).Msg("may not lead any more (/readyz says why); stepping down")

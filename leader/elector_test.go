@@ -28,13 +28,25 @@ type replica struct {
 // elector's CanLead.
 func startReplica(t *testing.T, db harness.DB, id string, canLead ...func() bool) *replica {
 	t.Helper()
+	return runReplica(t, db.URL, id, func(e *Elector) {
+		for _, f := range canLead {
+			e.CanLead = f
+		}
+	})
+}
+
+// runReplica runs a replica named id on url with quick checks; setup, if
+// not nil, sets its elector's hooks.
+func runReplica(t *testing.T, url, id string, setup func(*Elector)) *replica {
+	t.Helper()
 	r := &replica{done: make(chan struct{})}
 	var err error
-	r.e, err = New(Config{DatabaseURL: db.URL, Name: "test", WorkerID: id, CheckInterval: 50 * time.Millisecond,
-		TickInterval: 50 * time.Millisecond, RetryInterval: 50 * time.Millisecond}, zerolog.Nop(), r)
+	r.e, err = New(Config{DatabaseURL: url, Name: "test", WorkerID: id, CheckInterval: 50 * time.Millisecond,
+		TickInterval: 50 * time.Millisecond, RetryInterval: 50 * time.Millisecond, ServerCheckInterval: 200 * time.Millisecond},
+		zerolog.Nop(), r)
 	require.NoError(t, err)
-	for _, f := range canLead {
-		r.e.CanLead = f
+	if setup != nil {
+		setup(r.e)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel

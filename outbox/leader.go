@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -31,11 +32,37 @@ const LockNotAvailable = "55P03"
 // UnlockSQL releases the leader lock of the name $1.
 var UnlockSQL = "SELECT pg_advisory_unlock(" + fmt.Sprintf(lockKey, "$1") + ")"
 
+// EpochsPerTimeline is how many epochs each Postgres timeline owns:
+// timeline t's epochs start at (t-1)*EpochsPerTimeline + 1, so a
+// thousand-million elections would have to happen on one timeline before
+// two could share an epoch. Timeline 1, a cluster never promoted, counts
+// from 1 as wlproj always has; a power of ten keeps the timeline readable
+// in the epoch (2000000007 is timeline 3's seventh term).
+const EpochsPerTimeline = 1_000_000_000
+
+// TimelineSQL is the timeline a primary writes on: the first eight hex
+// digits of its current WAL file's name. Unlike pg_control_checkpoint() it
+// needs no grant, and unlike the last checkpoint's timeline it changes the
+// moment a standby is promoted. It fails on a standby (pg_walfile_name
+// refuses during recovery); a standby hands out no epochs.
+const TimelineSQL = `('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint`
+
 // BumpEpochSQL records holder $2 as leader of name $1 and returns the new
 // epoch: the fencing token every claim and ack of this leader carries.
-const BumpEpochSQL = `
-INSERT INTO outbox_leader (name, holder, epoch, acquired_at) VALUES ($1, $2, 1, now())
-ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, epoch = outbox_leader.epoch + 1, acquired_at = now()
+//
+// The epoch is the next one, but at least the first of the server's
+// timeline (EpochsPerTimeline). A promoted standby inherits its old
+// primary's epochs; if the old primary comes back as a primary too (a
+// split brain), both would count on from the same number and hand out the
+// same tokens, and a claim meant for one server would pass the fencing guard
+// on the other. With the timeline in the epoch, every epoch of the newer
+// timeline is above every epoch the old one reaches, so a token is never
+// valid on both.
+var BumpEpochSQL = `
+INSERT INTO outbox_leader (name, holder, epoch, acquired_at)
+VALUES ($1, $2, (` + TimelineSQL + ` - 1) * ` + strconv.Itoa(EpochsPerTimeline) + ` + 1, now())
+ON CONFLICT (name) DO UPDATE
+   SET holder = excluded.holder, epoch = greatest(outbox_leader.epoch + 1, excluded.epoch), acquired_at = now()
 RETURNING epoch`
 
 // EpochSQL reads the current epoch of the name $1.

@@ -75,6 +75,9 @@ func (r *Replica) build() error {
 	// claims would fail or walk a missing index, and the other replica,
 	// or this one after wlproj migrate, leads instead.
 	r.elector.CanLead = r.health.SchemaOK
+	// A replica whose pool reaches another server than its lock
+	// connection (an old primary back as a primary) does not lead.
+	r.elector.PoolServers = leader.PoolServers(r.pool)
 	return nil
 }
 
