@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/wlproj/wlproj/internal/pgpool"
 	"github.com/wlproj/wlproj/migrations"
 )
 
@@ -33,7 +34,7 @@ func (c *migrateCmd) Run(g *globals) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	want := migrations.Expect{Database: c.ExpectDB, Host: c.ExpectHost, Port: c.ExpectPort}
-	cfg := migrations.Config{LockTimeout: c.LockTimeout, LockWait: c.LockWait}
+	cfg := migrations.Config{LockTimeout: c.LockTimeout, LockWait: c.LockWait, BeforeConnect: pgpool.BeforeConnect}
 	if err := cfg.Validate(); err != nil {
 		return renameFields(c, err)
 	}

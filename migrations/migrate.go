@@ -63,8 +63,6 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 	"github.com/rs/zerolog"
-
-	"github.com/wlproj/wlproj/internal/pgpool"
 )
 
 //go:embed *.sql
@@ -127,7 +125,7 @@ func Run(ctx context.Context, databaseURL string, want Expect, cfg Config, log z
 	if err := cfg.Validate(); err != nil {
 		return Result{}, err
 	}
-	db, target, err := open(ctx, databaseURL, want)
+	db, target, err := open(ctx, databaseURL, want, cfg)
 	res := Result{Target: target}
 	if err != nil {
 		return res, err
@@ -191,15 +189,17 @@ func Run(ctx context.Context, databaseURL string, want Expect, cfg Config, log z
 // open connects, as application_name wlproj-migrate so that the operator
 // and the application's DBA can tell its sessions apart, on sessions that
 // notice a client gone (sessionParams, checkClient), and checks the guard.
-func open(ctx context.Context, databaseURL string, want Expect) (*sql.DB, Target, error) {
+func open(ctx context.Context, databaseURL string, want Expect, mc Config) (*sql.DB, Target, error) {
 	cfg, err := pgx.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, Target{}, fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	sessionParams(cfg)
-	// Past a standby that refuses the session (it has not applied a new
-	// database or role yet) to the next host, as the replicas go.
-	db := stdlib.OpenDB(*cfg, stdlib.OptionBeforeConnect(pgpool.BeforeConnect(cfg)), stdlib.OptionAfterConnect(checkClient))
+	opts := []stdlib.OptionOpenDB{stdlib.OptionAfterConnect(checkClient)}
+	if mc.BeforeConnect != nil {
+		opts = append(opts, stdlib.OptionBeforeConnect(mc.BeforeConnect(cfg)))
+	}
+	db := stdlib.OpenDB(*cfg, opts...)
 	target, err := inspect(ctx, db, cfg)
 	if err != nil {
 		db.Close()

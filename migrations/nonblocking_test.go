@@ -201,8 +201,10 @@ func TestMigrateDoesNotBlockProducers(t *testing.T) {
 	require.Less(t, during[len(during)-1], time.Second, "no insert may wait a second or more during the migration")
 	// The CONCURRENTLY builds share the CPUs with the producer (and, under
 	// go test ./..., with other packages): that alone can double a p99 of
-	// half a millisecond. An insert queued behind a lock waits tens of ms
-	// or more, so the floor keeps what this checks.
-	bound := max(2*p99(base), 5*time.Millisecond)
-	require.LessOrEqual(t, p99(during), bound, "p99 insert latency during the migration must stay within 2x the baseline (at least 5 ms)")
+	// half a millisecond, and a loaded machine doubled a 5.7 ms one (CI
+	// failed on 13.0 against 11.5). An insert queued behind a lock waits
+	// for a lock_timeout try (500 ms) or more, so the floor keeps what this
+	// checks, and the maximum above catches a longer wait.
+	bound := max(3*p99(base), 20*time.Millisecond)
+	require.LessOrEqual(t, p99(during), bound, "p99 insert latency during the migration must stay within 3x the baseline (at least 20 ms)")
 }

@@ -38,7 +38,7 @@ type Plan struct {
 // statement's lock. It only reads: it takes no lock and creates nothing, not
 // even goose's version table.
 func DryRun(ctx context.Context, databaseURL string, want Expect, cfg Config) (Plan, error) {
-	db, target, err := open(ctx, databaseURL, want)
+	db, target, err := open(ctx, databaseURL, want, cfg)
 	plan := Plan{Target: target}
 	if err != nil {
 		return plan, err

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pressly/goose/v3"
 	"github.com/rs/zerolog"
@@ -51,6 +52,12 @@ type Config struct {
 	LockWait time.Duration
 	// UpTo stops after this version; 0 applies every migration. Defaults to 0.
 	UpTo int64
+	// BeforeConnect, given the parsed URL, makes the hook each new session
+	// runs before it connects: the CLI's goes past a standby that refuses
+	// the session to the next host, as the replicas do
+	// (pgpool.BeforeConnect, which this package cannot import: the test
+	// harness imports it). Defaults to none: pgx's own host order.
+	BeforeConnect func(*pgx.ConnConfig) func(context.Context, *pgx.ConnConfig) error
 }
 
 func (c Config) withDefaults() Config {
