@@ -20,8 +20,9 @@ type Event struct {
 	// DueAt is when the row fell due (next_retry_at): with ID, its place in
 	// the order claims take rows (Cursor).
 	DueAt time.Time
-	// Repair marks an event of `wlproj verify --repair`: it is sent even at
-	// the version the ledger holds, and
+	// Repair marks an event of `wlproj verify --repair` or of `wlproj
+	// rebuild --emit-outbox`: it is sent even at the version the ledger
+	// holds, and
 	// wins over other events of that version; a repair delete never wins
 	// over a live document (Stale).
 	Repair bool
