@@ -31,6 +31,7 @@ type rebuildCmd struct {
 	Concurrency  int           `help:"Bulk requests in flight, as the daemon's [${concurrency_range}]." default:"${concurrency}" field:"Concurrency"`
 	MaxPayload   int           `name:"max-payload-bytes" help:"Largest doc loaded; larger ones are refused as payload_invalid, as the daemon does." env:"OUTBOX_MAX_PAYLOAD_BYTES" default:"${max_payload_bytes}" field:"MaxPayloadBytes"`
 	Confirm      time.Duration `name:"confirm-timeout" help:"How long to wait for the leader to confirm it writes to the new index too (unset: see below)." field:"ConfirmTimeout"`
+	AllowRefused bool          `name:"allow-refused" help:"Swap even though the new index lacks documents the old one has because their rows were refused (the new mapping, a payload over the limit, a failed emitted event); the swap's audit row names them." field:"AllowRefused"`
 	DryRun       bool          `name:"dry-run" help:"Check the source table, the mapping and the alias, say what would happen, change nothing."`
 	Cleanup      bool          `help:"Delete the indexes that finished rebuilds replaced (and that aborted ones built)."`
 	Abort        bool          `help:"Close the open rebuild without swapping; --cleanup deletes its index later."`
@@ -45,7 +46,10 @@ func (c *rebuildCmd) Help() string {
 		"both indexes, then swaps the alias ELASTIC_INDEX to it in one _aliases call; the old index stays, and the leader keeps writing it " +
 		"for a rollback (--rollback), until --cleanup. " +
 		"Interrupted, it leaves the alias as it was; the same command resumes it. " +
-		"Exit codes: 0 done, 1 error or stopped (resumable), 2 bad input, 3 refused (busy, nothing to clean, nothing to roll back to, another rebuild open); " +
+		"A source row older than a live version the ledger applied is replaced by the old index's copy of that version (reported as behind). " +
+		"The swap is refused while the new index lacks a document the old one has because its row was refused, unless --allow-refused. " +
+		"Exit codes: 0 done, 1 error or stopped (resumable), 2 bad input, 3 refused (busy, nothing to clean, nothing to roll back to, " +
+		"another rebuild open, a swap that would lose documents: the rebuild stays open and resumable); " +
 		"bad input and refusals change nothing. " + fmt.Sprintf("Unset, --emit-rate is %d rows/s, --emit-backlog %d events, "+
 		"--confirm-timeout %s.", rebuild.EmitRateDefault, rebuild.EmitBacklogDefault, rebuild.ConfirmTimeoutDefault)
 }
@@ -93,7 +97,7 @@ func (c *rebuildCmd) Run(g *globals) error {
 func (c *rebuildCmd) config(ctx context.Context) (rebuild.Config, *pgxpool.Pool, error) {
 	switch {
 	case btoi(c.Cleanup)+btoi(c.Abort)+btoi(c.Rollback) > 1,
-		(c.Cleanup || c.Abort || c.Rollback) && (c.DryRun || c.EmitOutbox || c.FromTable != "" || c.Mapping != ""):
+		(c.Cleanup || c.Abort || c.Rollback) && (c.DryRun || c.EmitOutbox || c.AllowRefused || c.FromTable != "" || c.Mapping != ""):
 		return rebuild.Config{}, nil, usagef("--cleanup, --abort and --rollback take no other action flag")
 	case strings.TrimSpace(c.By) == "" || strings.TrimSpace(c.Why) == "":
 		return rebuild.Config{}, nil, usagef("--by and --why are required: say who is rebuilding and why")
@@ -107,7 +111,8 @@ func (c *rebuildCmd) config(ctx context.Context) (rebuild.Config, *pgxpool.Pool,
 	}
 	cfg := rebuild.Config{Projection: c.Projection, Alias: c.ElasticIndex, SourceTable: c.FromTable,
 		EmitOutbox: c.EmitOutbox, EmitRate: c.EmitRate, EmitBacklog: c.EmitBacklog, BulkSize: c.BulkSize,
-		Concurrency: c.Concurrency, MaxPayloadBytes: c.MaxPayload, ConfirmTimeout: c.Confirm, By: c.By, Why: c.Why}
+		Concurrency: c.Concurrency, MaxPayloadBytes: c.MaxPayload, ConfirmTimeout: c.Confirm, AllowRefused: c.AllowRefused,
+		By: c.By, Why: c.Why}
 	if c.Mapping != "" {
 		var err error
 		if cfg.Mapping, err = os.ReadFile(c.Mapping); err != nil {

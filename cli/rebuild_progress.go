@@ -177,6 +177,14 @@ func (o *rebuildOutput) done(rep rebuild.Report, err error) {
 	if rep.Refused > 0 {
 		fmt.Fprintf(o.w, "  refused by reason: %s\n", reasons(rep.RefusedByReason))
 	}
+	if rep.Behind > 0 {
+		fmt.Fprintf(o.w, "  %d source rows were older than the version the ledger applied (the table missed their newest write): "+
+			"%d copied from %s at its version; fix the application that writes %s\n", rep.Behind, rep.Copied, dash(r.OldIndex), r.SourceTable)
+	}
+	if rep.Lost > 0 {
+		fmt.Fprintf(o.w, "  swapped with --allow-refused: %s lacks %d documents %s had: %s\n", r.Target, rep.Lost, dash(r.OldIndex),
+			strings.Join(rep.LostIDs, ", "))
+	}
 	fmt.Fprintf(o.w, "  %s had %d documents before the swap; %s has %d\n", r.Alias, rep.DocsBefore, r.Target, rep.DocsAfter)
 }
 

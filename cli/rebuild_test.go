@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -122,6 +124,39 @@ func TestCmdRebuild(t *testing.T) {
 	require.Equal(t, 1, b.db.Int(t, `SELECT count(*) FROM outbox_replay_audit WHERE action = 'rebuild'
 		AND replayed_by = 'alice' AND reason = 'mapping v2 (CHG-9)' AND selector->>'step' = 'swap' AND event_count = 2000
 		AND selector->'rebuild'->>'old_index' = $1`, first))
+}
+
+// TestCmdRebuildRefusesASwapThatWouldLoseDocuments: exit 3 while the new
+// index lacks a document the old one has because the new mapping refused
+// its row, the alias as it was and the rebuild open; the same command with
+// --allow-refused swaps, exit 0, and the swap's audit row names the
+// document.
+func TestCmdRebuildRefusesASwapThatWouldLoseDocuments(t *testing.T) {
+	t.Parallel()
+	b := rebuildSetup(t, 10)
+	require.NoError(t, harness.ES(context.Background(), b.base, http.MethodPut, "/"+b.alias+"/_mapping",
+		[]byte(`{"properties": {"colour": {"type": "keyword"}}}`), nil), "the old index takes a colour")
+	harness.Leader(t, harness.StartReplica(t, "r1", harness.ReplicaEnv(b.db.URL, b.base, b.alias, harness.Quick...)))
+	b.db.Exec(t, `UPDATE search_index SET doc = doc || '{"colour": "red"}' WHERE entity_id = 'b3'`)
+	b.db.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload)
+		SELECT entity_type, entity_id, 'upsert', version, doc FROM search_index`)
+	harness.Drained(t, b.db.Pool, 30*time.Second)
+	args := []string{"--from-table", "search_index", "--mapping", filepath.Join(harness.Root(t), "testdata", "mapping.json"),
+		"--by", "alice", "--why", "mapping v2 (CHG-9)"}
+
+	code, out, errOut := b.run(t, args...)
+	require.Equal(t, exitRefused, code, errOut)
+	require.Contains(t, errOut, "lacks 1 documents that "+b.alias+" has, because the rebuild refused their rows (book:b3")
+	require.Equal(t, false, b.events(t, out, "done")[0]["ok"])
+	require.Equal(t, 1, b.db.Int(t, `SELECT count(*) FROM outbox_rebuilds WHERE state = 'open'`))
+
+	code, out, errOut = b.run(t, append(args, "--allow-refused")...)
+	require.Zero(t, code, errOut)
+	report := b.events(t, out, "done")[0]["report"].(map[string]any)
+	require.Equal(t, []any{"book:b3"}, report["lost_ids"])
+	require.Equal(t, 1, b.db.Int(t, `SELECT count(*) FROM outbox_replay_audit WHERE action = 'rebuild'
+		AND selector->>'step' = 'swap' AND selector->'lost_ids' = '["book:b3"]'`))
+	require.Equal(t, 1, b.db.Int(t, `SELECT count(*) FROM outbox_rebuilds WHERE state = 'swapped'`))
 }
 
 func (b rbBundle) steps(t *testing.T) []string {

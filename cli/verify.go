@@ -208,6 +208,8 @@ var unrepairable = map[string]string{
 	verify.NoSource:  "missing or stale, and no --from-table to take the document from",
 	verify.NoEntity:  "an _id that is not entity_type:entity_id, which no event addresses: delete it by hand",
 	verify.NoVersion: "a source row with a NULL version",
+	verify.LedgerLive: "extra, but the ledger says live at that version: the source table lacks a row the outbox wrote; " +
+		"fix the table or send the delete event",
 }
 
 // writeRepair says what --repair queued, or would, and what comes next.
@@ -219,7 +221,7 @@ func writeRepair(w io.Writer, r verify.RepairReport, maxDocs int) {
 		}
 	}
 	queued := strings.Join(parts, ", ")
-	for _, why := range []string{verify.NoSource, verify.NoEntity, verify.NoVersion} {
+	for _, why := range []string{verify.NoSource, verify.NoEntity, verify.NoVersion, verify.LedgerLive} {
 		if n := r.Unrepairable[why]; n > 0 {
 			fmt.Fprintf(w, "not repairable: %d (%s)\n", n, unrepairable[why])
 		}

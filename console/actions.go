@@ -204,10 +204,11 @@ func (c *Console) apply(w http.ResponseWriter, r *http.Request) {
 	}
 	notice := kind.done
 	if len(rep.AuditIDs) > 1 {
-		notice = "archived-batches"
+		notice = kind.done + "-batches"
 	}
 	c.deps.Log.Info().Str("user", u.Name).Str("action", a.kind).Int("events", len(rep.Events)).
-		Int64("audit_id", rep.AuditID).Str("why", a.why).Msg("console action")
+		Int64("audit_id", rep.AuditID).Str("why", a.why).Int("left_alone", len(rep.NotFailed)+len(rep.Skipped)+len(rep.Missing)).
+		Msg("console action")
 	http.Redirect(w, r, Prefix+"audit/"+strconv.FormatInt(rep.AuditID, 10)+"?notice="+notice, http.StatusSeeOther)
 }
 

@@ -142,7 +142,11 @@ var notices = map[string]string{
 	"discarded": "Discarded: the rows are closed for good. This audit row records it.",
 	"archived":  "Archived: the rows moved to the dead letter with every column, under the same ids; Archived lists them. This audit row records it.",
 	"archived-batches": "Archived: the rows moved to the dead letter in batches, each with its own audit row; this is the first, " +
-		"the audit log lists the others.",
+		"the audit log lists the others. A row someone changed after the selection was checked is left where it is.",
+	"replayed-batches": "Replayed in batches, each with its own audit row; this is the first, the audit log lists the others. " +
+		"A row someone changed after the selection was checked is left where it is.",
+	"discarded-batches": "Discarded in batches, each with its own audit row; this is the first, the audit log lists the others. " +
+		"A row someone changed after the selection was checked is left where it is.",
 	"restored": "Restored: the rows are pending again under the same ids, and the leader takes them at once. This audit row records it.",
 }
 

@@ -57,7 +57,35 @@ func splitStale(events []outbox.Event, latest map[string]bool) (fresh []outbox.E
 			fresh = append(fresh, e)
 		}
 	}
+	fresh, stale = liveInBatch(fresh, stale, latest)
 	return fresh, stale, reused
+}
+
+// liveInBatch sets aside, as stale, each repair delete whose document the
+// batch also upserts by a producer's event at the delete's version or a
+// newer one: once that upsert is acked the ledger says the document is
+// live at that version, which a repair delete must never undo
+// (outbox.Event.Stale), and the handler would send the repair first, as it
+// does any repair of its version.
+func liveInBatch(fresh []outbox.Event, stale []int64, latest map[string]bool) ([]outbox.Event, []int64) {
+	upserted := map[docKey]int64{}
+	for _, e := range fresh {
+		if v, seen := upserted[keyOf(e)]; latest[e.Projection] && !e.Repair && e.Op == outbox.OpUpsert && (!seen || e.Version() > v) {
+			upserted[keyOf(e)] = e.Version()
+		}
+	}
+	if len(upserted) == 0 {
+		return fresh, stale
+	}
+	kept := fresh[:0]
+	for _, e := range fresh {
+		if v, seen := upserted[keyOf(e)]; seen && e.Repair && e.Op == outbox.OpDelete && v >= e.Version() {
+			stale = append(stale, e.ID)
+			continue
+		}
+		kept = append(kept, e)
+	}
+	return kept, stale
 }
 
 // process projects one claimed batch and records every outcome.

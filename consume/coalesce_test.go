@@ -73,3 +73,39 @@ func TestLoopSendsARepairAtTheLedgersVersion(t *testing.T) {
 	require.True(t, f.present(t, "book:1"), "the repair put the book back")
 	require.Equal(t, 3, f.Int(t, `SELECT version FROM outbox_applied WHERE entity_id = '1'`))
 }
+
+// The issue's interleaving at the point a repair is applied: book 1 deleted
+// at v2 and re-created at v3, and a repair delete at v3 (queued by a
+// verify that judged it on reads from before the re-creation) claimed
+// after the ledger moved to live v3. Sent, external_gte would take it and
+// the live book would be gone for good; it is dropped unsent. Nor does a
+// repair delete go out beside the producer's upsert of its version in the
+// same batch (book 2), which the handler would otherwise send second.
+func TestLoopNeverSendsARepairDeleteOfALiveDocument(t *testing.T) {
+	t.Parallel()
+	f := newEngineFixture(t)
+	f.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload) VALUES
+		('book', '1', 'upsert', 1, '{"title": "Dune"}'), ('book', '2', 'upsert', 1, '{"title": "Emma"}')`)
+	require.Equal(t, BatchResult{Done: 2}, f.round(t))
+	f.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version) VALUES
+		('book', '1', 'delete', 2), ('book', '2', 'delete', 2)`)
+	require.Equal(t, BatchResult{Done: 2}, f.round(t))
+	f.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload)
+		VALUES ('book', '1', 'upsert', 3, '{"title": "Dune again"}')`)
+	require.Equal(t, BatchResult{Done: 1}, f.round(t))
+
+	f.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, repair) VALUES ('book', '1', 'delete', 3, true)`)
+	sent := f.proxy.Requests()
+	require.Equal(t, BatchResult{Done: 1, Superseded: 1}, f.round(t), "the ledger says live at v3")
+	require.Equal(t, sent, f.proxy.Requests(), "dropped without sending it")
+	require.True(t, f.present(t, "book:1"), "the re-created book stays")
+
+	f.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload, repair) VALUES
+		('book', '2', 'delete', 3, '{}', true), ('book', '2', 'upsert', 3, '{"title": "Emma again"}', false)`)
+	require.Equal(t, BatchResult{Done: 2, Superseded: 1}, f.round(t))
+	require.True(t, f.present(t, "book:2"), "the producer's upsert of the repair's version wins")
+	for id, want := range map[string]string{"1": "3 false", "2": "3 false"} {
+		require.Equal(t, want, harness.Column[string](t, f.DB, `SELECT version || ' ' || deleted FROM outbox_applied WHERE entity_id = $1`, id)[0],
+			"book %s: the ledger says live at v3", id)
+	}
+}

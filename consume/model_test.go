@@ -3,6 +3,7 @@ package consume
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -27,10 +28,14 @@ import (
 // strict mapping refuses, deletes, out-of-order and reused versions, null
 // versions), written in random chunks between random batches, with
 // concurrent flights, leaders killed between their bulk and its ack, a
-// deposed leader's bulk delivered late, replays, discards and pruning in
-// between. After the run the index must equal the model: each document at
-// its newest applicable event, gone after a delete; after the mapping is
-// fixed and the failed events replayed, at its newest event of all.
+// deposed leader's bulk delivered late, replays, discards, pruning, late
+// commits, pauses and resumes, and repair events (verify --repair's: an
+// upsert or a delete at the version the ledger holds) in between. After
+// the run the index must equal the model: each document at its newest
+// applicable event, a repair upsert counting as the newest of its version,
+// a repair delete never undoing a live document; gone after a delete;
+// after the mapping is fixed and the failed events replayed, at its newest
+// event of all.
 //
 // WLPROJ_MODEL_SEED=n runs that seed alone (a failing seed is printed);
 // WLPROJ_MODEL_SEEDS=n runs n seeds from a random start, as `make drill`
@@ -83,9 +88,22 @@ type mEvent struct {
 	title   string
 	refused bool // the strict mapping refuses it until the fix
 	twin    bool // reuses the version of another event, with the same content
+	repair  bool // verify --repair's, at the version the ledger held
 	id      int64
 	// discarded by the test's operator.
 	discarded bool
+}
+
+// payload is the event's payload: a refused upsert's has a field the
+// strict mapping does not know.
+func (e mEvent) payload() string {
+	switch {
+	case e.op != outbox.OpUpsert:
+		return "{}"
+	case e.refused:
+		return fmt.Sprintf(`{"kind":"book","title":%q,"isbn":"x"}`, e.title)
+	}
+	return fmt.Sprintf(`{"kind":"book","title":%q}`, e.title)
 }
 
 func (e mEvent) order() int64 {
@@ -110,6 +128,9 @@ type model struct {
 	loop  *Loop
 	late  []outbox.Event // a deposed leader's bulk, held in the network
 	log   []string
+	// repaired are the documents' versions a repair event was queued at:
+	// one each, as a verify queues one per document it judges.
+	repaired map[string]bool
 }
 
 // modelHandler is the search handler as a leader runs it, which the test can
@@ -150,7 +171,8 @@ func (h *modelHandler) Handle(ctx context.Context, events []outbox.Event) []proj
 func newModel(t *testing.T, seed uint64, docs int) *model {
 	t.Helper()
 	m := &model{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), b: setup(t),
-		base: harness.ElasticURL(t), index: harness.NewIndex(t), byID: map[int64]*mEvent{}, epoch: 1}
+		base: harness.ElasticURL(t), index: harness.NewIndex(t), byID: map[int64]*mEvent{}, epoch: 1,
+		repaired: map[string]bool{}}
 	client, err := projection.NewElasticClient(projection.ElasticOptions{URL: m.base})
 	require.NoError(t, err)
 	m.search, err = projection.NewSearch(projection.SearchConfig{Client: client, Index: m.index})
@@ -237,8 +259,10 @@ func (m *model) run(t *testing.T) {
 			m.insert(t, 1+m.rng.IntN(12))
 		}
 		switch r := m.rng.IntN(100); {
-		case r < 55:
+		case r < 51:
 			m.round(t, ctx)
+		case r < 55:
+			m.repairSome(t)
 		case r < 63:
 			m.concurrentRounds(t, ctx)
 		case r < 70:
@@ -306,16 +330,9 @@ func (m *model) insertIn(t *testing.T, tx pgx.Tx, n int) {
 	chunk := m.queue[:n]
 	m.queue = m.queue[n:]
 	for _, e := range chunk {
-		payload := "{}"
-		if e.op == outbox.OpUpsert {
-			payload = fmt.Sprintf(`{"kind":"book","title":%q}`, e.title)
-			if e.refused {
-				payload = fmt.Sprintf(`{"kind":"book","title":%q,"isbn":"x"}`, e.title)
-			}
-		}
 		require.NoError(t, tx.QueryRow(context.Background(), `
 			INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload)
-			VALUES ('book', $1, $2, $3, $4) RETURNING id`, e.entity, e.op, e.version, payload).Scan(&e.id))
+			VALUES ('book', $1, $2, $3, $4) RETURNING id`, e.entity, e.op, e.version, e.payload()).Scan(&e.id))
 		m.byID[e.id] = e
 		m.events = append(m.events, e)
 	}
@@ -357,6 +374,44 @@ func (m *model) pauseResume(t *testing.T, ctx context.Context) {
 	require.NoError(t, err)
 	m.loop.headWanted.Store(true)
 	m.logf("paused, a round claimed nothing, resumed")
+}
+
+// repairSome queues repair events, as verify --repair does, for a few
+// documents the ledger holds: at the ledger's version, a delete, or an
+// upsert of new content that the mapping may refuse. A repair upsert
+// rewrites its version; a repair delete of a live document must change
+// nothing (the verify that queued it judged on reads the ledger has moved
+// past). None while a deposed leader's bulk is held: its write of the
+// repair's version, delivered after the repair, would undo it, as any
+// write of one version may under external_gte; the write-lifetime bound
+// keeps such late writes far shorter than a verify's cycle.
+func (m *model) repairSome(t *testing.T) {
+	t.Helper()
+	if m.late != nil {
+		return
+	}
+	ledger := m.ledger(t)
+	entities := slices.Sorted(maps.Keys(ledger))
+	m.rng.Shuffle(len(entities), func(i, j int) { entities[i], entities[j] = entities[j], entities[i] })
+	var queued []string
+	for _, entity := range entities[:min(len(entities), 1+m.rng.IntN(3))] {
+		l := ledger[entity]
+		v := l.Version
+		if at := fmt.Sprintf("%s@%d", entity, v); !m.repaired[at] {
+			m.repaired[at] = true
+			e := &mEvent{entity: entity, op: outbox.OpDelete, version: &v, title: fmt.Sprintf("%s-repair-v%d", entity, v), repair: true}
+			if !l.Deleted && m.rng.IntN(3) > 0 {
+				e.op, e.refused = outbox.OpUpsert, m.rng.IntN(4) == 0
+			}
+			require.NoError(t, m.b.Pool.QueryRow(context.Background(), `
+				INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload, repair)
+				VALUES ('book', $1, $2, $3, $4, true) RETURNING id`, e.entity, e.op, e.version, e.payload()).Scan(&e.id))
+			m.byID[e.id] = e
+			m.events = append(m.events, e)
+			queued = append(queued, fmt.Sprintf("%d %s %s v%d refused=%v (ledger deleted=%v)", e.id, entity, e.op, v, e.refused, l.Deleted))
+		}
+	}
+	m.logf("repairs queued: %v", queued)
 }
 
 func (m *model) round(t *testing.T, ctx context.Context) {
@@ -511,8 +566,8 @@ func (m *model) check(t *testing.T, fixed bool) {
 		case e.twin && got == "failed:version_reused":
 		case !e.twin && e.version != nil && got == "failed:version_reused" && m.hasTwin(e):
 		default:
-			t.Errorf("event %d (%s %s v%v refused=%v twin=%v discarded=%v) ended %q", e.id, e.entity, e.op,
-				e.order(), e.refused, e.twin, e.discarded, got)
+			t.Errorf("event %d (%s %s v%v refused=%v twin=%v repair=%v discarded=%v) ended %q", e.id, e.entity, e.op,
+				e.order(), e.refused, e.twin, e.repair, e.discarded, got)
 		}
 	}
 	reused := map[int64]bool{}
@@ -523,7 +578,9 @@ func (m *model) check(t *testing.T, fixed bool) {
 	}
 	want := map[string]*mEvent{}
 	for _, e := range m.events {
-		if e.discarded || reused[e.id] || (e.refused && !fixed) {
+		// A repair delete is queued at the ledger's version: of a deleted
+		// document it changes nothing, of a live one it must not.
+		if e.discarded || reused[e.id] || (e.refused && !fixed) || (e.repair && e.op == outbox.OpDelete) {
 			continue
 		}
 		if w := want[e.entity]; w == nil || e.order() > w.order() || (e.order() == w.order() && e.id > w.id) {

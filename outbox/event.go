@@ -20,9 +20,11 @@ type Event struct {
 	// DueAt is when the row fell due (next_retry_at): with ID, its place in
 	// the order claims take rows (Cursor).
 	DueAt time.Time
-	// Repair marks an event of `wlproj verify --repair`: it is sent even at
-	// the version the ledger holds, and wins over other events of that
-	// version.
+	// Repair marks an event of `wlproj verify --repair` or of `wlproj
+	// rebuild --emit-outbox`: it is sent even at the version the ledger
+	// holds, and
+	// wins over other events of that version; a repair delete never wins
+	// over a live document (Stale).
 	Repair bool
 	// Claim numbers the claim that took the event; its acks name it.
 	Claim int64
@@ -43,10 +45,18 @@ type Applied struct {
 }
 
 // Stale reports whether the ledger already holds this event's version or a
-// newer one, by (version, outbox id): an event never applies twice.
+// newer one, by (version, outbox id): an event never applies twice. A
+// repair is sent at the ledger's own version, but a repair delete never
+// undoes an applied upsert of its version or a newer one: the verify that
+// queued it judged on reads the ledger has moved past since (the document
+// re-created while the delete waited), and the engine, under external_gte,
+// would take it and lose a live document for good.
 func (e Event) Stale() bool {
 	if e.Applied == nil {
 		return false
+	}
+	if e.Repair && e.Op == OpDelete && !e.Applied.Deleted {
+		return e.Applied.Version >= e.Version()
 	}
 	if e.Repair {
 		return e.Applied.Version > e.Version()

@@ -64,6 +64,11 @@ type Config struct {
 	// MaxPayloadBytes is the largest doc loaded; a larger one is refused as
 	// payload_invalid. Defaults to the search handler's 1 MiB.
 	MaxPayloadBytes int
+	// AllowRefused swaps even though the new index lacks documents the
+	// old one has because their rows were refused (the new mapping, a
+	// payload over the limit, a failed emitted event); the swap's audit
+	// row names them. Defaults to false: such a swap is refused.
+	AllowRefused bool
 	// ConfirmTimeout bounds the wait for a leader to confirm dual-writes. Defaults to 30s.
 	ConfirmTimeout time.Duration
 	// AbortGrace is how long Cleanup keeps an aborted rebuild's index, for

@@ -52,9 +52,25 @@
 // Both paths carry the same external versions (external_gte), so which one
 // reaches the engine first does not matter. The ledger (outbox_applied)
 // stays the judge of staleness: the loader drops source rows that the
-// ledger already holds a newer version (or a delete) of, because the
-// engine forgets a delete after index.gc_deletes and a long load could
-// otherwise bring a document back.
+// ledger already holds a delete of (at their version or newer), because
+// the engine forgets a delete after index.gc_deletes and a long load could
+// otherwise bring a document back. A row older than a live version the
+// ledger holds is behind: the application wrote the newer event without
+// the row, and dual-write brings only versions applied after the rebuild
+// opened, so the load copies the old index's document, which holds the
+// newer version, at the old index's version (Behind). --emit-outbox judges
+// the same way, and its events carry the repair mark, so that one at the
+// version the ledger holds from the producer's own event is sent.
+//
+// # No swap loses a document
+//
+// Before the swap, the documents whose rows the rebuild refused (the new
+// mapping, a payload over the limit, an emitted event that failed or was
+// discarded) are looked up in both indexes: while the old one has any the
+// new one lacks, the swap is refused and the rebuild stays open (guard),
+// unless Config.AllowRefused, which the swap's audit row records. A run
+// that resumed after refusing rows no longer knows them, and finds them by
+// reading the source table again.
 //
 // # Rollback
 //

@@ -19,37 +19,68 @@ const emitPoll = 100 * time.Millisecond
 // event per source row (the SoT's "truncate and re-emit", with a new index
 // instead of the truncate), and the leader carries them to both indexes.
 // The events are labelled with scope_key "rebuild:<id>", so a failed one is
-// found with wlproj failed list --scope-key.
+// found with wlproj failed list --scope-key. They carry the repair mark:
+// the ledger holds the version of every document changed within
+// OUTBOX_RETENTION, from the producer's own event, and without the mark
+// the leader failed each such event as version_reused, and the swap went
+// ahead with the new index lacking the document. Rows the ledger holds
+// newer are judged as the load judges them: a delete drops the row, and a
+// newer live version is enqueued from the old index's copy (Behind).
 type emitter struct {
-	cfg  Config
-	pool *pgxpool.Pool
-	row  *Row
-	rep  *Report
+	cfg    Config
+	pool   *pgxpool.Pool
+	row    *Row
+	rep    *Report
+	copier copier
 }
 
 func (e *emitter) label() string { return "rebuild:" + strconv.FormatInt(e.row.ID, 10) }
 
-// emitSQL enqueues the next rows after a key, in key order, and moves the
-// checkpoint in the same statement, so a crash re-emits nothing. %s is
-// afterKey's clause; $3 and $4 follow its two parameters.
+// emitPageSQL reads the keys of the next page after a key (%s is
+// afterKey's clause, $3 the page's size) with what the ledger holds of
+// them, and changes nothing.
+const emitPageSQL = `
+WITH src AS (SELECT entity_type, entity_id, version FROM %s%s ORDER BY entity_type, entity_id LIMIT $3)
+SELECT s.entity_type, s.entity_id, coalesce(s.version, -1), coalesce(a.version, -1), coalesce(a.deleted, false)
+  FROM src s LEFT JOIN outbox_applied a ON a.projection = $4 AND a.entity_type = s.entity_type AND a.entity_id = s.entity_id
+ ORDER BY s.entity_type, s.entity_id`
+
+// emitSQL enqueues the rows of a page, up to its last key ($3, $4), with
+// the repair mark, and moves the checkpoint to that key in the same
+// statement, so a crash re-emits nothing. %s is afterKey's clause, with
+// its two parameters. A row the ledger holds a delete of (at its version
+// or newer) is superseded; one it holds a newer live version of is
+// replaced by its copy from the old index ($8 to $11), read before the
+// statement, or superseded when the old index has none. Every row the
+// statement reads is judged again: a row written since the page's keys
+// were read is in it, and one written after it comes by dual-write.
 const emitSQL = `
 WITH src AS (
-  SELECT entity_type, entity_id, doc, version FROM %s%s ORDER BY entity_type, entity_id LIMIT $3
+  SELECT entity_type, entity_id, doc, version FROM %s%s AND (entity_type, entity_id) <= ($3, $4)
+), judged AS (
+  SELECT s.*, coalesce(s.version IS NOT NULL AND a.version >= s.version AND (a.deleted OR a.version > s.version), false) AS newer,
+         coalesce(a.deleted, false) AS deleted
+    FROM src s LEFT JOIN outbox_applied a ON a.projection = $5 AND a.entity_type = s.entity_type AND a.entity_id = s.entity_id
+), copies AS (
+  SELECT c.* FROM unnest($8::text[], $9::text[], $10::bigint[], $11::text[]) AS c(entity_type, entity_id, version, doc)
+    JOIN judged j USING (entity_type, entity_id) WHERE j.newer AND NOT j.deleted
 ), ins AS (
-  INSERT INTO outbox_events (projection, entity_type, entity_id, op, event_version, payload, scope_key)
-  SELECT $4, entity_type, entity_id, 'upsert', version, coalesce(doc, 'null'::jsonb), $5 FROM src ORDER BY entity_type, entity_id
+  INSERT INTO outbox_events (projection, entity_type, entity_id, op, event_version, payload, scope_key, repair)
+  SELECT $5, entity_type, entity_id, 'upsert', version, doc, $6, true
+    FROM (SELECT entity_type, entity_id, version, coalesce(doc, 'null'::jsonb) AS doc FROM judged WHERE NOT newer
+          UNION ALL
+          SELECT entity_type, entity_id, version, doc::jsonb FROM copies) e
+   ORDER BY entity_type, entity_id
   RETURNING id
-), last AS (
-  SELECT entity_type, entity_id FROM src ORDER BY entity_type DESC, entity_id DESC LIMIT 1
 )
 UPDATE outbox_rebuilds r
-   SET loaded_type = last.entity_type, loaded_id = last.entity_id,
+   SET loaded_type = $3, loaded_id = $4,
        rows_loaded = r.rows_loaded + (SELECT count(*) FROM ins),
+       rows_superseded = r.rows_superseded + (SELECT count(*) FROM judged WHERE newer) - (SELECT count(*) FROM copies),
        emit_first_id = coalesce(r.emit_first_id, (SELECT min(id) FROM ins)),
        emit_last_id = greatest(r.emit_last_id, (SELECT max(id) FROM ins))
-  FROM last
- WHERE r.id = $6 AND r.state = 'open'
-RETURNING r.loaded_type, r.loaded_id, r.rows_loaded, r.emit_first_id, r.emit_last_id`
+ WHERE r.id = $7 AND r.state = 'open'
+RETURNING r.loaded_type, r.loaded_id, r.rows_loaded, r.rows_superseded, r.emit_first_id, r.emit_last_id`
 
 // emit enqueues the whole source table, paced: at most EmitRate rows a
 // second, and never while more than EmitBacklog events of the projection
@@ -62,7 +93,7 @@ func (e *emitter) emit(ctx context.Context, table string) error {
 	}
 	e.rep.Rows = total
 	e.cfg.Progress.Phase("emit", total)
-	e.cfg.Progress.Add(e.row.RowsLoaded)
+	e.cfg.Progress.Add(e.row.RowsLoaded + e.row.RowsSuperseded)
 	start, sent := time.Now(), int64(0)
 	for {
 		if err := e.pace(ctx, start, sent); err != nil {
@@ -70,7 +101,7 @@ func (e *emitter) emit(ctx context.Context, table string) error {
 		}
 		n, err := e.chunk(ctx, table)
 		if err != nil || n == 0 {
-			e.rep.Rows = e.row.RowsLoaded
+			e.rep.Rows = e.row.RowsLoaded + e.row.RowsSuperseded
 			return err
 		}
 		sent += n
@@ -78,7 +109,11 @@ func (e *emitter) emit(ctx context.Context, table string) error {
 	}
 }
 
-// chunk enqueues the next BulkSize rows; 0 when none are left.
+// chunk enqueues the next BulkSize rows; 0 when none are left. It reads
+// the page's keys first, and the old index's copies of the rows behind
+// the ledger, so that the statement that enqueues the page and moves the
+// checkpoint enqueues the copies too: a crash between the two would
+// otherwise skip them on the resume.
 func (e *emitter) chunk(ctx context.Context, table string) (int64, error) {
 	var after *key
 	if e.row.LoadedType != nil && e.row.LoadedID != nil {
@@ -89,17 +124,54 @@ func (e *emitter) chunk(ctx context.Context, table string) (int64, error) {
 		// Keep the parameter numbers of the resumed form.
 		where, args = ` WHERE $1::text IS NULL AND $2::text IS NULL`, []any{nil, nil}
 	}
-	before := e.row.RowsLoaded
-	sql := fmt.Sprintf(emitSQL, table, where)
-	err := e.pool.QueryRow(ctx, sql, append(args, e.cfg.BulkSize, e.cfg.Projection, e.label(), e.row.ID)...).
-		Scan(&e.row.LoadedType, &e.row.LoadedID, &e.row.RowsLoaded, &e.row.EmitFirstID, &e.row.EmitLastID)
-	if err == pgx.ErrNoRows {
-		return 0, nil // no source row left: last is empty, nothing updated
+	last, behind, err := e.page(ctx, table, where, args)
+	if err != nil || last == nil {
+		return 0, err
 	}
+	copies, err := e.copier.copies(ctx, behind, 1)
+	if err != nil {
+		return 0, err
+	}
+	n := len(copies)
+	types, ids, versions, docs := make([]string, n), make([]string, n), make([]int64, n), make([]string, n)
+	for i, c := range copies {
+		types[i], ids[i], versions[i], docs[i] = c.EntityType, c.EntityID, *c.EventVersion, string(c.Payload)
+	}
+	before := e.row.RowsLoaded + e.row.RowsSuperseded
+	err = e.pool.QueryRow(ctx, fmt.Sprintf(emitSQL, table, where), append(args, last.Type, last.ID, e.cfg.Projection,
+		e.label(), e.row.ID, types, ids, versions, docs)...).
+		Scan(&e.row.LoadedType, &e.row.LoadedID, &e.row.RowsLoaded, &e.row.RowsSuperseded, &e.row.EmitFirstID, &e.row.EmitLastID)
 	if err != nil {
 		return 0, fmt.Errorf("enqueue from %s: %w", table, err)
 	}
-	return e.row.RowsLoaded - before, nil
+	e.rep.behind(behind)
+	// At least one: the checkpoint moved past the page's last key.
+	return max(1, e.row.RowsLoaded+e.row.RowsSuperseded-before), nil
+}
+
+// page reads the keys of the next page and returns its last key (nil when
+// no row is left) and its rows behind the ledger.
+func (e *emitter) page(ctx context.Context, table, where string, args []any) (*key, []Behind, error) {
+	rows, err := e.pool.Query(ctx, fmt.Sprintf(emitPageSQL, table, where), append(args, e.cfg.BulkSize, e.cfg.Projection)...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read %s: %w", table, err)
+	}
+	var last *key
+	var behind []Behind
+	var k key
+	var version, applied int64
+	var deleted bool
+	_, err = pgx.ForEachRow(rows, []any{&k.Type, &k.ID, &version, &applied, &deleted}, func() error {
+		last = &key{Type: k.Type, ID: k.ID}
+		if version >= 0 && applied > version && !deleted {
+			behind = append(behind, Behind{EntityType: k.Type, EntityID: k.ID, SourceVersion: version, LedgerVersion: applied})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("read %s: %w", table, err)
+	}
+	return last, behind, nil
 }
 
 // pace waits for the rate and the backlog to allow the next chunk.

@@ -235,3 +235,50 @@ func (e engine) rollback(ctx context.Context, r *Row) error {
 	}
 	return nil
 }
+
+// Stored is a document as an index holds it: its external version and,
+// when asked for, its _source.
+type Stored struct {
+	Version int64
+	Source  json.RawMessage
+}
+
+func (e engine) mget(ctx context.Context, index string, ids []string, source bool) (map[string]Stored, error) {
+	return MGet(ctx, e.client, index, ids, source)
+}
+
+// MGet reads the documents of ids that index has now, with their _source
+// when source is set: _mget is real time, so a write acked a moment ago
+// counts. The rebuild copies and checks documents with it, and verify's
+// check again reads the index with it.
+func MGet(ctx context.Context, client *elastic.Client, index string, ids []string, source bool) (map[string]Stored, error) {
+	var a struct {
+		Docs []struct {
+			ID      string          `json:"_id"`
+			Found   bool            `json:"found"`
+			Version int64           `json:"_version"`
+			Source  json.RawMessage `json:"_source"`
+			Error   json.RawMessage `json:"error"`
+		} `json:"docs"`
+	}
+	params := url.Values{"realtime": {"true"}, "_source": {fmt.Sprint(source)},
+		"filter_path": {"docs._id,docs.found,docs._version,docs._source,docs.error"}}
+	resp, err := client.PerformRequest(ctx, elastic.PerformRequestOptions{Method: http.MethodPost,
+		Path: "/" + url.PathEscape(index) + "/_mget", Params: params, Body: map[string]any{"ids": ids}})
+	if err == nil {
+		err = json.Unmarshal(resp.Body, &a)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get %d documents from %s: %w", len(ids), index, err)
+	}
+	out := make(map[string]Stored, len(ids))
+	for _, d := range a.Docs {
+		if len(d.Error) > 0 {
+			return nil, fmt.Errorf("get %s from %s: %s", d.ID, index, d.Error)
+		}
+		if d.Found {
+			out[d.ID] = Stored{Version: d.Version, Source: d.Source}
+		}
+	}
+	return out, nil
+}

@@ -29,6 +29,9 @@ func (r *runner) finish(ctx context.Context, row *Row) error {
 			"--abort the rebuild and start again", row.Alias, orNothing(cur.Indexes), orNothing(nonEmpty(row.OldIndex)), row.ID)
 	}
 	if !swapped {
+		if err := r.guard(ctx, row); err != nil {
+			return err
+		}
 		// Wait for the confirmation before the old index stops refreshing,
 		// so that readers do not see it frozen for the wait.
 		since, err := dbNow(ctx, r.cfg.Pool)
@@ -84,7 +87,7 @@ func (r *runner) close(ctx context.Context, tx pgx.Tx, row *Row) error {
 	}
 	row.State = StateSwapped
 	return audit(ctx, tx, r.cfg.By, r.cfg.Why, row.RowsLoaded, auditEntry{Step: "swap", Row: *row,
-		Refused: r.rep.RefusedByReason, Note: r.swapNote(row)})
+		Refused: r.rep.RefusedByReason, Lost: r.rep.Lost, LostIDs: r.rep.LostIDs, Behind: r.rep.Behind, Note: r.swapNote(row)})
 }
 
 func (r *runner) emittedRefused(row *Row) int64 {
@@ -143,7 +146,14 @@ func (r *runner) swap(ctx context.Context, row *Row, since time.Time) error {
 }
 
 func (r *runner) swapNote(row *Row) string {
+	lost := ""
+	if r.rep.Lost > 0 {
+		lost = fmt.Sprintf("; with --allow-refused, %s lacks %d documents %s had (lost_ids)", row.Target, r.rep.Lost, row.OldIndex)
+	}
 	switch {
+	case row.OldIsConcrete && lost != "":
+		return fmt.Sprintf("%s was a concrete index: replaced it, in the same _aliases call, by an alias of that name on %s "+
+			"(the concrete index was deleted)%s", row.Alias, row.Target, lost)
 	case row.OldIsConcrete:
 		return fmt.Sprintf("%s was a concrete index: replaced it, in the same _aliases call, by an alias of that name on %s "+
 			"(the concrete index was deleted; its documents are all in %s)", row.Alias, row.Target, row.Target)
@@ -151,7 +161,7 @@ func (r *runner) swapNote(row *Row) string {
 		return fmt.Sprintf("created alias %s on %s", row.Alias, row.Target)
 	}
 	return fmt.Sprintf("swapped alias %s from %s to %s; the leader keeps writing %s too, for a rollback "+
-		"(wlproj rebuild --rollback), until wlproj rebuild --cleanup", row.Alias, row.OldIndex, row.Target, row.OldIndex)
+		"(wlproj rebuild --rollback), until wlproj rebuild --cleanup%s", row.Alias, row.OldIndex, row.Target, row.OldIndex, lost)
 }
 
 // finalRefresh is the refresh interval the new index serves with: the

@@ -9,8 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/wlproj/wlproj/classify"
-	"github.com/wlproj/wlproj/internal/serviceutil"
 	"github.com/wlproj/wlproj/outbox"
 	"github.com/wlproj/wlproj/projection"
 )
@@ -44,6 +42,7 @@ type chunk struct {
 
 	loaded, superseded int64
 	refused            []Refused
+	behind             []Behind
 	err                error
 }
 
@@ -55,6 +54,7 @@ type loader struct {
 	cfg    Config
 	pool   *pgxpool.Pool
 	search *projection.Search
+	copier copier
 	row    *Row
 	rep    *Report
 }
@@ -158,6 +158,7 @@ func (l *loader) collect(ctx context.Context, ordered <-chan *chunk, stop contex
 		l.row.RowsRefused += int64(len(c.refused))
 		l.row.LoadedType, l.row.LoadedID = &c.last.Type, &c.last.ID
 		l.rep.refuse(c.refused, l.cfg.OnRefused)
+		l.rep.behind(c.behind)
 		l.cfg.Progress.Add(int64(len(c.rows)))
 		if time.Since(last) >= checkpointEvery {
 			if err := checkpoint(ctx, l.pool, l.row); err != nil {
@@ -177,87 +178,74 @@ func (l *loader) collect(ctx context.Context, ordered <-chan *chunk, stop contex
 	return failed
 }
 
-// send loads one chunk: rows the ledger has a newer version or a delete of
-// are dropped, the rest go to the engine, transient failures again after a
-// backoff.
+// send loads one chunk: rows the ledger has a delete of (at their version
+// or newer) are dropped, rows it has a newer live version of are replaced
+// by the old index's copy (Behind), the rest go to the engine, transient
+// failures again after a backoff.
 func (l *loader) send(ctx context.Context, c *chunk, inFlight chan struct{}) {
 	if ctx.Err() != nil {
 		c.err = ctx.Err()
 		return
 	}
-	events, stale, err := l.fresh(ctx, c.rows)
+	events, stale, behind, err := l.fresh(ctx, c.rows)
 	if err != nil {
 		c.err = err
 		return
 	}
-	c.superseded = int64(stale)
-	for try := 0; len(events) > 0; try++ {
-		var retry []outbox.Event
-		var retryAfter time.Duration
-		inFlight <- struct{}{}
-		results := l.search.Handle(ctx, events)
-		<-inFlight
-		for i, r := range results {
-			ev := events[i]
-			ce := classify.Classify(r.Err)
-			switch {
-			case r.Err == nil && r.Superseded:
-				c.superseded++
-			case r.Err == nil:
-				c.loaded++
-			case ce.Class == classify.Deterministic:
-				c.refused = append(c.refused, Refused{EntityType: ev.EntityType, EntityID: ev.EntityID,
-					Version: *ev.EventVersion, Reason: ce.Reason, Message: ce.Message})
-			default:
-				retry, retryAfter = append(retry, ev), max(retryAfter, ce.RetryAfter)
-				if try+1 >= loadTries || ctx.Err() != nil {
-					c.err = fmt.Errorf("loading %s:%s into %s: %w (after %d tries)", ev.EntityType, ev.EntityID, l.row.Target, r.Err, try+1)
-					return
-				}
-			}
-		}
-		events = retry
-		if len(events) > 0 && serviceutil.Sleep(ctx, classify.Backoff(try, loadBackoffBase, loadBackoffMax, retryAfter)) != nil {
-			c.err = ctx.Err()
-			return
-		}
+	copies, err := l.copier.copies(ctx, behind, int64(len(c.rows))+1)
+	if err != nil {
+		c.err = err
+		return
 	}
+	// A row behind the ledger that the old index lacks is superseded: the
+	// new index cannot lack what the old one never served.
+	c.superseded, c.behind = int64(stale+len(behind)-len(copies)), behind
+	out, err := sendAll(ctx, l.search, l.row.Target, append(events, copies...), inFlight)
+	c.loaded, c.superseded, c.refused, c.err = out.loaded, c.superseded+out.superseded, out.refused, err
 }
 
 const ledgerSQL = `
-SELECT u.i FROM unnest($2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS u(entity_type, entity_id, version, i)
+SELECT u.i, a.version, a.deleted
+  FROM unnest($2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS u(entity_type, entity_id, version, i)
   JOIN outbox_applied a ON a.projection = $1 AND a.entity_type = u.entity_type AND a.entity_id = u.entity_id
  WHERE a.version > u.version OR (a.deleted AND a.version >= u.version)`
 
 // fresh turns the rows into the events the search handler takes (version:
-// the row's), leaving out those the ledger holds something newer of. The
-// ledger is read now, after the page: a delete applied since the page was
-// read would otherwise be undone once the engine has forgotten it.
-func (l *loader) fresh(ctx context.Context, rows []sourceRow) ([]outbox.Event, int, error) {
+// the row's), leaving out those the ledger holds something newer of: a
+// delete (stale: the old index has it deleted too), or a newer live
+// version (behind). The ledger is read now, after the page: a delete
+// applied since the page was read would otherwise be undone once the
+// engine has forgotten it.
+func (l *loader) fresh(ctx context.Context, rows []sourceRow) ([]outbox.Event, int, []Behind, error) {
 	types, ids, versions := make([]string, len(rows)), make([]string, len(rows)), make([]int64, len(rows))
 	for i, r := range rows {
 		types[i], ids[i], versions[i] = r.EntityType, r.EntityID, r.Version
 	}
 	dbRows, err := l.pool.Query(ctx, ledgerSQL, l.cfg.Projection, types, ids, versions)
 	if err != nil {
-		return nil, 0, fmt.Errorf("read the ledger: %w", err)
+		return nil, 0, nil, fmt.Errorf("read the ledger: %w", err)
 	}
-	stale, err := pgx.CollectRows(dbRows, pgx.RowTo[int64])
+	newer := map[int64]outbox.Applied{}
+	var i int64
+	var a outbox.Applied
+	_, err = pgx.ForEachRow(dbRows, []any{&i, &a.Version, &a.Deleted}, func() error { newer[i-1] = a; return nil })
 	if err != nil {
-		return nil, 0, fmt.Errorf("read the ledger: %w", err)
+		return nil, 0, nil, fmt.Errorf("read the ledger: %w", err)
 	}
-	skip := make(map[int64]bool, len(stale))
-	for _, i := range stale {
-		skip[i-1] = true
-	}
-	events := make([]outbox.Event, 0, len(rows)-len(stale))
+	var stale int
+	var behind []Behind
+	events := make([]outbox.Event, 0, len(rows)-len(newer))
 	for i, r := range rows {
-		if skip[int64(i)] {
-			continue
+		switch a, ok := newer[int64(i)]; {
+		case ok && a.Deleted:
+			stale++
+		case ok:
+			behind = append(behind, Behind{EntityType: r.EntityType, EntityID: r.EntityID, SourceVersion: r.Version, LedgerVersion: a.Version})
+		default:
+			v := r.Version
+			events = append(events, outbox.Event{ID: int64(i + 1), Projection: l.cfg.Projection, EntityType: r.EntityType,
+				EntityID: r.EntityID, Op: outbox.OpUpsert, EventVersion: &v, Payload: r.Doc})
 		}
-		v := r.Version
-		events = append(events, outbox.Event{ID: int64(i + 1), Projection: l.cfg.Projection, EntityType: r.EntityType,
-			EntityID: r.EntityID, Op: outbox.OpUpsert, EventVersion: &v, Payload: r.Doc})
 	}
-	return events, len(stale), nil
+	return events, stale, behind, nil
 }

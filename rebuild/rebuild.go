@@ -42,17 +42,37 @@ type Report struct {
 	RefusedByReason map[string]int64 `json:"refused_by_reason,omitempty"`
 	// RefusedRows are the first refused rows, with their reasons.
 	RefusedRows []Refused `json:"refused_rows,omitempty"`
+	// Behind counts the source rows older than a live version the ledger
+	// applied (see Behind), Copied those of them whose newer version the
+	// old index held and the new one was sent (counted loaded too), and
+	// BehindRows are the first of them: the source table broke its
+	// contract for each.
+	Behind     int64    `json:"behind"`
+	Copied     int64    `json:"copied"`
+	BehindRows []Behind `json:"behind_rows,omitempty"`
+	// Lost counts the documents the old index had and the new one lacked
+	// at the swap because their rows were refused, LostIDs the first of
+	// them: a swap with them is refused unless Config.AllowRefused.
+	Lost    int64    `json:"lost"`
+	LostIDs []string `json:"lost_ids,omitempty"`
 	// DocsBefore is what the alias counted just before the swap, DocsAfter
 	// what the new index counts after it.
 	DocsBefore int64   `json:"docs_before"`
 	DocsAfter  int64   `json:"docs_after"`
 	Seconds    float64 `json:"seconds"`
+
+	// refusedDocs are the ids of this run's refused rows, at most
+	// refusedDocsMax, for the check before the swap.
+	refusedDocs map[string]bool
 }
 
 func (r *Report) refuse(rows []Refused, each func(Refused)) {
 	for _, x := range rows {
 		if r.RefusedByReason == nil {
-			r.RefusedByReason = map[string]int64{}
+			r.RefusedByReason, r.refusedDocs = map[string]int64{}, map[string]bool{}
+		}
+		if len(r.refusedDocs) < refusedDocsMax {
+			r.refusedDocs[projection.DocumentID(x.EntityType, x.EntityID)] = true
 		}
 		r.RefusedByReason[x.Reason]++
 		if len(r.RefusedRows) < refusedKept {
@@ -60,6 +80,19 @@ func (r *Report) refuse(rows []Refused, each func(Refused)) {
 		}
 		if each != nil {
 			each(x)
+		}
+	}
+}
+
+// behind counts rows the source table is behind the ledger on.
+func (r *Report) behind(rows []Behind) {
+	for _, b := range rows {
+		r.Behind++
+		if b.CopiedVersion != 0 {
+			r.Copied++
+		}
+		if len(r.BehindRows) < refusedKept {
+			r.BehindRows = append(r.BehindRows, b)
 		}
 	}
 }
@@ -143,7 +176,7 @@ const maxReloads = 2
 // fill loads the source table into the new index, or enqueues it.
 func (r *runner) fill(ctx context.Context, row *Row) error {
 	if r.cfg.EmitOutbox {
-		e := &emitter{cfg: r.cfg, pool: r.cfg.Pool, row: row, rep: r.rep}
+		e := &emitter{cfg: r.cfg, pool: r.cfg.Pool, row: row, rep: r.rep, copier: r.copier(row)}
 		if err := e.emit(ctx, r.table); err != nil {
 			return err
 		}
@@ -154,8 +187,14 @@ func (r *runner) fill(ctx context.Context, row *Row) error {
 	if err != nil {
 		return err
 	}
-	l := &loader{cfg: r.cfg, pool: r.cfg.Pool, search: search, row: row, rep: r.rep}
+	l := &loader{cfg: r.cfg, pool: r.cfg.Pool, search: search, copier: r.copier(row), row: row, rep: r.rep}
 	return l.load(ctx, r.table)
+}
+
+// copier copies, from the index the alias named when row opened, the
+// documents the source table is behind on.
+func (r *runner) copier(row *Row) copier {
+	return copier{eng: r.eng, old: row.OldIndex, projection: r.cfg.Projection}
 }
 
 func (r *runner) mode() string {
@@ -346,7 +385,8 @@ func (r *runner) anchor(ctx context.Context, row *Row) error {
 		r.cfg.Progress.Note(fmt.Sprintf("dual-writes to %s were interrupted since the load began (a leader term did not "+
 			"confirm them): loading all rows again", row.Target))
 	}
-	r.rep.RefusedByReason, r.rep.RefusedRows = nil, nil
+	r.rep.RefusedByReason, r.rep.RefusedRows, r.rep.refusedDocs = nil, nil, nil
+	r.rep.Behind, r.rep.Copied, r.rep.BehindRows = 0, 0, nil
 	row.LoadSince, row.LoadedType, row.LoadedID = since, nil, nil
 	row.RowsLoaded, row.RowsRefused, row.RowsSuperseded, row.EmitFirstID, row.EmitLastID = 0, 0, 0, nil, nil
 	return nil

@@ -524,8 +524,10 @@ func TestRebuildBadInput(t *testing.T) {
 	require.Empty(t, indexes)
 }
 
-// TestLoaderDropsWhatTheLedgerHasNewer: a source row older than the
-// ledger's entry, or not newer than a delete in it, is not sent.
+// TestLoaderDropsWhatTheLedgerHasNewer: a source row not newer than a
+// delete in the ledger is not sent; one older than a live entry is not
+// sent either, but is behind: its newer version is copied from the old
+// index.
 func TestLoaderDropsWhatTheLedgerHasNewer(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 0)
@@ -535,9 +537,10 @@ func TestLoaderDropsWhatTheLedgerHasNewer(t *testing.T) {
 	l := &loader{cfg: Config{Projection: projection.SearchName}, pool: b.db.Pool}
 	rows := []sourceRow{{"book", "newer", nil, 4}, {"book", "deleted", nil, 3}, {"book", "older", nil, 2},
 		{"book", "other", nil, 2}, {"book", "unknown", nil, 1}}
-	events, stale, err := l.fresh(b.ctx, rows)
+	events, stale, behind, err := l.fresh(b.ctx, rows)
 	require.NoError(t, err)
-	require.Equal(t, 2, stale)
+	require.Equal(t, 1, stale)
+	require.Equal(t, []Behind{{EntityType: "book", EntityID: "newer", SourceVersion: 4, LedgerVersion: 5}}, behind)
 	var ids []string
 	for _, e := range events {
 		ids = append(ids, e.EntityID)
@@ -663,4 +666,100 @@ func TestRebuildLoadReadsPagesOfTheirOwn(t *testing.T) {
 	harness.SourceMatched(t, b.db.Pool, b.alias, "search_index")
 	harness.Verified(t, b.db.Pool, b.alias)
 	require.Equal(t, rows-3+1, b.count(t, b.alias))
+}
+
+// indexed puts every source row in the alias through the leader, as the
+// application's events did: the ledger then holds each document's
+// version, as it does for every document changed within OUTBOX_RETENTION.
+// b7 is then changed at v5 by an event whose row the application never
+// wrote: the source table is behind the ledger on it.
+func (b bundle) indexedWithB7Behind(t *testing.T) {
+	t.Helper()
+	b.db.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload)
+		SELECT entity_type, entity_id, 'upsert', version, doc FROM search_index ORDER BY entity_id`)
+	b.db.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload)
+		VALUES ('book', 'b7', 'upsert', 5, '{"kind": "book", "title": "Book 7, fifth"}')`)
+	harness.Drained(t, b.db.Pool, 30*time.Second)
+	require.Equal(t, 20, b.db.Int(t, `SELECT count(*) FROM outbox_applied`))
+}
+
+// TestRebuildKeepsWhatTheSourceIsBehindOn: every document changed before
+// the rebuild has its version in the ledger from the producer's own
+// event, and b7's newest version is in the ledger and the old index but
+// not in the source table. Bulk-loaded, b7 was skipped as superseded and
+// the alias served 19 of 20 documents; emitted, every event failed as
+// version_reused and it served none. Now every document is there, b7 at
+// v5, copied from the old index, and the report names b7.
+func TestRebuildKeepsWhatTheSourceIsBehindOn(t *testing.T) {
+	t.Parallel()
+	for _, emit := range []bool{false, true} {
+		t.Run(map[bool]string{false: "bulk", true: "emit-outbox"}[emit], func(t *testing.T) {
+			t.Parallel()
+			b := setupLed(t, 20)
+			b.indexedWithB7Behind(t)
+			cfg := b.config(t)
+			cfg.EmitOutbox, cfg.EmitRate = emit, 10_000
+			rep, err := Run(b.ctx, cfg)
+			require.NoError(t, err)
+			require.Equal(t, []string{rep.Rebuild.Target}, b.resolve(t).Indexes)
+			require.Equal(t, 20, b.count(t, b.alias), "every document behind the alias")
+			var doc struct {
+				Version int64 `json:"_version"`
+				Source  struct {
+					Title string `json:"title"`
+				} `json:"_source"`
+			}
+			require.NoError(t, harness.ES(b.ctx, b.base, http.MethodGet, "/"+b.alias+"/_doc/book:b7", nil, &doc))
+			require.Equal(t, int64(5), doc.Version)
+			require.Equal(t, "Book 7, fifth", doc.Source.Title)
+			require.Equal(t, []Behind{{EntityType: "book", EntityID: "b7", SourceVersion: 1, LedgerVersion: 5, CopiedVersion: 5}}, rep.BehindRows)
+			require.Equal(t, [2]int64{1, 1}, [2]int64{rep.Behind, rep.Copied})
+			require.Equal(t, int64(20), rep.Loaded)
+			require.Zero(t, rep.Refused)
+		})
+	}
+}
+
+// TestRebuildRefusesASwapThatWouldLoseDocuments: the new mapping refuses
+// b3's row (a field the old index's mapping took), so the new index lacks
+// a document the old one serves. The swap is refused, nothing moves and
+// the rebuild stays open; the same command again finds b3 again (the
+// run's own list is gone, so it reads the source table for what the new
+// index lacks). Once the application rewrites b3 in a form the new
+// mapping takes, its event reaches the new index by dual-write, and the
+// same command swaps. --allow-refused would swap at once, audited (the
+// CLI's test).
+func TestRebuildRefusesASwapThatWouldLoseDocuments(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 20)
+	withColour := `{"mappings": {"dynamic": "strict", "properties": {"kind": {"type": "keyword"}, "title": {"type": "text"},
+		"word_count": {"type": "integer"}, "colour": {"type": "keyword"}}}}`
+	require.NoError(t, harness.ES(b.ctx, b.base, http.MethodPut, "/"+b.alias, []byte(withColour), nil))
+	b.leader(t)
+	b.db.Exec(t, `UPDATE search_index SET doc = doc || '{"colour": "red"}' WHERE entity_id = 'b3'`)
+	b.db.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload)
+		SELECT entity_type, entity_id, 'upsert', version, doc FROM search_index`)
+	harness.Drained(t, b.db.Pool, 30*time.Second)
+	old := b.resolve(t)
+	cfg := b.config(t) // testdata/mapping.json: strict, no colour
+
+	for _, run := range []string{"first", "again"} {
+		rep, err := Run(b.ctx, cfg)
+		var refused *RefusedError
+		require.ErrorAs(t, err, &refused, run)
+		require.ErrorContains(t, err, "lacks 1 documents that "+b.alias+" has, because the rebuild refused their rows (book:b3", run)
+		require.Equal(t, []string{"book:b3"}, rep.LostIDs, run)
+		require.Equal(t, old, b.resolve(t), "%s: the alias did not move", run)
+		require.Equal(t, 1, b.db.Int(t, `SELECT count(*) FROM outbox_rebuilds WHERE state = 'open'`), run)
+	}
+
+	require.NoError(t, harness.Insert(b.ctx, harness.SourceWriter{DB: b.db.Pool, Table: "search_index"}, []harness.Event{{
+		EntityType: "book", EntityID: "b3", Op: "upsert", Version: 2, Payload: json.RawMessage(`{"kind": "book", "title": "Book 3"}`)}}))
+	harness.Drained(t, b.db.Pool, 30*time.Second)
+	rep, err := Run(b.ctx, cfg)
+	require.NoError(t, err)
+	require.Zero(t, rep.Lost)
+	require.Equal(t, []string{rep.Rebuild.Target}, b.resolve(t).Indexes)
+	require.Equal(t, 20, b.count(t, b.alias))
+	harness.SourceMatched(t, b.db.Pool, b.alias, "search_index")
 }

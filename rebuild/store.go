@@ -153,7 +153,12 @@ type auditEntry struct {
 	Row     Row              `json:"rebuild"`
 	Deleted []string         `json:"deleted_indexes,omitempty"`
 	Refused map[string]int64 `json:"refused_by_reason,omitempty"`
-	Note    string           `json:"note,omitempty"`
+	// Lost and LostIDs are the documents a swap with Config.AllowRefused
+	// left behind (Report.Lost); Behind the source rows behind the ledger.
+	Lost    int64    `json:"lost,omitempty"`
+	LostIDs []string `json:"lost_ids,omitempty"`
+	Behind  int64    `json:"behind,omitempty"`
+	Note    string   `json:"note,omitempty"`
 }
 
 func audit(ctx context.Context, tx pgx.Tx, by, why string, count int64, entry auditEntry) error {

@@ -34,16 +34,27 @@ type action struct {
 	sql string
 	// notify wakes the leader at commit (an INSERT does that by trigger).
 	notify bool
+	// lockedDryRun makes a dry run lock its rows as the action would
+	// instead of reading them (preview): a restore's, whose rows are in the
+	// dead letter, where no drain waits for them, and whose lock tells a
+	// role that may not restore so at the dry run.
+	lockedDryRun bool
 }
 
-// run checks req and applies the action: in one transaction, or, for an
-// uncapped request (Yes) by selector with no Limit, no Expect and no dry
-// run, in batches.
+// run checks req and applies the action: a dry run reads (preview); a
+// confirmation of a dry run goes as confirmed says; otherwise in one
+// transaction, or, for an uncapped request (Yes) by selector with no
+// Limit, in batches.
 func (a action) run(ctx context.Context, db Beginner, req Request) (Report, error) {
 	if err := req.check(a.doing); err != nil {
 		return Report{DryRun: req.DryRun}, err
 	}
-	if a.capped && req.Yes && len(req.IDs) == 0 && req.Limit == 0 && req.Expect == "" && !req.DryRun {
+	switch {
+	case req.DryRun && !a.lockedDryRun:
+		return a.preview(ctx, db, req, req.Limit)
+	case req.Expect != "":
+		return a.confirmed(ctx, db, req, BatchDefault)
+	case a.capped && req.Yes && len(req.IDs) == 0 && req.Limit == 0:
 		return a.batches(ctx, db, req, BatchDefault)
 	}
 	return a.once(ctx, db, req, req.Limit)
@@ -51,12 +62,14 @@ func (a action) run(ctx context.Context, db Beginner, req Request) (Report, erro
 
 // batches applies the action to the rows a checked req selects, oldest
 // failure first, at most size of them a transaction, each committed with
-// its own audit row, until a batch comes back short. A transaction over a
+// its own audit row, until a batch finds none. A transaction over a
 // whole selection would hold its xid and its row locks, and so vacuum,
 // for as long as it takes (ten seconds for 100,000 rows). Only rows that
 // failed before the first batch are taken: a replayed row that fails again
-// is not replayed again by the same command. A failure stops it after the
-// batches already committed.
+// is not replayed again by the same command, and the batches end. A batch
+// that comes back short does not end them: a row another transaction
+// changed while the batch waited for its lock leaves the batch, not the
+// rows behind it. A failure stops it after the batches already committed.
 func (a action) batches(ctx context.Context, db Beginner, req Request, size int) (Report, error) {
 	rep := Report{DryRun: req.DryRun}
 	start, err := dbNow(ctx, db)
@@ -78,7 +91,7 @@ func (a action) batches(ctx context.Context, db Beginner, req Request, size int)
 			rep.AuditIDs = append(rep.AuditIDs, b.AuditID)
 			rep.AuditID, rep.At = cmp.Or(rep.AuditID, b.AuditID), b.At
 		}
-		if len(b.Events) < size {
+		if len(b.Events) == 0 {
 			return rep, nil
 		}
 	}
@@ -122,9 +135,7 @@ func (a action) once(ctx context.Context, db Beginner, req Request, limit int) (
 		// counts is what the action would have taken.
 		n := len(rep.Events)
 		rep.Events = nil
-		return rep, &RefusedError{Action: a.name, Changed: true, Matching: int64(n), Problems: []string{fmt.Sprintf(
-			"the selection changed since the dry run: %d %s events match now, not the ones confirmed; "+
-				"run the dry run again", n, a.rows.want)}}
+		return rep, a.changed(n)
 	}
 	if len(rep.Events) == 0 || req.DryRun {
 		return rep, nil
@@ -139,11 +150,38 @@ func (a action) once(ctx context.Context, db Beginner, req Request, limit int) (
 	return rep, nil
 }
 
+// changed is the refusal of a confirmation whose selection is not its dry
+// run's any more; n rows match now.
+func (a action) changed(n int) *RefusedError {
+	return &RefusedError{Action: a.name, Changed: true, Matching: int64(n), Problems: []string{fmt.Sprintf(
+		"the selection changed since the dry run: %d %s events match now, not the ones confirmed; "+
+			"run the dry run again", n, a.rows.want)}}
+}
+
+// selectByIDs locks the rows of ids and refuses, as problems says, when
+// any is missing or in another status.
 func (a action) selectByIDs(ctx context.Context, tx pgx.Tx, ids []int64, limit int, f Filter, rep *Report) error {
+	if err := a.collectByIDs(ctx, tx, a.rows.byIDs, sortedIDs(ids), limit, f, rep); err != nil {
+		return err
+	}
+	if problems := a.problems(rep); len(problems) > 0 {
+		rep.Events = nil
+		return &RefusedError{Action: a.name, Problems: problems}
+	}
+	return nil
+}
+
+func sortedIDs(ids []int64) []int64 {
 	ids = slices.Clone(ids)
 	slices.Sort(ids)
-	ids = slices.Compact(ids)
-	rows, err := tx.Query(ctx, a.rows.byIDs, append(f.args(), ids)...)
+	return slices.Compact(ids)
+}
+
+// collectByIDs reads the rows of sorted ids with query (byIDs or
+// readByIDs) and sorts them into rep: taken, in another status, left out
+// by the filter or the limit, or missing.
+func (a action) collectByIDs(ctx context.Context, tx pgx.Tx, query string, ids []int64, limit int, f Filter, rep *Report) error {
+	rows, err := tx.Query(ctx, query, append(f.args(), ids)...)
 	if err != nil {
 		return fmt.Errorf("%s: select ids: %w", a.name, err)
 	}
@@ -172,10 +210,6 @@ func (a action) selectByIDs(ctx context.Context, tx pgx.Tx, ids []int64, limit i
 		if !found[id] {
 			rep.Missing = append(rep.Missing, id)
 		}
-	}
-	if problems := a.problems(rep); len(problems) > 0 {
-		rep.Events = nil
-		return &RefusedError{Action: a.name, Problems: problems}
 	}
 	return nil
 }
@@ -214,12 +248,7 @@ func (a action) problems(rep *Report) []string {
 }
 
 func (a action) selectBySelector(ctx context.Context, tx pgx.Tx, req Request, limit int, f Filter, rep *Report) error {
-	// Without Yes, read one row past the cap: enough to know it is exceeded
-	// without locking the whole match.
-	capped := a.capped && !req.Yes
-	if capped && (limit == 0 || limit > req.Max) {
-		limit = req.Max + 1
-	}
+	capped, limit := a.capLimit(req, limit)
 	var limitArg any
 	if limit > 0 {
 		limitArg = limit
@@ -239,6 +268,23 @@ func (a action) selectBySelector(ctx context.Context, tx pgx.Tx, req Request, li
 	if !capped || len(rep.Events) <= req.Max {
 		return nil
 	}
+	return a.overCap(ctx, tx, req, f, rep)
+}
+
+// capLimit is whether the cap applies to req, and the limit of its
+// selection: without Yes, one row past the cap, enough to know it is
+// exceeded without reading, or locking, the whole match.
+func (a action) capLimit(req Request, limit int) (bool, int) {
+	capped := a.capped && !req.Yes
+	if capped && (limit == 0 || limit > req.Max) {
+		limit = req.Max + 1
+	}
+	return capped, limit
+}
+
+// overCap is the refusal of a selection of more than req.Max rows, with
+// their count.
+func (a action) overCap(ctx context.Context, tx pgx.Tx, req Request, f Filter, rep *Report) error {
 	rep.Events = nil
 	if err := tx.QueryRow(ctx, a.rows.count, f.args()...).Scan(&rep.Matching); err != nil {
 		return fmt.Errorf("%s: count: %w", a.name, err)

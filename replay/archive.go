@@ -31,20 +31,20 @@ type ArchiveRequest struct {
 	Reason     string
 	// By and Why go to the audit rows and are required.
 	By, Why string
-	// DryRun reports what would move and changes nothing.
+	// DryRun reports what would move and changes nothing, locking no row.
 	DryRun bool
 	// BatchSize is the most rows one transaction, with its own audit row,
-	// moves. Defaults to 10000.
+	// moves. Defaults to 1000.
 	BatchSize int
 	// Given is the selector as the operator typed it, as in Request.
 	Given map[string]string
 	// Expect, when set, is a dry run's Report.Token: the archive moves
-	// exactly those rows in one transaction, or refuses and moves nothing,
-	// as Request.Expect does.
+	// those rows, in transactions of BatchSize, or refuses and moves
+	// nothing when the selection changed, as Request.Expect does.
 	Expect string
-	// Max, when set, caps a selection without IDs in one transaction (a dry
-	// run, or one held by Expect) as Request.Max caps a replay; Yes lifts
-	// it. The batched archive needs no cap.
+	// Max, when set, caps a selection without IDs that a dry run shows (and
+	// so one held by Expect) as Request.Max caps a replay; Yes lifts it.
+	// The batched archive needs no cap.
 	Max int
 	Yes bool
 }
@@ -70,11 +70,12 @@ SELECT id, projection, entity_type, entity_id, op, event_version, payload, scope
 var archiveAction = action{name: "archive", doing: "archiving", rows: closedRows, sql: archiveSQL}
 
 // Archive moves the selected failed and discarded rows, with every column,
-// to the dead letter under the same ids. Selected by IDs or held to a dry
-// run by Expect, it is one transaction and refuses like Replay; otherwise
-// it moves batches of BatchSize rows, oldest failure first, each committed
-// with its own audit row, until none is left, and a failure stops it after
-// the batches already committed.
+// to the dead letter under the same ids. Selected by IDs, it is one
+// transaction and refuses like Replay; a dry run reads without locking,
+// and a confirmation held to it by Expect moves its rows as
+// action.confirmed does; otherwise it moves batches of BatchSize rows,
+// oldest failure first, each committed with its own audit row, until none
+// is left, and a failure stops it after the batches already committed.
 func Archive(ctx context.Context, db Beginner, ar ArchiveRequest) (Report, error) {
 	ar.BatchSize = cmp.Or(ar.BatchSize, BatchDefault)
 	now := time.Now()
@@ -94,9 +95,18 @@ func Archive(ctx context.Context, db Beginner, ar ArchiveRequest) (Report, error
 	case len(ar.IDs) > ar.BatchSize:
 		return rep, bounds.Invalid("IDs", "names %d ids, more than the %d one archive moves at once", len(ar.IDs), ar.BatchSize)
 	}
-	if len(req.IDs) > 0 || req.DryRun || req.Expect != "" {
-		one := archiveAction
-		one.capped = ar.Max > 0
+	one := archiveAction
+	one.capped = ar.Max > 0
+	switch {
+	case req.DryRun:
+		return one.preview(ctx, db, req, 0)
+	case req.Expect != "":
+		rep, err := one.confirmed(ctx, db, req, ar.BatchSize)
+		if rep.AuditID != 0 && rep.AuditIDs == nil {
+			rep.AuditIDs = []int64{rep.AuditID}
+		}
+		return rep, err
+	case len(req.IDs) > 0:
 		rep, err := one.once(ctx, db, req, 0)
 		if rep.AuditID != 0 {
 			rep.AuditIDs = []int64{rep.AuditID}
@@ -128,7 +138,7 @@ SELECT id, projection, entity_type, entity_id, op, event_version, payload, scope
        replay_count + 1, created_at, now()
   FROM back`
 
-var restoreAction = action{name: "restore", doing: "restoring", rows: restorableRows, sql: restoreSQL}
+var restoreAction = action{name: "restore", doing: "restoring", rows: restorableRows, sql: restoreSQL, lockedDryRun: true}
 
 // Restore brings archived failed rows back into outbox_events as pending,
 // by id only, in one transaction with one audit row. Discarded is terminal

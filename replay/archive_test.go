@@ -395,3 +395,27 @@ func TestArchivedDiscardedRowsAreNeverRestored(t *testing.T) {
 	require.Equal(t, []string{"pending"}, b.statuses(t, id[0]))
 	require.Equal(t, 3, b.count(t, `SELECT count(*) FROM outbox_dead_letter`), "id[5] and both discarded rows stay")
 }
+
+// A batch that comes back short does not end the archive: here a row of
+// the first batch is replayed while the batch waits for its lock, and the
+// rows behind it are archived all the same.
+func TestArchiveGoesOnPastAShortBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.insertFailed(t, 30, "timeout")
+	release := b.hold(t, id[3])
+	done := make(chan struct{})
+	var rep Report
+	var err error
+	go func() {
+		defer close(done)
+		rep, err = Archive(b.ctx, b.db.Pool, ArchiveRequest{OlderThan: time.Minute, BatchSize: 10, By: "alice", Why: "x"})
+	}()
+	b.waitBlocked(t)
+	release(`UPDATE outbox_events SET status = 'pending' WHERE id = $1`)
+	<-done
+	require.NoError(t, err)
+	require.Equal(t, 29, len(rep.Events))
+	require.Equal(t, 29, b.count(t, `SELECT count(*) FROM outbox_dead_letter`))
+	require.Equal(t, []string{"pending"}, b.statuses(t, id[3]))
+}

@@ -18,6 +18,8 @@
 // again still tells its whole story. All four share one path (action.go):
 // select and lock, refuse by id or by the cap with nothing changed, write
 // the audit row, change the rows with a compare-and-set on their status.
+// A dry run reads the same selection without locking it, a page per
+// transaction (preview.go).
 // Replaying is safe because projections write with deterministic document
 // ids: a repeated event gives the same document.
 //

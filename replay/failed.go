@@ -99,16 +99,19 @@ type rowSet struct {
 	unknown string
 	// byIDs locks every requested row whatever its status, so missing and
 	// unwanted ids can be reported; wanted and matches say why one is left.
-	byIDs string
+	// readByIDs is the same without the lock, for a dry run.
+	byIDs, readByIDs string
 	// locked locks the wanted rows a filter matches, lowest id first; $9 is
-	// the limit, NULL for all.
-	locked string
+	// the limit, NULL for all. lowest reads them without the lock.
+	locked, lowest string
 	// oldest locks the $9 wanted rows a filter matches that failed first:
 	// a batch of a large selection, found by walking the partial indexes
 	// of its statuses in the order of failure, where locked would read and
-	// sort every match for each batch. Empty for the dead letter.
-	oldest string
-	count  string
+	// sort every match for each batch. page reads, without a lock, the $9
+	// that failed first after the position ($10 the time of failure, $11
+	// the id): a page of a dry run. Both empty for the dead letter.
+	oldest, page string
+	count        string
 	// list is newest failure first: triage starts from what just broke.
 	list  string
 	stats string
@@ -153,19 +156,19 @@ func newRowSet(table, archivedAt, status, want, unknown string) rowSet {
        left(coalesce(last_error, ''), 300), updated_at, replay_count, coalesce(scope_key, ''),
        status, ` + archivedAt
 	where := status + "\n   AND " + filterWhere
-	return rowSet{
-		want: want, unknown: unknown, table: table, cols: cols, where: where,
-		byIDs: `SELECT ` + cols + `, ` + status + ` AS wanted, coalesce(` + filterWhere + `, false) AS matches
+	byIDs := `SELECT ` + cols + `, ` + status + ` AS wanted, coalesce(` + filterWhere + `, false) AS matches
   FROM ` + table + `
  WHERE id = ANY($9)
- ORDER BY id
- FOR UPDATE`,
-		locked: `SELECT ` + cols + `
+ ORDER BY id`
+	lowest := `SELECT ` + cols + `
   FROM ` + table + `
  WHERE ` + where + `
  ORDER BY id
- LIMIT $9
- FOR UPDATE`,
+ LIMIT $9`
+	return rowSet{
+		want: want, unknown: unknown, table: table, cols: cols, where: where,
+		byIDs: byIDs + "\n FOR UPDATE", readByIDs: byIDs,
+		locked: lowest + "\n FOR UPDATE", lowest: lowest,
 		count: `SELECT count(*) FROM ` + table + ` WHERE ` + where,
 		list: `SELECT ` + cols + `
   FROM ` + table + `
@@ -201,22 +204,27 @@ SELECT projection, coalesce(error_reason, ''), coalesce(max(error_class), ''), c
  GROUP BY 1, 2`
 }
 
-// withOldest adds r's oldest query: one arm per status, each walking its
-// partial index by time of failure (outbox_events_failed_time_idx,
+// withOldest adds r's oldest and page queries: one arm per status, each
+// walking its partial index by time of failure (outbox_events_failed_time_idx,
 // outbox_events_discarded_idx) and stopping at the limit.
 func withOldest(r rowSet, statuses ...string) rowSet {
-	arms := make([]string, len(statuses))
-	for i, st := range statuses {
-		arms[i] = `(SELECT id, updated_at FROM ` + r.table + ` WHERE status = '` + st + `' AND ` + filterWhere + `
+	firstFailed := func(after string) string {
+		arms := make([]string, len(statuses))
+		for i, st := range statuses {
+			arms[i] = `(SELECT id, updated_at FROM ` + r.table + ` WHERE status = '` + st + `' AND ` + filterWhere + after + `
          ORDER BY updated_at, id LIMIT $9)`
-	}
-	r.oldest = `SELECT ` + r.cols + `
+		}
+		return `SELECT ` + r.cols + `
   FROM ` + r.table + `
  WHERE id = ANY(ARRAY(SELECT id FROM (` + strings.Join(arms, "\n       UNION ALL ") + `) c
                        ORDER BY updated_at, id LIMIT $9))
-   AND ` + r.where + `
+   AND ` + r.where
+	}
+	r.oldest = firstFailed("") + `
  ORDER BY id
  FOR UPDATE`
+	r.page = firstFailed(` AND (updated_at, id) > ($10::timestamptz, $11::bigint)`) + `
+ ORDER BY updated_at, id`
 	return r
 }
 

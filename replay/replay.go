@@ -50,7 +50,8 @@ type Request struct {
 	Limit int
 	// By and Why go to the audit row and are required.
 	By, Why string
-	// DryRun reports what would change and changes nothing.
+	// DryRun reports what would change and changes nothing; it locks no
+	// row, and reads a page per transaction.
 	DryRun bool
 	// ResetAttempts zeroes attempts on a replay or restore; by default they
 	// are kept. A discard ignores it.
@@ -65,9 +66,11 @@ type Request struct {
 	// shows both as typed and as the time it meant.
 	Given map[string]string
 	// Expect, when set, is the Report.Token of a dry run: the action refuses,
-	// changing nothing, unless it selected exactly the rows that dry run did.
+	// changing nothing, unless it selects exactly the rows that dry run did.
 	// So a confirmation given for N rows never applies to others, e.g. when
-	// someone replayed some of them in between.
+	// someone replayed some of them in between. Up to BatchDefault rows it
+	// is one transaction; more go in transactions of BatchDefault, each
+	// leaving alone a row changed since the check (action.confirmed).
 	Expect string
 }
 

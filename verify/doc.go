@@ -45,5 +45,12 @@
 // application's alike. A repair likewise queues its events in short
 // transactions (see Repair), never one open across the run.
 //
+// A repair never deletes a document the ledger says is live at the
+// delete's version or newer: such an extra document is not repairable
+// (LedgerLive), the leader drops such a repair event unsent (the ledger
+// may move after the verify judged), and the scheduled verify's automatic
+// repair, which deletes through the engine itself, reads the ledger and
+// the events in flight once more just before its delete.
+//
 // Only pages, a batch of suspects and the samples are held in memory.
 package verify

@@ -9,6 +9,8 @@ import (
 	"net/url"
 
 	"github.com/olivere/elastic/v7"
+
+	"github.com/wlproj/wlproj/rebuild"
 )
 
 // engine reads one index (or alias) with requests that every engine of the
@@ -122,26 +124,13 @@ func (e engine) search(ctx context.Context, ids []string) (map[string]int64, err
 // get returns the versions of those of ids the index has now: _mget is
 // real time, so a write acked a moment ago counts.
 func (e engine) get(ctx context.Context, ids []string) (map[string]int64, error) {
-	var a struct {
-		Docs []struct {
-			ID      string          `json:"_id"`
-			Found   bool            `json:"found"`
-			Version int64           `json:"_version"`
-			Error   json.RawMessage `json:"error"`
-		} `json:"docs"`
+	docs, err := rebuild.MGet(ctx, e.client, e.index, ids, false)
+	if err != nil {
+		return nil, err
 	}
-	params := url.Values{"realtime": {"true"}, "_source": {"false"}, "filter_path": {"docs._id,docs.found,docs._version,docs.error"}}
-	if err := e.do(ctx, http.MethodPost, "/"+url.PathEscape(e.index)+"/_mget", params, map[string]any{"ids": ids}, &a); err != nil {
-		return nil, fmt.Errorf("get %d documents from %s: %w", len(ids), e.index, err)
-	}
-	out := make(map[string]int64, len(ids))
-	for _, d := range a.Docs {
-		if len(d.Error) > 0 {
-			return nil, fmt.Errorf("get %s from %s: %s", d.ID, e.index, d.Error)
-		}
-		if d.Found {
-			out[d.ID] = d.Version
-		}
+	out := make(map[string]int64, len(docs))
+	for id, d := range docs {
+		out[id] = d.Version
 	}
 	return out, nil
 }

@@ -59,7 +59,7 @@ func (f fingerprinter) add(fp *fingerprint, id string, version int64) {
 // changed during the read may make the sums differ; the comparison
 // document by document then settles it, as it does any live change.
 func (v *run) equalByFingerprint(ctx context.Context) (bool, int64, error) {
-	db := database{q: v.cfg.Pool, table: v.table, projection: v.cfg.Projection}
+	db := v.database()
 	f := newFingerprinter()
 	var index, source fingerprint
 	gctx, cancel := context.WithCancel(ctx)

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -34,6 +35,11 @@ const (
 	NoSource  = "no_source"  // missing or stale without a source table: no document to send
 	NoEntity  = "no_entity"  // the _id is not entity_type:entity_id, which no event addresses
 	NoVersion = "no_version" // the source row's version is NULL
+	// LedgerLive is an extra document the ledger says is live at the
+	// version a delete would take, or a newer one: the source table lacks
+	// a row the outbox wrote. The leader never sends such a delete
+	// (outbox.Event.Stale); the source or the producer needs fixing.
+	LedgerLive = "ledger_live"
 )
 
 // RepairRequest is a repair: the audit's who and why, and its guards.
@@ -100,8 +106,9 @@ type repairEvent struct {
 // missing or stale document is upserted from its source row at the row's
 // version; an extra or resurrected one is deleted at the newest version
 // the index or the ledger holds, which the engine (external_gte) and the
-// loop (a repair is sent at the ledger's version) both take. A delete at
-// that version, not above it, leaves a producer's next version free.
+// loop (a repair is sent at the ledger's version) both take, unless the
+// ledger says the document is live at that version (LedgerLive). A delete
+// at that version, not above it, leaves a producer's next version free.
 func repairOf(d Drift) (repairEvent, string) {
 	ev := repairEvent{kind: d.Kind, entityType: d.EntityType, entityID: d.EntityID, payload: "{}"}
 	switch {
@@ -120,6 +127,9 @@ func repairOf(d Drift) (repairEvent, string) {
 	ev.op, ev.version = outbox.OpDelete, d.IndexVersion
 	if d.Ledger != nil {
 		ev.version = max(ev.version, d.Ledger.Version)
+	}
+	if d.Ledger != nil && !d.Ledger.Deleted && d.Ledger.Version >= ev.version {
+		return ev, LedgerLive
 	}
 	return ev, ""
 }
@@ -151,6 +161,7 @@ func Repair(ctx context.Context, cfg Config, req RepairRequest) (RepairReport, e
 		return rp.rep, err
 	}
 	rp.req, rp.projection, rp.pool = req, cfg.Projection, cfg.Pool
+	rp.selector = map[string]any{"projection": cfg.Projection, "index": cfg.Index, "source_table": cfg.SourceTable}
 	if req.DryRun {
 		rp.pool = nil
 	}
@@ -190,8 +201,11 @@ func (req RepairRequest) check() error {
 // repairer queues a repair's events as the verify finds drift, and keeps
 // the report.
 type repairer struct {
-	rep        RepairReport
-	req        RepairRequest
+	rep RepairReport
+	req RepairRequest
+	// selector is what each audit row says the repair was of: the
+	// projection, the index and the source table.
+	selector   map[string]any
 	projection string
 	// pool is nil on a dry run: nothing is queued.
 	pool *pgxpool.Pool
@@ -227,7 +241,10 @@ func (rp *repairer) onDrift(ctx context.Context, drift []Drift) error {
 }
 
 // queue inserts a batch of repair events and its audit row in one
-// transaction.
+// transaction, and asks the leader to claim from the head at once: the
+// events fall due at the transaction's start, behind the claim cursor
+// once the leader claimed anything committed meanwhile, where only a claim
+// from the head finds them (a poll interval later, without the request).
 func (rp *repairer) queue(ctx context.Context, batch []repairEvent) error {
 	n := len(batch)
 	types, ids, ops, payloads := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -247,9 +264,12 @@ func (rp *repairer) queue(ctx context.Context, batch []repairEvent) error {
 		if got, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
 			return fmt.Errorf("queue repair events: %w", err)
 		}
-		r := &rp.rep
-		selector := map[string]any{"projection": r.Projection, "index": r.Index, "source_table": r.SourceTable,
-			"queued": queued, "first_event_id": slices.Min(got), "last_event_id": slices.Max(got), "batch": len(r.AuditIDs) + 1}
+		if _, err := tx.Exec(ctx, outbox.NotifyHeadSQL); err != nil {
+			return fmt.Errorf("queue repair events: %w", err)
+		}
+		selector := maps.Clone(rp.selector)
+		selector["queued"], selector["batch"] = queued, len(rp.rep.AuditIDs)+1
+		selector["first_event_id"], selector["last_event_id"] = slices.Min(got), slices.Max(got)
 		auditID, _, err = outbox.WriteAudit(ctx, tx, outbox.Audit{Action: "repair", By: rp.req.By, Why: rp.req.Why,
 			Selector: selector, EventIDs: got, Count: int64(len(got))})
 		return err

@@ -5,11 +5,15 @@ import (
 	"encoding/json"
 	"net/http"
 	"testing"
+	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wlproj/wlproj/consume"
 	"github.com/wlproj/wlproj/internal/bounds"
 	"github.com/wlproj/wlproj/internal/testkit/harness"
+	"github.com/wlproj/wlproj/projection"
 )
 
 var who = RepairRequest{By: "alice", Why: "drift found by verify (INC-7)"}
@@ -165,4 +169,65 @@ func TestVerifyRepairOfAFreshHandDeleteTakesASecondRun(t *testing.T) {
 	}
 	require.NoError(t, harness.ES(context.Background(), f.base, http.MethodGet, "/"+f.index+"/_doc/book:b5", nil, &doc))
 	require.EqualValues(t, 1, doc.Version)
+}
+
+// A document the source table lacks while the ledger says it is live (the
+// application deleted its row without an event, or the table is behind
+// the outbox) is extra, but no repair deletes it: the ledger's applied
+// upsert is the newer word, and the leader would drop such a delete
+// unsent. It is reported as unrepairable, ledger_live; a stray document
+// the ledger never heard of is deleted.
+func TestVerifyRepairDeletesNothingTheLedgerSaysIsLive(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 20)
+	f.Exec(t, `DELETE FROM search_index WHERE entity_id = 'b5'`)
+	f.es(t, http.MethodPut, "/"+f.index+"/_doc/book:x1?version=3&version_type=external_gte&refresh=true", `{"kind": "book"}`)
+
+	rep := f.repair(t, f.config("search_index"), who)
+	require.Equal(t, counts(0, 0, 2, 0), rep.Counts)
+	require.Equal(t, counts(0, 0, 1, 0), rep.Queued)
+	require.Equal(t, map[string]int64{LedgerLive: 1}, rep.Unrepairable)
+	f.drain(t)
+	require.Equal(t, counts(0, 0, 1, 0), f.verify(t, f.config("search_index")).Counts, "b5 stays, x1 is gone")
+}
+
+// Repair events fall due at their transaction's start; when the leader
+// claims an event committed meanwhile, they are behind its claim cursor.
+// The repair asks for a claim from the head, so they are applied at once,
+// not a poll interval (here a minute) later.
+func TestVerifyRepairIsAppliedAtOnceBehindTheCursor(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := setup(t, 20)
+	f.deleteByHand(t, "b1")
+	loop, err := consume.NewLoop(consume.Config{PollInterval: time.Minute}, f.Store, projection.Registry{"search": f.search}, zerolog.Nop())
+	require.NoError(t, err)
+	drain, done := make(chan struct{}), make(chan struct{})
+	go func() { defer close(done); loop.Run(ctx, 1, drain) }()
+	t.Cleanup(func() { close(drain); <-done })
+
+	// The repair's transaction inserts its event, then waits on the audit
+	// table while the application's event commits and is claimed.
+	lock, err := f.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer lock.Rollback(ctx) //nolint:errcheck
+	_, err = lock.Exec(ctx, `LOCK TABLE outbox_replay_audit IN SHARE MODE`)
+	require.NoError(t, err)
+	repaired := make(chan error, 1)
+	go func() { _, err := Repair(ctx, f.config("search_index"), who); repaired <- err }()
+	harness.Eventually(t, 20*time.Second, "the repair's transaction waiting on the audit table", func() bool {
+		return f.Int(t, `SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'outbox_replay_audit'::regclass`) == 1
+	})
+	f.produce(t, `SELECT 'book', 'b2', 'upsert', 2::bigint, '{"kind": "book", "title": "second"}'::jsonb`)
+	harness.Eventually(t, 10*time.Second, "the application's event done", func() bool {
+		return f.Count(t, `entity_id = 'b2' AND event_version = 2 AND status = 'done'`) == 1
+	})
+	require.NoError(t, lock.Rollback(ctx))
+	committed := time.Now()
+	require.NoError(t, <-repaired)
+
+	harness.Eventually(t, 10*time.Second, "the repair event done", func() bool {
+		return f.Count(t, `repair AND status = 'done'`) == 1
+	})
+	t.Logf("the repair event behind the cursor was applied %s after its commit (poll interval 1m)", time.Since(committed))
 }

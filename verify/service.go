@@ -172,8 +172,13 @@ func (s *Service) runOnce(ctx context.Context) (RunResult, error) {
 // deleteResurrected deletes the batch's resurrected documents through the
 // search handler, at the newest version the index or the ledger holds,
 // and returns the ids of those the engine deleted. A document changed
-// since (a version conflict) is left for the next run.
+// since the verify judged it (in the database: stillDeleted; or in the
+// engine: a version conflict) is left for the next run.
 func (s *Service) deleteResurrected(ctx context.Context, drift []Drift) ([]string, error) {
+	drift, err := s.stillDeleted(ctx, drift)
+	if err != nil {
+		return nil, err
+	}
 	var events []outbox.Event
 	var ids []string
 	for _, d := range drift {
@@ -200,6 +205,34 @@ func (s *Service) deleteResurrected(ctx context.Context, drift []Drift) ([]strin
 		}
 	}
 	return deleted, errors.Join(errs...)
+}
+
+// stillDeleted is the drift whose documents the database holds as the
+// verify judged them, read again just before the delete: the same ledger
+// entry and no event in flight. The automatic repair sends its deletes to
+// the engine itself, not through the outbox (the daemon's role may not
+// insert events), so this is where it applies the leader's rule: a repair
+// delete is never sent once the ledger moved since the judgement, as it
+// does when the document is re-created (outbox.Event.Stale).
+func (s *Service) stillDeleted(ctx context.Context, drift []Drift) ([]Drift, error) {
+	keys := make([]key, 0, len(drift))
+	for _, d := range drift {
+		if d.EntityType != "" {
+			keys = append(keys, key{Type: d.EntityType, ID: d.EntityID})
+		}
+	}
+	now, err := database{q: s.pool, projection: s.cfg.Projection}.current(ctx, keys, false)
+	if err != nil {
+		return nil, err
+	}
+	kept := drift[:0:0]
+	for _, d := range drift {
+		c := now[key{Type: d.EntityType, ID: d.EntityID}]
+		if !c.inFlight && c.same(current{ledger: d.Ledger}) {
+			kept = append(kept, d)
+		}
+	}
+	return kept, nil
 }
 
 // audit writes one row for the run's automatic repair.

@@ -111,3 +111,33 @@ func TestVerifyServiceConfig(t *testing.T) {
 		require.Equal(t, tc.field, field.Field)
 	}
 }
+
+// The automatic repair deletes through the engine itself, so it applies
+// the leader's rule just before its delete: b1, judged resurrected on the
+// tombstone of v2 with the index at v3, was re-created at v3 and the ack
+// landed since; the ledger says live at v3 and the delete is not sent. b2,
+// judged alike, has an event in flight. b3, resurrected for real, goes.
+func TestVerifyAutoRepairSendsNoDeleteTheLedgerMovedPast(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 10)
+	f.produce(t, `SELECT 'book', 'b' || g, 'delete', 2::bigint, '{}'::jsonb FROM generate_series(1, 3) g`)
+	f.drain(t)
+	f.produce(t, `SELECT 'book', 'b1', 'upsert', 3::bigint, '{"kind": "book", "title": "again"}'::jsonb`)
+	f.drain(t)
+	f.produce(t, `SELECT 'book', 'b2', 'upsert', 3::bigint, '{"kind": "book", "title": "again"}'::jsonb`)
+	for _, id := range []string{"b2", "b3"} {
+		f.es(t, http.MethodPut, "/"+f.index+"/_doc/book:"+id+"?version=3&version_type=external_gte&refresh=true", `{"kind": "book"}`)
+	}
+	judged := func(id string) Drift {
+		return Drift{Kind: Resurrected, ID: "book:" + id, EntityType: "book", EntityID: id, IndexVersion: 3,
+			Ledger: &Entry{Version: 2, Deleted: true}}
+	}
+	s := f.service(t, ServiceConfig{Interval: time.Hour, AutoRepair: true})
+
+	deleted, err := s.deleteResurrected(context.Background(), []Drift{judged("b1"), judged("b2"), judged("b3")})
+	require.NoError(t, err)
+	require.Equal(t, []string{"book:b3"}, deleted)
+	f.es(t, http.MethodPost, "/"+f.index+"/_refresh", "")
+	require.Equal(t, counts(0, 0, 0, 0), f.verify(t, f.config("")).Counts, "b1 live at v3, b2 waits for its event, b3 gone")
+	require.Equal(t, 1, f.Count(t, `entity_id = 'b2' AND status = 'pending'`))
+}

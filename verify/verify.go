@@ -258,7 +258,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 
 // newRun checks the source table and sets up a run of a valid cfg.
 func newRun(ctx context.Context, cfg Config) (*run, error) {
-	v := &run{cfg: cfg, engine: engine{client: cfg.Client, index: cfg.Index},
+	v := &run{cfg: cfg, q: cfg.Pool, engine: engine{client: cfg.Client, index: cfg.Index},
 		rep: Report{Projection: cfg.Projection, Index: cfg.Index, Counts: map[Kind]int64{}, Samples: map[Kind][]string{},
 			Started: time.Now()}}
 	if cfg.SourceTable != "" {
@@ -277,7 +277,10 @@ func newRun(ctx context.Context, cfg Config) (*run, error) {
 
 // run is one verify in progress.
 type run struct {
-	cfg    Config
+	cfg Config
+	// q reads the database: the pool, or in a test a wrapper that lets the
+	// leader ack between two statements.
+	q      querier
 	engine engine
 	table  string // quoted; "" without a source table
 	// limit paces the index's pages and the walk; limitSource the source
@@ -286,6 +289,11 @@ type run struct {
 	rep                Report
 	// suspects wait to be checked again, at most recheckBatch of them.
 	suspects []suspect
+}
+
+// database is what the run reads of the database.
+func (v *run) database() database {
+	return database{q: v.q, table: v.table, projection: v.cfg.Projection}
 }
 
 // suspect is a document that differed when first read.
@@ -313,7 +321,7 @@ func (v *run) compare(ctx context.Context) error {
 	// whole rate-capped run would keep vacuum from the outbox's dead rows,
 	// and the claim from skipping them, for as long. What changes between
 	// two pages shows up as a suspect, and the check again settles it.
-	db := database{q: v.cfg.Pool, table: v.table, projection: v.cfg.Projection}
+	db := v.database()
 	if err := v.scanIndex(ctx, db); err != nil {
 		return err
 	}
@@ -457,7 +465,7 @@ func (v *run) settle(ctx context.Context, batch []suspect, readIndex indexReader
 			keys = append(keys, s.key)
 		}
 	}
-	db := database{q: v.cfg.Pool, table: v.table, projection: v.cfg.Projection}
+	db := v.database()
 	before, err := db.current(ctx, keys, false)
 	if err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/olivere/elastic/v7"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -384,6 +385,75 @@ func TestVerifyCheckAgainIgnoresAChangeBetweenItsReads(t *testing.T) {
 		require.Equal(t, "book:b1", drift[0].ID)
 		require.EqualValues(t, 3, v.rep.InFlight, "table %q", tc.table)
 	}
+}
+
+// The issue's interleaving at the check again: b1 deleted at v2 and
+// re-created at v3; the leader claimed the v3 event, the engine holds it,
+// and its ack lands between two statements of the check. In the old order
+// (the index, then the ledger, then the events in flight in a statement of
+// its own) the check saw the index at v3, the tombstone of v2 and, after
+// the ack, nothing in flight: b1 was judged resurrected, and an automatic
+// repair deleted it at v3. Read database, index, database, the first read
+// sees the event in flight and the second the ledger live at v3.
+func TestVerifyCheckAgainSeesAnAckBetweenItsStatements(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := setup(t, 10)
+	f.produce(t, `SELECT 'book', 'b1', 'delete', 2::bigint, '{}'::jsonb`)
+	f.drain(t)
+	f.produce(t, `SELECT 'book', 'b1', 'upsert', 3::bigint, '{"kind": "book", "title": "again"}'::jsonb`)
+	claimed, err := f.Store.Claim(ctx, 1, 10, time.Minute, []string{"search"})
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	for _, r := range f.search.Handle(ctx, claimed) {
+		require.NoError(t, r.Err)
+	}
+
+	v, err := newRun(ctx, f.config("").withDefaults())
+	require.NoError(t, err)
+	v.q = &ackAfterFirst{querier: v.q, ack: func() {
+		acked, err := f.Store.AckDone(ctx, 1, claimed[0].Claim, []int64{claimed[0].ID}, []int64{claimed[0].ID})
+		require.NoError(t, err)
+		require.Len(t, acked, 1)
+	}}
+	drift, err := v.settle(ctx, []suspect{{id: "book:b1", key: key{"book", "b1"}, hasKey: true}}, v.engine.get)
+	require.NoError(t, err)
+	require.Empty(t, drift, "b1 is live at v3: no drift, nothing for a repair to delete")
+}
+
+// ackAfterFirst runs ack once, when the first statement's rows have all
+// been read: the leader's ack landing between two statements of a read.
+type ackAfterFirst struct {
+	querier
+	ack  func()
+	done bool
+}
+
+func (q *ackAfterFirst) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	rows, err := q.querier.Query(ctx, sql, args...)
+	if err != nil || q.done {
+		return rows, err
+	}
+	q.done = true
+	return &rowsThen{Rows: rows, then: q.ack}, nil
+}
+
+// rowsThen calls then once its rows are read.
+type rowsThen struct {
+	pgx.Rows
+	then func()
+}
+
+func (r *rowsThen) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	if r.then != nil {
+		then := r.then
+		r.then = nil
+		then()
+	}
+	return false
 }
 
 // A verify and a repair, rate-capped to last seconds, hold no snapshot for
