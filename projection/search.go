@@ -231,10 +231,11 @@ func (s *Search) candidates(events []outbox.Event, actions []bulkAction, results
 
 // dropReused keeps, of a document's candidates newest first, one event of
 // each version, and fails the others as version_reused. A repair comes
-// before the producer's event of its version and rewrites it, but the
-// producer's event stays next in line: if the repair is refused (a mapping
-// the source row's content does not fit) or fails, the producer's event is
-// sent in its place, not marked superseded by a write that never happened.
+// before the other events of its version and rewrites the version, but they
+// stay next in line (the producer's event, a second repair): if the repair
+// is refused (a mapping the source row's content does not fit) or fails,
+// the next is sent in its place, not marked superseded by a write that
+// never happened.
 func dropReused(idx []int, events []outbox.Event, results []Result) []int {
 	kept := idx[:0]
 	for _, i := range idx {
@@ -242,14 +243,11 @@ func dropReused(idx []int, events []outbox.Event, results []Result) []int {
 			kept = append(kept, i)
 			continue
 		}
-		switch first := events[kept[len(kept)-1]]; {
-		case first.Repair && !events[i].Repair:
-			kept = append(kept, i)
-		case first.Repair:
-			results[i].Superseded = true // two repairs of one version: the source row's content twice
-		default:
+		if first := events[kept[len(kept)-1]]; !first.Repair {
 			results[i].Err = VersionReused(events[i], first.ID)
+			continue
 		}
+		kept = append(kept, i) // behind a repair, the next in line if it is refused
 	}
 	return kept
 }

@@ -874,3 +874,17 @@ func TestSearchRefusedRepairFallsBackToTheProducersEvent(t *testing.T) {
 	requireSuperseded(t, res[3])
 	b.requireDoc(t, "book:5", 6, "Dune, repaired")
 }
+
+// Two repairs of one version (the source row changed without a version
+// bump): the second is sent when the engine refuses the first.
+func TestSearchRefusedRepairFallsBackToTheNextRepair(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	refused := upsert(1, "book", "7", v(3), `{"kind":"book","title":"Emma","isbn":"refused by the strict mapping"}`)
+	fits := upsert(2, "book", "7", v(3), book("Emma"))
+	refused.Repair, fits.Repair = true, true
+	res := handle(t, b.search, refused, fits)
+	requireFailed(t, res[1], classify.Deterministic, "mapping_error")
+	requireApplied(t, res[2])
+	b.requireDoc(t, "book:7", 3, "Emma")
+}
