@@ -21,11 +21,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/wlproj/wlproj/consume"
 	"github.com/wlproj/wlproj/internal/testkit/faultproxy"
 	"github.com/wlproj/wlproj/internal/testkit/harness"
 	"github.com/wlproj/wlproj/internal/testkit/holdproxy"
 	"github.com/wlproj/wlproj/internal/testkit/tcpproxy"
 	"github.com/wlproj/wlproj/leader"
+	"github.com/wlproj/wlproj/projection"
 )
 
 const (
@@ -117,7 +119,8 @@ type Config struct {
 	// PG restarts Postgres.
 	PG PGControl
 	// NodeLoss runs engine-node-loss, which needs a stack of several engine
-	// nodes, Nodes, and keeps the killed one down for NodeOutage.
+	// nodes, Nodes, and keeps each faulted node silent, answering 503, or
+	// killed for NodeOutage.
 	NodeLoss   bool
 	Nodes      NodeControl
 	NodeOutage time.Duration
@@ -243,11 +246,14 @@ type drill struct {
 	// failedOver: the primary was killed and the standby promoted; the old
 	// primary must stay down (a second read-write host).
 	failedOver bool
-	// nodeList: the replicas talk to the engine's nodes directly, over
-	// ELASTIC_URL's list (engine-node-loss on), not through the proxies.
-	nodeList bool
-	procsMu  sync.Mutex
-	procs    []*proc
+	// nodeList: the replicas talk to the engine's nodes over a node list
+	// (engine-node-loss on): nodeProxies, one fault proxy in front of each
+	// node of ELASTIC_URL, in its order; not through the slots' hold
+	// proxies and the first node's fault proxy.
+	nodeList    bool
+	nodeProxies []*faultproxy.Proxy
+	procsMu     sync.Mutex
+	procs       []*proc
 	// health samples the database during the scenario running.
 	health *harness.HealthWatch
 }
@@ -397,6 +403,9 @@ func (d *drill) setupProxies() error {
 		return err
 	}
 	d.s.OnClose(func() { _ = d.engine.Close() })
+	if err := d.setupNodeProxies(); err != nil {
+		return err
+	}
 	pgCfg, err := pgx.ParseConfig(d.cfg.AdminURL)
 	if err != nil {
 		return fmt.Errorf("DATABASE_URL: %w", err)
@@ -426,6 +435,34 @@ func (d *drill) setupProxies() error {
 	return nil
 }
 
+// setupNodeProxies puts a fault proxy in front of each node of a stack of
+// several engine nodes, for engine-node-loss. They are made here, with the
+// others, so that they too close only once the replicas have stopped.
+func (d *drill) setupNodeProxies() error {
+	if len(d.cfg.Nodes.URLs) < 2 {
+		return nil
+	}
+	for _, node := range d.cfg.Nodes.URLs {
+		p, err := faultproxy.New(node)
+		if err != nil {
+			return err
+		}
+		d.s.OnClose(func() { _ = p.Close() })
+		d.nodeProxies = append(d.nodeProxies, p)
+	}
+	return nil
+}
+
+// nodeListURL is the replicas' ELASTIC_URL on a node list: the nodes'
+// fault proxies, comma-separated.
+func (d *drill) nodeListURL() string {
+	urls := make([]string, len(d.nodeProxies))
+	for i, p := range d.nodeProxies {
+		urls[i] = p.URL()
+	}
+	return strings.Join(urls, ",")
+}
+
 // pgHosts lists the host:port of each host DATABASE_URL names, in order
 // (sslmode=prefer lists a host twice, with and without TLS).
 func pgHosts(cfg *pgx.ConnConfig) []string {
@@ -448,8 +485,9 @@ func (d *drill) ensurePostgres() {
 }
 
 // env is a replica's environment: the runtime role through the slot's own
-// proxy, the engine through the slot's hold proxy and the fault proxy, and
-// fast failover settings.
+// proxy, the engine through the slot's hold proxy and the fault proxy (or,
+// on a node list, through the nodes' fault proxies), and fast failover
+// settings.
 func (d *drill) env(s *slot) []string {
 	u, _ := url.Parse(d.s.DB.URL)
 	u.User = url.UserPassword(d.s.Runtime, d.runtimePassword)
@@ -460,18 +498,24 @@ func (d *drill) env(s *slot) []string {
 		hosts[i] = p.Addr()
 	}
 	u.Host = strings.Join(hosts, ",")
-	engine := "http://" + s.engine.Addr()
+	engine, timeouts := "http://"+s.engine.Addr(), []string{"OUTBOX_LEASE_SECONDS=10"}
 	if d.nodeList {
-		engine = d.cfg.ElasticURL
+		// The engine timeout and the lease as shipped: a node that holds a
+		// bulk then costs what it would in service (its whole deadline
+		// before the node list), not harness.Quick's 5 s; and the lease
+		// outlasts that deadline, as shipped.
+		engine, timeouts = d.nodeListURL(), []string{
+			"ELASTIC_TIMEOUT_SECONDS=" + strconv.Itoa(int(projection.TimeoutDefault.Seconds())),
+			"OUTBOX_LEASE_SECONDS=" + strconv.Itoa(int(consume.LeaseDefault.Seconds())),
+		}
 	}
-	return harness.ReplicaEnv(u.String(), engine, d.s.Index, slices.Concat(harness.Quick, []string{
+	return harness.ReplicaEnv(u.String(), engine, d.s.Index, slices.Concat(harness.Quick, timeouts, []string{
 		"OUTBOX_LEADER_CHECK_INTERVAL_SECONDS=0.25",
 		"OUTBOX_TCP_KEEPALIVES_IDLE=" + strconv.Itoa(keepalivesIdle),
 		"OUTBOX_TCP_KEEPALIVES_INTERVAL=" + strconv.Itoa(keepalivesInterval),
 		"OUTBOX_TCP_KEEPALIVES_COUNT=" + strconv.Itoa(keepalivesCount),
 		"OUTBOX_MAX_BACKOFF_SECONDS=2",
 		"OUTBOX_MAX_ATTEMPTS=" + strconv.Itoa(d.cfg.MaxAttempts),
-		"OUTBOX_LEASE_SECONDS=10",
 		"OUTBOX_SHUTDOWN_GRACE_SECONDS=" + strconv.Itoa(int(shutdownGrace.Seconds())),
 		"LOG_FORMAT=json",
 	})...)

@@ -16,12 +16,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/wlproj/wlproj/internal/testkit/faultproxy"
 	"github.com/wlproj/wlproj/internal/testkit/harness"
 )
 
-// nodeOutageDefault is how long the killed node stays down: past the
-// client's longest revive delay (30 s), so the replicas' retries of the
-// dead node are seen too.
+// nodeOutageDefault is how long each node stays silent, answering 503,
+// or killed: past the client's longest probe interval (30 s), so that its
+// probes of the node are seen failing at their slowest too.
 const nodeOutageDefault = 40 * time.Second
 
 // NodeControl kills and restarts the engine nodes of a multi-node stack
@@ -101,6 +102,9 @@ func (n NodeControl) start(root string, i int) error {
 
 // NodeLoss is what engine-node-loss measured.
 type NodeLoss struct {
+	// Faults are the phases in which one node's proxy was silent, then
+	// another's answered 503, in order.
+	Faults []*NodeFault `json:"faults"`
 	// KilledNode held the index's primary shard; WasMaster says whether it
 	// was also the elected master.
 	KilledNode string `json:"killed_node"`
@@ -118,38 +122,113 @@ type NodeLoss struct {
 	// elsewhere.
 	DownSeconds  float64 `json:"node_down_seconds"`
 	GreenSeconds float64 `json:"green_after_restart_seconds"`
-	// ConnectionErrors are events whose history holds a connection error
-	// or timeout since the kill: bulks that went to the dead node and were
-	// retried on another.
-	ConnectionErrors int64 `json:"events_with_connection_errors"`
+	// BulksToKilledNode are the bulks its proxy received while the node
+	// was down (each answered 502).
+	BulksToKilledNode int `json:"bulks_to_node_while_down"`
+	// Killed is what the outbox says of the kill phase. The drill used to
+	// count the events with a connection error since the kill
+	// (events_with_connection_errors), the dead node's bulks retried as
+	// attempts. The client now sends a lost node's requests to another
+	// node itself, and the proxy in front of the dead node answers 502,
+	// which it resends too: no event may have any error since the kill.
+	Killed PhaseEvents `json:"kill_events"`
 }
 
 func (n *NodeLoss) notes() string {
+	var faults []string
+	for _, f := range n.Faults {
+		faults = append(faults, f.notes())
+	}
 	master := ""
 	if n.WasMaster {
 		master = " (the master)"
 	}
-	return fmt.Sprintf("killed %s%s; primary moved in %.1f s; first ack %.2f s after the kill; reads %d ok, %d failed; "+
-		"down %.0f s, green %.1f s after restart; %d events retried after a connection error",
+	kill := fmt.Sprintf("killed %s%s; primary moved in %.1f s; first ack %.2f s after the kill; reads %d ok, %d failed; "+
+		"down %.0f s, %d bulks to it, green %.1f s after restart; %s",
 		n.KilledNode, master, n.PrimaryMovedSeconds, n.FirstAckSeconds, n.ReadsOK, n.ReadsFailed,
-		n.DownSeconds, n.GreenSeconds, n.ConnectionErrors)
+		n.DownSeconds, n.BulksToKilledNode, n.GreenSeconds, n.Killed.notes())
+	return strings.Join(append(faults, kill), "; ")
 }
 
-// engineNodeLoss: the replicas move to ELASTIC_URL's node list (a rolling
-// restart, as an operator would roll a new setting out), the index gets a
-// replica, and under load the node holding its primary is killed -9. Reads
-// of the index through the other nodes must keep answering, the leader must
-// keep acking, and once the node is back and the index green, every event
-// must be done: nothing failed of a transient error.
+// verdict lists every promise engine-node-loss broke, phase by phase.
+func (n *NodeLoss) verdict() error {
+	var errs []error
+	for _, f := range n.Faults {
+		errs = append(errs, f.verdict())
+	}
+	return errors.Join(append(errs, n.killVerdict())...)
+}
+
+// killVerdict is the kill phase's: reads through the other nodes answered
+// all along, the dead node left the rotation, and no event used an
+// attempt or failed.
+func (n *NodeLoss) killVerdict() error {
+	errs := n.Killed.errorsVerdict()
+	if n.ReadsOK == 0 {
+		errs = append(errs, errors.New("no read of the index answered while the node was down"))
+	}
+	if n.ReadsFailed > 0 {
+		errs = append(errs, fmt.Errorf("%d of %d reads through the remaining nodes failed while the node was down", n.ReadsFailed, n.ReadsFailed+n.ReadsOK))
+	}
+	if n.BulksToKilledNode > nodeFaultBulkLimit {
+		errs = append(errs, fmt.Errorf("the killed node got %d bulks while down (limit %d): it stayed in the rotation", n.BulksToKilledNode, nodeFaultBulkLimit))
+	}
+	return phaseErr(n.KilledNode+" killed", errs)
+}
+
+// engineNodeLoss: a fault proxy stands in front of each engine node, and
+// the replicas move to the proxies' node list (a rolling restart, as an
+// operator would roll a new setting out); the index gets a replica. Under
+// load, one node's proxy stops answering (a lost host) for -node-outage,
+// then another's answers 503 (a node cut off from its master): each time
+// the node must leave the rotation after at most nodeFaultBulkLimit bulks
+// and come back once its proxy forwards again, and no event may wait more
+// than nodeFaultLagLimit, use an attempt or fail. Then the node holding
+// the primary is killed -9: reads of the index through the other nodes
+// must keep answering and the leader keep acking, without an attempt
+// used. Last, every event and document is checked against the model. The
+// drill's own reads and questions to the cluster go to the nodes, not
+// through the proxies.
 func (d *drill) engineNodeLoss(ctx context.Context, sc *Scenario) error {
 	nc := d.cfg.Nodes
 	if err := nc.check(); err != nil {
 		return err
 	}
+	if len(d.nodeProxies) != len(nc.URLs) {
+		return fmt.Errorf("%d fault proxies for %d nodes", len(d.nodeProxies), len(nc.URLs))
+	}
 	nl := &NodeLoss{}
 	sc.NodeLoss = nl
-	index := d.s.Index
-	if err := harness.ES(ctx, d.cfg.ElasticURL, http.MethodPut, "/"+index+"/_settings",
+	if err := d.onNodeList(ctx, sc); err != nil {
+		return err
+	}
+	for _, phase := range []struct {
+		node  int
+		kind  string
+		fault faultproxy.Fault
+	}{
+		// The first node is olivere's own URL too.
+		{0, "silent", faultproxy.Fault{Delay: time.Hour}},
+		{1, "503", faultproxy.Fault{Status: http.StatusServiceUnavailable}},
+	} {
+		f, err := d.nodeFault(ctx, sc, phase.node, phase.kind, phase.fault)
+		nl.Faults = append(nl.Faults, f)
+		if err != nil {
+			return err
+		}
+	}
+	if err := d.killPrimaryNode(ctx, sc, nl); err != nil {
+		return err
+	}
+	d.prod.pause()
+	defer d.prod.resume()
+	return errors.Join(nl.verdict(), d.checkModel(ctx))
+}
+
+// onNodeList gives the index a replica, waits for it, and rolls the
+// replicas onto the nodes' proxies.
+func (d *drill) onNodeList(ctx context.Context, sc *Scenario) error {
+	if err := harness.ES(ctx, d.cfg.ElasticURL, http.MethodPut, "/"+d.s.Index+"/_settings",
 		[]byte(`{"index":{"number_of_replicas":1}}`), nil); err != nil {
 		return err
 	}
@@ -159,7 +238,17 @@ func (d *drill) engineNodeLoss(ctx context.Context, sc *Scenario) error {
 	if err := d.rollOntoNodeList(ctx); err != nil {
 		return err
 	}
+	before, err := d.backlog(ctx)
+	sc.BacklogBefore, sc.BacklogPeak = ptr(before), ptr(before)
+	return err
+}
 
+// killPrimaryNode kills -9 the node holding the index's primary under
+// load, keeps it down for -node-outage while reading through the other
+// nodes, starts it again and waits for the index to be green and the
+// backlog written meanwhile to be done.
+func (d *drill) killPrimaryNode(ctx context.Context, sc *Scenario, nl *NodeLoss) error {
+	nc := d.cfg.Nodes
 	if _, _, _, err := d.settled(ctx); err != nil {
 		return err
 	}
@@ -172,8 +261,6 @@ func (d *drill) engineNodeLoss(ctx context.Context, sc *Scenario) error {
 		return fmt.Errorf("the primary is on %q, not one of the stack's nodes %v", primary, nc.Names)
 	}
 	nl.KilledNode, nl.WasMaster = primary, primary == master
-	rest := slices.Delete(slices.Clone(nc.URLs), victim, victim+1)
-	restList := strings.Join(rest, ",")
 	// Whatever happens next, the node is started again.
 	defer func() {
 		if !nc.alive(victim) {
@@ -182,54 +269,10 @@ func (d *drill) engineNodeLoss(ctx context.Context, sc *Scenario) error {
 			}
 		}
 	}()
-
-	before, err := d.backlog(ctx)
+	t0, err := d.nodeDown(ctx, sc, nl, victim)
 	if err != nil {
 		return err
 	}
-	sc.BacklogBefore, sc.BacklogPeak = ptr(before), ptr(before)
-	reads := startReader(ctx, rest, index)
-	t0, err := harness.Now(ctx, d.s.DB.Pool)
-	if err != nil {
-		reads.stop()
-		return err
-	}
-	killed := time.Now()
-	if err := nc.kill(victim); err != nil {
-		reads.stop()
-		return fmt.Errorf("kill -9 %s: %w", primary, err)
-	}
-	d.say("engine-node-loss: killed %s (primary of %s, master: %t) with kill -9; reading through %s", primary, index, nl.WasMaster, restList)
-
-	err = harness.PollAt(ctx, 100*time.Millisecond, stepTimeout, "the primary on another node", func(ctx context.Context) (bool, error) {
-		p, _, err := d.primaryNode(ctx, restList)
-		return err == nil && p != "" && p != primary, nil
-	})
-	if err != nil {
-		reads.stop()
-		return err
-	}
-	nl.PrimaryMovedSeconds = harness.Elapsed(killed)
-	ack, err := harness.WaitFirstAck(ctx, stepTimeout, d.s.DB.Pool, t0, "")
-	if err != nil {
-		reads.stop()
-		return fmt.Errorf("no ack after the kill: %w", err)
-	}
-	nl.FirstAckSeconds = harness.Round3(ack.Sub(t0).Seconds())
-	d.say("engine-node-loss: primary moved %.1f s after the kill; first ack %.2f s after it", nl.PrimaryMovedSeconds, nl.FirstAckSeconds)
-	for end := killed.Add(d.cfg.NodeOutage); time.Now().Before(end); {
-		if err := d.sampleBacklog(ctx, sc); err != nil {
-			reads.stop()
-			return err
-		}
-		if err := harness.Sleep(ctx, 250*time.Millisecond); err != nil {
-			reads.stop()
-			return err
-		}
-	}
-	nl.ReadsOK, nl.ReadsFailed = reads.stop()
-	nl.DownSeconds = harness.Elapsed(killed)
-
 	restarted := time.Now()
 	if err := nc.start(d.s.Root, victim); err != nil {
 		return err
@@ -247,27 +290,51 @@ func (d *drill) engineNodeLoss(ctx context.Context, sc *Scenario) error {
 	if err := d.catchUp(ctx, sc, back); err != nil {
 		return err
 	}
-	var failed int64
-	if err := d.s.DB.Pool.QueryRow(ctx, `
-		SELECT count(*) FILTER (WHERE status = 'failed' AND error_class = 'transient'),
-		       count(*) FILTER (WHERE EXISTS (SELECT FROM jsonb_array_elements(error_history) h
-		                                       WHERE h->>'reason' IN ('connection', 'timeout') AND (h->>'at')::timestamptz >= $1))
-		  FROM outbox_events`, t0).Scan(&failed, &nl.ConnectionErrors); err != nil {
-		return err
+	nl.Killed, err = d.phaseEvents(ctx, t0, back)
+	return err
+}
+
+// nodeDown kills node victim, which holds the primary, and keeps it down
+// for -node-outage, reading through the other nodes; it returns when it
+// killed it, on Postgres' clock.
+func (d *drill) nodeDown(ctx context.Context, sc *Scenario, nl *NodeLoss, victim int) (time.Time, error) {
+	nc := d.cfg.Nodes
+	rest := slices.Delete(slices.Clone(nc.URLs), victim, victim+1)
+	restList := strings.Join(rest, ",")
+	reads := startReader(ctx, rest, d.s.Index)
+	defer func() { nl.ReadsOK, nl.ReadsFailed = reads.stop() }()
+	t0, err := harness.Now(ctx, d.s.DB.Pool)
+	if err != nil {
+		return t0, err
 	}
-	switch {
-	case failed > 0:
-		return fmt.Errorf("%d events failed of a transient error: a node loss must fail nothing", failed)
-	case nl.ReadsOK == 0:
-		return errors.New("no read of the index answered while the node was down")
-	case nl.ReadsFailed > 0:
-		return fmt.Errorf("%d of %d reads through the remaining nodes failed while the node was down", nl.ReadsFailed, nl.ReadsFailed+nl.ReadsOK)
+	killed := time.Now()
+	if err := nc.kill(victim); err != nil {
+		return t0, fmt.Errorf("kill -9 %s: %w", nl.KilledNode, err)
 	}
-	return nil
+	d.say("engine-node-loss: killed %s (primary of %s, master: %t) with kill -9; reading through %s", nl.KilledNode, d.s.Index, nl.WasMaster, restList)
+	err = harness.PollAt(ctx, 100*time.Millisecond, stepTimeout, "the primary on another node", func(ctx context.Context) (bool, error) {
+		p, _, err := d.primaryNode(ctx, restList)
+		return err == nil && p != "" && p != nl.KilledNode, nil
+	})
+	if err != nil {
+		return t0, err
+	}
+	nl.PrimaryMovedSeconds = harness.Elapsed(killed)
+	ack, err := harness.WaitFirstAck(ctx, stepTimeout, d.s.DB.Pool, t0, "")
+	if err != nil {
+		return t0, fmt.Errorf("no ack after the kill: %w", err)
+	}
+	nl.FirstAckSeconds = harness.Round3(ack.Sub(t0).Seconds())
+	d.say("engine-node-loss: primary moved %.1f s after the kill; first ack %.2f s after it", nl.PrimaryMovedSeconds, nl.FirstAckSeconds)
+	err = d.sampleUntil(ctx, sc, killed.Add(d.cfg.NodeOutage))
+	nl.BulksToKilledNode, _ = bulksSince(d.nodeProxies[victim], killed)
+	nl.DownSeconds = harness.Elapsed(killed)
+	return t0, err
 }
 
 // rollOntoNodeList restarts the replicas, standby first, with ELASTIC_URL
-// the stack's node list instead of their path through the proxies.
+// the nodes' fault proxies (nodeListURL) instead of their path through the
+// hold proxies to the first node's fault proxy.
 func (d *drill) rollOntoNodeList(ctx context.Context) error {
 	d.nodeList = true
 	l, _, err := d.waitLeader(ctx, 0)
@@ -286,7 +353,7 @@ func (d *drill) rollOntoNodeList(ctx context.Context) error {
 			return err
 		}
 	}
-	d.say("engine-node-loss: replicas restarted with ELASTIC_URL=%s", d.cfg.ElasticURL)
+	d.say("engine-node-loss: replicas restarted with ELASTIC_URL=%s, a fault proxy in front of each of %s", d.nodeListURL(), d.cfg.ElasticURL)
 	return nil
 }
 

@@ -77,12 +77,20 @@
 //     RST (SO_LINGER 0 sends one); the report says which it was.
 //
 //  8. engine-node-loss (on a stack of several engine nodes, ENGINE_NODES=3
-//     in `make drill`): the replicas roll onto ELASTIC_URL's node list, the
-//     index gets a replica, and the node holding its primary is killed -9
-//     under load for -node-outage, then started again with its data; reads
-//     through the other nodes must keep answering and nothing may fail.
+//     in `make drill`): a fault proxy stands in front of each node, the
+//     replicas roll onto the proxies' node list, and the index gets a
+//     replica. Under load, for -node-outage each: the first node's proxy
+//     stops answering (a lost host), then the second's answers 503 (a node
+//     cut off from its master); each node may get at most 2 bulks while
+//     faulted and must get bulks again within 35 s once its proxy forwards,
+//     and no event may wait over 10 s, fail, or have an error in its
+//     history since the fault began. Then the node holding the primary is
+//     killed -9 for -node-outage and started again with its data; reads
+//     through the other nodes must keep answering and no event may use an
+//     attempt. Last, every event and document is checked against the
+//     model (harness.Verify).
 //
-//  8. postgres-failover: kill -9 of the primary's postmaster, pg_ctl promote
+//  9. postgres-failover: kill -9 of the primary's postmaster, pg_ctl promote
 //     of the synchronous standby; the replicas, whose DATABASE_URL names
 //     both (through a proxy each) with target_session_attrs=read-write,
 //     reconnect to it and elect a leader. Last, as it leaves the first host
@@ -152,7 +160,7 @@ func main() {
 	fs.BoolVar(&cfg.PGRestart, "pg-restart", true, "run the Postgres restart scenario (restarts the stack's Postgres)")
 	fs.BoolVar(&cfg.PGFailover, "pg-failover", true, "run the Postgres failover scenario (kills the stack's primary, promotes its standby; needs PG_STANDBY=1)")
 	fs.BoolVar(&cfg.NodeLoss, "node-loss", true, "run engine-node-loss (needs a stack of several engine nodes)")
-	fs.DurationVar(&cfg.NodeOutage, "node-outage", nodeOutageDefault, "how long engine-node-loss keeps the killed node down")
+	fs.DurationVar(&cfg.NodeOutage, "node-outage", nodeOutageDefault, "how long engine-node-loss keeps each node silent, answering 503, or killed")
 	fs.DurationVar(&cfg.Settle, "settle", settleDefault, "pause before each fault, so the leader is mid-stream")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", drainTimeoutDefault, "how long the final drain may take")
 	fs.IntVar(&cfg.MaxAttempts, "max-attempts", maxAttemptsDefault, "OUTBOX_MAX_ATTEMPTS of the replicas; must outlast the outage")

@@ -83,6 +83,9 @@ func (d *drill) run(ctx context.Context) {
 // ready standby, with every path open.
 func (d *drill) repair(ctx context.Context) error {
 	d.engine.Clear()
+	for _, p := range d.nodeProxies {
+		p.Clear()
+	}
 	for _, s := range d.slots {
 		s.proxy.Restore()
 		s.engine.Release()
@@ -196,13 +199,8 @@ func (d *drill) engineDown(ctx context.Context, sc *Scenario) error {
 
 	d.engine.Set(faultproxy.Fault{Refuse: true})
 	d.say("engine-down: the engine refuses connections for %s", d.cfg.Outage)
-	for end := time.Now().Add(d.cfg.Outage); time.Now().Before(end); {
-		if err := d.sampleBacklog(ctx, sc); err != nil {
-			return err
-		}
-		if err := harness.Sleep(ctx, 250*time.Millisecond); err != nil {
-			return err
-		}
+	if err := d.sampleUntil(ctx, sc, time.Now().Add(d.cfg.Outage)); err != nil {
+		return err
 	}
 	t0, err := harness.Now(ctx, d.s.DB.Pool)
 	if err != nil {
@@ -235,36 +233,62 @@ func (d *drill) sampleBacklog(ctx context.Context, sc *Scenario) error {
 	return err
 }
 
+// sampleUntil keeps the backlog's peak, sampled every 250 ms, until end:
+// while a fault lasts.
+func (d *drill) sampleUntil(ctx context.Context, sc *Scenario, end time.Time) error {
+	for time.Now().Before(end) {
+		if err := d.sampleBacklog(ctx, sc); err != nil {
+			return err
+		}
+		if err := harness.Sleep(ctx, 250*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // catchUp waits until every event written before the engine came back at
 // t0 is out of the backlog. Comparing the backlog with its level before the
 // outage would instead measure the steady-state lag, which a loaded machine
 // raises.
 func (d *drill) catchUp(ctx context.Context, sc *Scenario, t0 time.Time) error {
 	back := time.Now()
+	err := d.waitWritten(ctx, sc, "the events from before the engine came back to be done", func(ctx context.Context) bool {
+		if sc.FirstAckSeconds == nil {
+			if at, ok, err := harness.AckedAfter(ctx, d.s.DB.Pool, t0, ""); err == nil && ok {
+				sc.FirstAckSeconds = ptr(harness.Round3(at.Sub(t0).Seconds()))
+			}
+		}
+		return sc.FirstAckSeconds != nil
+	})
+	if err != nil {
+		return err
+	}
+	sc.CatchUpSeconds = ptr(harness.Elapsed(back))
+	return nil
+}
+
+// waitWritten waits until every event written so far is out of the
+// backlog, and also holds if given, for at most catchUpTimeout, keeping
+// the backlog's peak meanwhile.
+func (d *drill) waitWritten(ctx context.Context, sc *Scenario, what string, also func(context.Context) bool) error {
 	var lastID int64
 	if err := d.s.DB.Pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM outbox_events`).Scan(&lastID); err != nil {
 		return err
 	}
 	var n int64
-	err := harness.PollAt(ctx, 100*time.Millisecond, catchUpTimeout, "the events from before the engine came back to be done",
-		func(ctx context.Context) (bool, error) {
-			if err := d.sampleBacklog(ctx, sc); err != nil {
-				return false, harness.Fatal(err)
-			}
-			if err := d.s.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE id <= $1 AND status IN ('pending', 'processing')`, lastID).Scan(&n); err != nil {
-				return false, harness.Fatal(err)
-			}
-			if sc.FirstAckSeconds == nil {
-				if at, ok, err := harness.AckedAfter(ctx, d.s.DB.Pool, t0, ""); err == nil && ok {
-					sc.FirstAckSeconds = ptr(harness.Round3(at.Sub(t0).Seconds()))
-				}
-			}
-			return sc.FirstAckSeconds != nil && n == 0, nil
-		})
+	err := harness.PollAt(ctx, 100*time.Millisecond, catchUpTimeout, what, func(ctx context.Context) (bool, error) {
+		if err := d.sampleBacklog(ctx, sc); err != nil {
+			return false, harness.Fatal(err)
+		}
+		if err := d.s.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE id <= $1 AND status IN ('pending', 'processing')`, lastID).Scan(&n); err != nil {
+			return false, harness.Fatal(err)
+		}
+		return (also == nil || also(ctx)) && n == 0, nil
+	})
 	if err != nil {
 		return fmt.Errorf("%d events still not done: %w", n, err)
 	}
-	sc.CatchUpSeconds = ptr(harness.Elapsed(back))
 	return nil
 }
 
