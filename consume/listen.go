@@ -52,8 +52,13 @@ func (s *listening) get() (bool, <-chan struct{}) {
 // wants them (l.listening), and sends one more wake-up each time it starts
 // listening: a row inserted before LISTEN took effect sent its NOTIFY to
 // nobody, so the loop claims once more. HeadChannel's NOTIFYs (a resume, a
-// repair) it hears all the time, busy or not, and asks the next claim to
-// start from the head. Polling covers the gaps while it reconnects.
+// repair) ask the next claim to start from the head. Both channels are
+// listened to only while the loop is idle: Postgres wakes every backend
+// that listens in the database at each NOTIFY, whatever its channel, and a
+// busy leader claims from the head every PollInterval anyway (a busy
+// leader's listener that kept to HeadChannel alone was woken 2,000 times a
+// second by the inserts' NOTIFYs). Polling covers the gaps while it
+// reconnects.
 func (l *Loop) listen(ctx context.Context, state *listening, wake chan<- struct{}) {
 	for ctx.Err() == nil {
 		err := l.listenOn(ctx, state, wake)
@@ -78,12 +83,6 @@ func (l *Loop) listenOn(ctx context.Context, state *listening, wake chan<- struc
 	defer conn.Release()
 	// A connection that was LISTENing must not go back to the pool.
 	defer conn.Conn().Close(context.Background())
-	if _, err := conn.Exec(ctx, "LISTEN "+outbox.HeadChannel); err != nil {
-		return err
-	}
-	// A head request sent while no connection listened reached nobody.
-	l.headWanted.Store(true)
-	l.signal(wake)
 	on := false
 	for {
 		want, changed := state.get()
@@ -93,9 +92,19 @@ func (l *Loop) listenOn(ctx context.Context, state *listening, wake chan<- struc
 			}
 			on = want
 			if on {
+				// A head request sent while nothing listened reached nobody.
+				l.headWanted.Store(true)
 				l.signal(wake)
 			}
 			continue
+		}
+		if !on {
+			select {
+			case <-changed:
+				continue
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 		n, err := waitNotification(ctx, conn.Conn(), changed)
 		switch {
@@ -114,7 +123,8 @@ func (l *Loop) listenOn(ctx context.Context, state *listening, wake chan<- struc
 	}
 }
 
-// setListening LISTENs to the insert trigger's channel, or UNLISTENs.
+// setListening LISTENs to the insert trigger's channel and HeadChannel, or
+// UNLISTENs both.
 func (l *Loop) setListening(ctx context.Context, conn *pgx.Conn, want bool) error {
 	stmt := "UNLISTEN "
 	if want {
@@ -123,8 +133,12 @@ func (l *Loop) setListening(ctx context.Context, conn *pgx.Conn, want bool) erro
 			l.beforeListen()
 		}
 	}
-	_, err := conn.Exec(ctx, stmt+outbox.NotifyChannel)
-	return err
+	for _, channel := range []string{outbox.HeadChannel, outbox.NotifyChannel} {
+		if _, err := conn.Exec(ctx, stmt+channel); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // waitNotification waits for a NOTIFY, the term, or a change of want

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wlproj/wlproj/internal/testkit/harness"
@@ -115,4 +117,30 @@ func TestListenerSwitchLosesNoWakeUp(t *testing.T) {
 			t.Fatalf("the row inserted while the listener switched back on waited for the poll (LISTENs: %d)", listens.Load())
 		}
 	}
+}
+
+// Quiet means listening to no channel at all: Postgres wakes every backend
+// that listens in the database at each NOTIFY, whatever its channel, so a
+// busy leader that kept to the head channel alone was woken by every insert.
+func TestQuietListenerListensToNoChannel(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	loop, err := NewLoop(Config{}, b.Store, projection.Registry{}, zerolog.Nop())
+	require.NoError(t, err)
+	conn, err := b.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	defer conn.Conn().Close(ctx) //nolint:errcheck // it listened: not back to the pool
+	listening := func() []string {
+		rows, err := conn.Query(ctx, `SELECT pg_listening_channels() ORDER BY 1`)
+		require.NoError(t, err)
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return names
+	}
+	require.NoError(t, loop.setListening(ctx, conn.Conn(), true))
+	require.ElementsMatch(t, []string{outbox.HeadChannel, outbox.NotifyChannel}, listening())
+	require.NoError(t, loop.setListening(ctx, conn.Conn(), false))
+	require.Empty(t, listening())
 }

@@ -79,70 +79,41 @@ type Bucket struct {
 	Done, Failed int64
 }
 
-// activitySQL groups the acks of the window by bucket, walking
+// activityStartSQL is the window's first bucket: buckets are aligned to
+// the epoch, so successive reads agree. $1 is the bucket width and $2 the
+// window, in seconds.
+const activityStartSQL = `
+SELECT date_bin(make_interval(secs => $1), now(), timestamptz 'epoch') - make_interval(secs => $2 - $1)`
+
+// activityBucketSQL counts the acks of one bucket, walking
 // outbox_events_done_idx, and the terminal failures by the time of failure,
-// walking the failed and discarded partial indexes. $1 is the bucket width
-// and $2 the window, in seconds; buckets are aligned to the epoch, so
-// successive reads agree.
-const activitySQL = `
-WITH w AS (SELECT date_bin(make_interval(secs => $1), now(), timestamptz 'epoch')
-                  - make_interval(secs => $2 - $1) AS start)
-SELECT 'done', date_bin(make_interval(secs => $1), processed_at, w.start), count(*)
-  FROM outbox_events, w
- WHERE status = 'done' AND processed_at >= w.start
- GROUP BY 2
-UNION ALL
-SELECT 'failed', date_bin(make_interval(secs => $1), updated_at, w.start), count(*)
-  FROM outbox_events, w
- WHERE (status = 'failed' OR status = 'discarded') AND updated_at >= w.start
- GROUP BY 2
-UNION ALL
-SELECT 'start', w.start, 0 FROM w`
+// walking the failed and discarded partial indexes.
+const activityBucketSQL = `
+SELECT (SELECT count(*) FROM outbox_events WHERE status = 'done' AND processed_at >= $1 AND processed_at < $2),
+       (SELECT count(*) FROM outbox_events
+         WHERE (status = 'failed' OR status = 'discarded') AND updated_at >= $1 AND updated_at < $2)`
 
 // Activity counts the work of the last window in buckets of width, oldest
 // first, every bucket present (the last one still filling). A done row
-// pruned by the retention is no longer counted.
+// pruned by the retention is no longer counted. Each bucket is a statement
+// of its own: at 2,000 events/s an hour is 7 M acks, and counting them in
+// one statement held its snapshot, and the database's vacuum horizon, for
+// as long as that took.
 func Activity(ctx context.Context, db Querier, window, width time.Duration) ([]Bucket, error) {
 	if width <= 0 || window < width {
 		return nil, fmt.Errorf("activity: window %s must hold at least one bucket of %s", window, width)
 	}
 	n := int(window / width)
-	rows, err := db.Query(ctx, activitySQL, width.Seconds(), float64(n)*width.Seconds())
-	if err != nil {
-		return nil, fmt.Errorf("activity: %w", err)
-	}
-	type count struct {
-		kind string
-		at   time.Time
-		n    int64
-	}
-	counts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (count, error) {
-		var c count
-		err := r.Scan(&c.kind, &c.at, &c.n)
-		return c, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("activity: %w", err)
-	}
 	var start time.Time
-	for _, c := range counts {
-		if c.kind == "start" {
-			start = c.at
-		}
+	if err := db.QueryRow(ctx, activityStartSQL, width.Seconds(), float64(n)*width.Seconds()).Scan(&start); err != nil {
+		return nil, fmt.Errorf("activity: %w", err)
 	}
 	buckets := make([]Bucket, n)
 	for i := range buckets {
-		buckets[i].At = start.Add(time.Duration(i) * width)
-	}
-	for _, c := range counts {
-		i := int(c.at.Sub(start) / width)
-		if c.kind == "start" || i < 0 || i >= n {
-			continue
-		}
-		if c.kind == "done" {
-			buckets[i].Done += c.n
-		} else {
-			buckets[i].Failed += c.n
+		b := &buckets[i]
+		b.At = start.Add(time.Duration(i) * width)
+		if err := db.QueryRow(ctx, activityBucketSQL, b.At, b.At.Add(width)).Scan(&b.Done, &b.Failed); err != nil {
+			return nil, fmt.Errorf("activity: %w", err)
 		}
 	}
 	return buckets, nil

@@ -70,8 +70,8 @@ const EpochSQL = `SELECT epoch FROM outbox_leader WHERE name = $1`
 
 // HeadChannel asks the leader to claim from the head of the outbox at once:
 // rows that fall due behind its claim cursor (a resumed projection, a
-// repair's events) are found only there. The leader listens to it all the
-// time; no insert notifies it, so it costs nothing under load.
+// repair's events) are found only there. The leader listens to it while it
+// is idle; a busy leader claims from the head every poll interval anyway.
 const HeadChannel = "outbox_head"
 
 // NotifyHeadSQL sends HeadChannel's notification, at the commit of the

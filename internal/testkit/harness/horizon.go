@@ -30,9 +30,12 @@ func (s Snapshot) String() string {
 }
 
 // OldestSnapshot returns the oldest snapshot (or transaction id, which holds
-// the horizon as well) held in q's database by a
-// session whose application_name starts with prefix (every wlproj session's
-// starts with "wlproj"), and false when none holds one.
+// the horizon as well) held in q's database by a session whose
+// application_name starts with prefix (every wlproj session's starts with
+// "wlproj"), and false when none holds one. An idle session outside a
+// transaction is left out: the snapshot it shows for an instant is the one
+// Postgres takes to read the notification queue for a LISTENing backend,
+// and its query_start is that of its last statement, minutes ago.
 func OldestSnapshot(ctx context.Context, q Querier, prefix string) (Snapshot, bool, error) {
 	var s Snapshot
 	var seconds float64
@@ -42,6 +45,7 @@ func OldestSnapshot(ctx context.Context, q Querier, prefix string) (Snapshot, bo
 		  FROM pg_stat_activity
 		 WHERE datname = current_database() AND pid <> pg_backend_pid()
 		   AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL) AND starts_with(application_name, $1)
+		   AND (xact_start IS NOT NULL OR state = 'active')
 		 ORDER BY coalesce(xact_start, query_start) LIMIT 1`, prefix).
 		Scan(&s.PID, &s.Application, &s.State, &s.Query, &seconds)
 	if err == pgx.ErrNoRows {
