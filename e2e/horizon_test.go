@@ -199,6 +199,11 @@ func hzVacuum(t *testing.T, db harness.DB, stop <-chan struct{}) <-chan []int64 
 				t.Errorf("vacuum: %v", err)
 				return
 			}
+			if n > 0 {
+				// Whoever it is, wlproj's or not: the failure names it.
+				h, held, err := harness.OldestHorizon(context.Background(), db.Pool)
+				t.Logf("VACUUM round %d left %d rows; the oldest holder of the horizon: %+v (held %v, %v)", round+1, n, h, held, err)
+			}
 			left = append(left, n)
 		}
 	}()

@@ -16,9 +16,9 @@ import (
 	"github.com/wlproj/wlproj/outbox"
 )
 
-// The horizon tests are not parallel: walsenders and slots hold back every
-// database of the cluster, so a test that expects none must not run beside
-// one that makes them.
+// The horizon tests are not parallel (but the one that makes walsenders and
+// slots, on a cluster of its own): a test that expects no holder must not
+// run beside one that makes one.
 
 // horizonNow reads the horizon, failing the test on an error.
 func horizonNow(t *testing.T, q outbox.Querier) outbox.Horizon {
@@ -174,9 +174,15 @@ func TestHorizonAsTheRuntimeRole(t *testing.T) {
 // A standby with hot_standby_feedback holds the primary's horizon through
 // its walsender, or through its slot, which keeps holding it after the
 // standby disconnects. The runtime role sees both.
+//
+// It runs on a cluster of its own: a walsender's feedback and a slot hold
+// back every database of their cluster, and the stack's is shared by every
+// package's tests at once (the topology test's VACUUM failed beside it).
 func TestHorizonSeesStandbysAndSlots(t *testing.T) {
+	t.Parallel()
+	pair := harness.StartPGPair(t)
 	owner, runtime := harness.Roles(t, "hzs")
-	db := harness.NewDatabase(t)
+	db := pair.NewDatabase(t, pair.URL([]string{pair.Primary.Addr()}))
 	out, err := harness.ApplyRoles(t, db.URL, db.Name, owner, runtime)
 	require.NoError(t, err, out)
 	pool, err := pgxpool.New(context.Background(), db.Login(t, runtime, harness.RuntimePassword))

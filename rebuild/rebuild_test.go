@@ -290,7 +290,9 @@ func TestRebuildResumesAfterCrash(t *testing.T) {
 	const rows = 20_000
 	b := setupLed(t, rows)
 	producer := b.produce(t, 200, rows, true)
-	slow := []string{"--bulk-size", "100", "--concurrency", "1"}
+	// Slow enough that the load is still running a checkpoint (1 s) after it
+	// began: 2,000 bulks, one at a time.
+	slow := []string{"--bulk-size", "10", "--concurrency", "1"}
 
 	// 1. Killed during the load, once it checkpointed some rows.
 	p := b.startRebuild(t, slow...)
