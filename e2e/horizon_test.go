@@ -16,10 +16,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wlproj/wlproj/internal/testkit/faultproxy"
@@ -41,7 +44,11 @@ const (
 func TestNoSessionHoldsTheHorizon(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := harness.NewDatabase(t)
+	// A Postgres of its own: on the stack's, other packages' tests hold
+	// xids for seconds, which every snapshot taken meanwhile carries into
+	// this database's horizon, whoever takes it.
+	pg := harness.StartPGAlone(t)
+	db := pg.NewDatabase(t, pg.URL([]string{pg.Primary.Addr()}))
 	index := harness.NewIndex(t)
 	t.Cleanup(func() { _ = harness.DeleteIndex(context.Background(), harness.ElasticURL(t), index+"-*") })
 	db.Exec(t, `CREATE TABLE search_index (entity_type text NOT NULL, entity_id text NOT NULL, doc jsonb NOT NULL,
@@ -67,6 +74,13 @@ func TestNoSessionHoldsTheHorizon(t *testing.T) {
 	require.NoError(t, err, "first rebuild: %s", out)
 
 	watch := harness.WatchSnapshots(db.Pool, "wlproj", 100*time.Millisecond)
+	// Everyone's, for the failure message when a VACUUM round fails.
+	everyone := harness.WatchSnapshots(db.Pool, "", 100*time.Millisecond)
+	t.Cleanup(func() {
+		if oldest, _, _ := everyone.Stop(); t.Failed() {
+			t.Logf("the oldest snapshot of any session in the database: %s", oldest)
+		}
+	})
 	producer := harness.Produce(ctx, harness.SourceWriter{DB: db.Pool, Table: "search_index"},
 		harness.ProducerConfig{Rate: 200, Next: hzEvents()})
 	t.Cleanup(producer.Stop)
@@ -203,9 +217,39 @@ func hzVacuum(t *testing.T, db harness.DB, stop <-chan struct{}) <-chan []int64 
 				// Whoever it is, wlproj's or not: the failure names it.
 				h, held, err := harness.OldestHorizon(context.Background(), db.Pool)
 				t.Logf("VACUUM round %d left %d rows; the oldest holder of the horizon: %+v (held %v, %v)", round+1, n, h, held, err)
+				var cluster string
+				_ = db.Pool.QueryRow(context.Background(), `SELECT coalesce(string_agg(format('%s %s %s xmin-age %s xact %s %s', datname, application_name,
+					state, age(backend_xmin), now() - xact_start, left(query, 60)), E'\n'), '') FROM (SELECT * FROM pg_stat_activity
+					WHERE backend_xmin IS NOT NULL ORDER BY age(backend_xmin) DESC LIMIT 5) a`).Scan(&cluster)
+				t.Logf("the cluster's oldest:\n%s", cluster)
+				t.Logf("VACUUM VERBOSE says: %s", vacuumVerbose(db, fmt.Sprintf("application_rows_%d", round)))
 			}
 			left = append(left, n)
 		}
 	}()
 	return done
+}
+
+// vacuumVerbose runs VACUUM (VERBOSE) on table and returns what it said,
+// for a failure message: its removable cutoff says which xid held it.
+func vacuumVerbose(db harness.DB, table string) string {
+	cfg, err := pgx.ParseConfig(db.URL)
+	if err != nil {
+		return err.Error()
+	}
+	var said []string
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { said = append(said, n.Message) }
+	conn, err := pgx.ConnectConfig(context.Background(), cfg)
+	if err != nil {
+		return err.Error()
+	}
+	defer conn.Close(context.Background())
+	var prepared string
+	_ = conn.QueryRow(context.Background(), `SELECT coalesce(string_agg(format('%s %s %s', gid, database, transaction), '; '), 'none') FROM pg_prepared_xacts`).Scan(&prepared)
+	var slots string
+	_ = conn.QueryRow(context.Background(), `SELECT coalesce(string_agg(format('%s %s %s', slot_name, xmin, catalog_xmin), '; '), 'none') FROM pg_replication_slots`).Scan(&slots)
+	if _, err := conn.Exec(context.Background(), `VACUUM (VERBOSE) `+pgx.Identifier{table}.Sanitize()); err != nil {
+		return err.Error()
+	}
+	return strings.Join(said, "\n") + "\nprepared: " + prepared + "\nslots: " + slots
 }

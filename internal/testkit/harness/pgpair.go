@@ -48,6 +48,25 @@ func (n PGNode) Addr() string { return "127.0.0.1:" + strconv.Itoa(n.Port) }
 // since Postgres refuses to run as root.
 func StartPGPair(t testing.TB) *PGPair {
 	t.Helper()
+	p := newPGPair(t)
+	p.startStandby(t)
+	return p
+}
+
+// StartPGAlone starts a primary of its own without a standby, stopped and
+// removed when the test ends: for a test that must see the vacuum horizon
+// of its database alone. On the stack's server every other package's tests
+// run at once, and a transaction of theirs that holds an xid for seconds
+// bounds the xmin of every snapshot taken meanwhile, in every database: the
+// test's own sessions then hold its horizon back on their behalf.
+func StartPGAlone(t testing.TB) *PGPair {
+	t.Helper()
+	return newPGPair(t)
+}
+
+// newPGPair makes the cluster's directory and starts its primary.
+func newPGPair(t testing.TB) *PGPair {
+	t.Helper()
 	env := StackEnv(t)
 	p := &PGPair{bindir: env["STACK_PG_BINDIR"]}
 	if p.bindir == "" {
@@ -78,6 +97,13 @@ func StartPGPair(t testing.TB) *PGPair {
 	// the next, which a standby that has the CREATE DATABASE flushed but not
 	// applied would.
 	p.start(t, p.Primary, "-c synchronous_commit=remote_apply", "primary")
+	return p
+}
+
+// startStandby makes the standby of the running primary and waits until it
+// streams synchronously.
+func (p *PGPair) startStandby(t testing.TB) {
+	t.Helper()
 	p.run(t, "pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(p.Primary.Port), "-U", "postgres",
 		"-D", p.Standby.Data, "-R", "-X", "stream", "-c", "fast", "--no-sync")
 	// cluster_name is the walreceiver's application_name, which
@@ -99,7 +125,6 @@ func StartPGPair(t testing.TB) *PGPair {
 		err := queryOnce(ctx, admin, `SELECT sync_state FROM pg_stat_replication WHERE application_name = 'standby'`, &state)
 		return err == nil && state == "sync"
 	})
-	return p
 }
 
 // URL is a superuser's URL naming the hosts in order, with extra query
