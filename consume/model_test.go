@@ -254,7 +254,7 @@ func (m *model) run(t *testing.T) {
 		}
 	}()
 	ctx := context.Background()
-	for len(m.queue) > 0 || m.b.Count(t, `status IN ('pending', 'processing')`) > 0 {
+	for len(m.queue) > 0 || m.busy(t) {
 		if len(m.queue) > 0 && m.rng.IntN(3) > 0 {
 			m.insert(t, 1+m.rng.IntN(12))
 		}
@@ -297,7 +297,7 @@ func (m *model) run(t *testing.T) {
 	_, err := replay.Replay(ctx, m.b.Pool, replay.Request{Reason: "mapping_error", By: "model", Why: "mapping fixed", Yes: true})
 	require.NoError(t, err)
 	m.logf("mapping fixed, failed events replayed")
-	for m.b.Count(t, `status IN ('pending', 'processing')`) > 0 {
+	for m.busy(t) {
 		m.round(t, ctx)
 	}
 	m.check(t, true)
@@ -443,6 +443,7 @@ func (m *model) concurrentRounds(t *testing.T, ctx context.Context) {
 		}(flights[i])
 	}
 	wg.Wait()
+	m.loop.checkpoint(ctx, m.epoch, true)
 	m.logf("%d concurrent flights", len(flights))
 }
 
@@ -554,7 +555,7 @@ func (m *model) timePasses(t *testing.T) {
 // the fix, refused upserts are not applicable; after it, they are.
 func (m *model) check(t *testing.T, fixed bool) {
 	t.Helper()
-	rows := harness.Pairs[int64, string](t, m.b.DB, `SELECT id, status || ':' || coalesce(error_reason, '') FROM outbox_events`)
+	rows := harness.Pairs[int64, string](t, m.b.DB, `SELECT id, state || ':' || coalesce(error_reason, '') FROM outbox_event_states`)
 	for _, e := range m.events {
 		got, ok := rows[e.id]
 		if !ok {
@@ -598,7 +599,7 @@ func (m *model) check(t *testing.T, fixed bool) {
 			}
 			if l, ok := ledger[entity]; !ok || !l.Deleted || l.Version != w.order() {
 				t.Errorf("%s: ledger %+v (present %v), want deleted at v%d (event %d); rows %v", id, l, ok, w.order(), w.id,
-					harness.Column[string](t, m.b.DB, `SELECT id || ' ' || op || ' v' || coalesce(event_version, id) || ' ' || status || ' ' || coalesce(error_reason, '') FROM outbox_events WHERE entity_id = $1 ORDER BY id`, entity))
+					harness.Column[string](t, m.b.DB, `SELECT id || ' ' || op || ' v' || coalesce(event_version, id) || ' ' || state || ' ' || coalesce(error_reason, '') FROM outbox_event_states WHERE entity_id = $1 ORDER BY id`, entity))
 			}
 			continue
 		}
@@ -673,4 +674,12 @@ func (m *model) ledger(t *testing.T) map[string]outbox.Applied {
 	}
 	require.NoError(t, rows.Err())
 	return out
+}
+
+// busy reports whether any event is pending or processing, queued or
+// claimed.
+func (m *model) busy(t *testing.T) bool {
+	t.Helper()
+	return len(harness.Column[int64](t, m.b.DB,
+		`SELECT id FROM outbox_event_states WHERE state IN ('pending', 'processing') LIMIT 1`)) > 0
 }
