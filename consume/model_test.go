@@ -555,7 +555,7 @@ func (m *model) timePasses(t *testing.T) {
 // the fix, refused upserts are not applicable; after it, they are.
 func (m *model) check(t *testing.T, fixed bool) {
 	t.Helper()
-	rows := harness.Pairs[int64, string](t, m.b.DB, `SELECT id, state || ':' || coalesce(error_reason, '') FROM outbox_event_states`)
+	rows := harness.Pairs[int64, string](t, m.b.DB, `SELECT id, status || ':' || coalesce(error_reason, '') FROM outbox_event_states`)
 	for _, e := range m.events {
 		got, ok := rows[e.id]
 		if !ok {
@@ -599,7 +599,7 @@ func (m *model) check(t *testing.T, fixed bool) {
 			}
 			if l, ok := ledger[entity]; !ok || !l.Deleted || l.Version != w.order() {
 				t.Errorf("%s: ledger %+v (present %v), want deleted at v%d (event %d); rows %v", id, l, ok, w.order(), w.id,
-					harness.Column[string](t, m.b.DB, `SELECT id || ' ' || op || ' v' || coalesce(event_version, id) || ' ' || state || ' ' || coalesce(error_reason, '') FROM outbox_event_states WHERE entity_id = $1 ORDER BY id`, entity))
+					harness.Column[string](t, m.b.DB, `SELECT id || ' ' || op || ' v' || coalesce(event_version, id) || ' ' || status || ' ' || coalesce(error_reason, '') FROM outbox_event_states WHERE entity_id = $1 ORDER BY id`, entity))
 			}
 			continue
 		}
@@ -681,5 +681,5 @@ func (m *model) ledger(t *testing.T) map[string]outbox.Applied {
 func (m *model) busy(t *testing.T) bool {
 	t.Helper()
 	return len(harness.Column[int64](t, m.b.DB,
-		`SELECT id FROM outbox_event_states WHERE state IN ('pending', 'processing') LIMIT 1`)) > 0
+		`SELECT id FROM outbox_event_states WHERE status IN ('pending', 'processing') LIMIT 1`)) > 0
 }

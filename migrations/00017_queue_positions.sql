@@ -95,24 +95,32 @@ RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 $$;
 -- +goose StatementEnd
 
--- The operator's view of every row: state is what status used to say
--- (pending, processing, done, failed, discarded) whether the row is queued
--- or claimed, with the lease and owner of its batch while it is in flight.
--- Status counts, doc, the console and the runbook's SQL read this.
+-- The operator's view of every row: outbox_events as it reads without
+-- queued rows, every column the same except that a queued row's status is
+-- what its position says (pending, processing or done), with the lease,
+-- owner and epoch of its batch while it is in flight. queued tells the two
+-- kinds apart. Status counts, doc, the console, the tests' checks and the
+-- runbook's SQL read this.
 -- +goose StatementBegin
 CREATE OR REPLACE VIEW outbox_event_states AS
-SELECT e.id, e.projection, e.entity_type, e.entity_id, e.op, e.event_version, e.created_at, e.attempts,
-       CASE WHEN e.status <> 'queued' THEN e.status
+SELECT e.id, e.projection, e.entity_type, e.entity_id, e.op, e.event_version, e.payload, e.scope_key,
+       s.status, e.attempts, e.next_retry_at,
+       CASE WHEN q THEN CASE WHEN s.status = 'processing' THEN p.locked_by END ELSE e.locked_by END AS locked_by,
+       CASE WHEN q THEN CASE WHEN s.status = 'processing' THEN p.lease_until END ELSE e.lease_until END AS lease_until,
+       CASE WHEN q THEN CASE WHEN s.status = 'processing' THEN p.processing_started_at END
+            ELSE e.processing_started_at END AS processing_started_at,
+       CASE WHEN q THEN CASE WHEN s.status = 'processing' THEN p.epoch END ELSE e.claim_token END AS claim_token,
+       e.processed_at, e.error_class, e.error_reason, e.last_error, e.error_history, e.replay_count,
+       e.created_at, e.updated_at, e.claim_seq, e.repair, e.traceparent, q AS queued, e.xid
+  FROM outbox_events e
+  LEFT JOIN outbox_positions p ON e.status = 'queued' AND p.projection = e.projection
+ CROSS JOIN LATERAL (SELECT e.status = 'queued' AS q) k
+ CROSS JOIN LATERAL (SELECT CASE
+            WHEN NOT q THEN e.status
             WHEN p.projection IS NULL THEN 'pending'
             WHEN outbox_behind(e.xid, e.id, p.done_prev, p.done_cur, p.done_xid, p.done_id) THEN 'done'
             WHEN outbox_behind(e.xid, e.id, p.claimed_prev, p.claimed_cur, p.claimed_xid, p.claimed_id) THEN 'processing'
-            ELSE 'pending' END AS state,
-       e.status = 'queued' AS queued,
-       CASE WHEN e.status = 'queued' THEN p.locked_by ELSE e.locked_by END AS locked_by,
-       CASE WHEN e.status = 'queued' THEN p.lease_until ELSE e.lease_until END AS lease_until,
-       e.error_class, e.error_reason, e.last_error, e.updated_at, e.processed_at, e.xid
-  FROM outbox_events e
-  LEFT JOIN outbox_positions p ON e.status = 'queued' AND p.projection = e.projection;
+            ELSE 'pending' END AS status) s;
 -- +goose StatementEnd
 
 -- Each projection that has queued rows, with its confirmed and claimed
@@ -138,12 +146,23 @@ SELECT n.projection,
  WHERE n.projection IS NOT NULL;
 -- +goose StatementEnd
 
--- The queued rows not done yet, pending or in flight: those of
--- transactions in progress at the done position's snapshot, and those of
--- later ones, past the position; the same two index ranges the leader
--- reads, so a count costs what the backlog is, not the history.
+-- The queued rows not done yet, pending or in flight, in three index
+-- walks that each cost what they return: those of transactions in progress
+-- at the position's first snapshot (one probe per such transaction), those
+-- past the position in (xid, id) order, and those behind it of
+-- transactions in progress at its second snapshot. A count costs what the
+-- backlog is, never the history, nor the part of the batch already done.
+-- A function, so that its plan is kept to the index whatever the
+-- statistics say (a freshly emptied outbox, a positions table never
+-- analyzed) and never JIT-compiled: its SET clauses hold while it runs. It
+-- stops after max_rows rows (NULL: all), which the gauges use to bound
+-- their cost.
 -- +goose StatementBegin
-CREATE OR REPLACE VIEW outbox_queue_backlog AS
+CREATE OR REPLACE FUNCTION outbox_queue_backlog_rows(max_rows bigint DEFAULT NULL)
+RETURNS TABLE (projection text, id bigint, xid xid8, created_at timestamptz, entity_type text, entity_id text,
+               in_flight boolean, locked_by text, lease_until timestamptz, processing_started_at timestamptz)
+LANGUAGE sql STABLE
+SET enable_seqscan = off SET enable_bitmapscan = off SET enable_hashjoin = off SET jit = off AS $$
 SELECT h.projection, e.id, e.xid, e.created_at, e.entity_type, e.entity_id,
        outbox_behind(e.xid, e.id, h.claimed_prev, h.claimed_cur, h.claimed_xid, h.claimed_id) AS in_flight,
        h.locked_by, h.lease_until, h.processing_started_at
@@ -154,12 +173,25 @@ SELECT h.projection, e.id, e.xid, e.created_at, e.entity_type, e.entity_id,
        AND q.xid = ANY(ARRAY(SELECT pg_snapshot_xip(h.done_prev)))
   UNION ALL
     SELECT q.id, q.xid, q.created_at, q.entity_type, q.entity_id FROM outbox_events q
-     WHERE q.status = 'queued' AND q.projection = h.projection AND q.xid >= pg_snapshot_xmax(h.done_prev)) e
- WHERE NOT outbox_behind(e.xid, e.id, h.done_prev, h.done_cur, h.done_xid, h.done_id);
+     WHERE q.status = 'queued' AND q.projection = h.projection AND q.xid >= pg_snapshot_xmax(h.done_prev)
+       AND (q.xid, q.id) > (h.done_xid, h.done_id)
+  UNION ALL
+    SELECT q.id, q.xid, q.created_at, q.entity_type, q.entity_id FROM outbox_events q
+     WHERE q.status = 'queued' AND q.projection = h.projection
+       AND q.xid = ANY(ARRAY(SELECT x FROM pg_snapshot_xip(h.done_cur) x WHERE x >= pg_snapshot_xmax(h.done_prev)))
+       AND (q.xid, q.id) <= (h.done_xid, h.done_id)) e
+ WHERE NOT outbox_behind(e.xid, e.id, h.done_prev, h.done_cur, h.done_xid, h.done_id)
+ LIMIT max_rows
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE OR REPLACE VIEW outbox_queue_backlog AS SELECT * FROM outbox_queue_backlog_rows();
 -- +goose StatementEnd
 
 -- +goose Down
 DROP VIEW IF EXISTS outbox_queue_backlog;
+DROP FUNCTION IF EXISTS outbox_queue_backlog_rows(bigint);
 DROP VIEW IF EXISTS outbox_queue_heads;
 DROP VIEW IF EXISTS outbox_event_states;
 DROP FUNCTION IF EXISTS outbox_behind(xid8, bigint, pg_snapshot, pg_snapshot, xid8, bigint);

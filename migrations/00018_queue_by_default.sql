@@ -32,8 +32,8 @@ BEGIN
         SELECT max(id) INTO upto FROM (SELECT id FROM outbox_events WHERE id > after ORDER BY id LIMIT 10000) page;
         EXIT WHEN upto IS NULL;
         UPDATE outbox_events e
-           SET status = CASE WHEN s.state = 'done' THEN 'done' ELSE 'pending' END,
-               processed_at = CASE WHEN s.state = 'done' THEN now() END,
+           SET status = CASE WHEN s.status = 'done' THEN 'done' ELSE 'pending' END,
+               processed_at = CASE WHEN s.status = 'done' THEN now() END,
                next_retry_at = now(), updated_at = now()
           FROM outbox_event_states s
          WHERE s.id = e.id AND e.id > after AND e.id <= upto AND e.status = 'queued';

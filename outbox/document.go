@@ -65,10 +65,10 @@ WITH doc AS (
     FROM outbox_queue_backlog b JOIN outbox_events e ON e.id = b.id
    WHERE b.projection = $1 AND b.entity_type = $2 AND b.entity_id = $3
   UNION
-  SELECT id, op, coalesce(event_version, id), state, error_reason, created_at, processed_at, NULL
+  SELECT id, op, coalesce(event_version, id), status, error_reason, created_at, processed_at, NULL
     FROM outbox_event_states WHERE id = $4
   UNION
-  SELECT id, op, coalesce(event_version, id), state, error_reason, created_at, processed_at, NULL
+  SELECT id, op, coalesce(event_version, id), status, error_reason, created_at, processed_at, NULL
     FROM outbox_event_states WHERE $5 AND projection = $1 AND entity_type = $2 AND entity_id = $3
   UNION
   SELECT id, op, coalesce(event_version, id), status, error_reason, created_at, NULL, archived_at

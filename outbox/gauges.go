@@ -42,7 +42,7 @@ const pendingSince = `CASE WHEN replay_count > 0 THEN coalesce(
 var gaugesSQL = `
 WITH head AS MATERIALIZED (SELECT id, ` + pendingSince + ` AS since FROM outbox_events WHERE status = 'pending' ORDER BY id LIMIT $2),
 queued AS MATERIALIZED (SELECT id, created_at, in_flight, lease_until, processing_started_at
-                          FROM outbox_queue_backlog LIMIT $2)
+                          FROM outbox_queue_backlog_rows($2))
 SELECT
     (SELECT count(*) FROM head) + (SELECT count(*) FROM queued WHERE NOT in_flight),
     (SELECT max(id) FROM head),

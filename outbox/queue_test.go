@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wlproj/wlproj/internal/testkit/harness"
@@ -15,7 +16,7 @@ import (
 // projection's position starts from.
 func queuedBundle(t *testing.T) (bundle, outbox.Position) {
 	t.Helper()
-	b := setup(t)
+	b := bundle{harness.NewOutbox(t)}
 	b.Lead(t, 1)
 	origin, err := b.Store.Origin(context.Background())
 	require.NoError(t, err)
@@ -174,5 +175,72 @@ func TestQueuedFailureBecomesAClaimedRow(t *testing.T) {
 
 func (b bundle) states(t *testing.T) map[string]int {
 	t.Helper()
-	return harness.Pairs[string, int](t, b.DB, `SELECT state, count(*) FROM outbox_event_states GROUP BY state`)
+	return harness.Pairs[string, int](t, b.DB, `SELECT status, count(*) FROM outbox_event_states GROUP BY status`)
+}
+
+// TestStatusAndGaugesCountQueuedRowsByPosition: queued rows count as
+// pending until read, processing while their batch is in flight, and
+// neither once the position is past them.
+func TestStatusAndGaugesCountQueuedRowsByPosition(t *testing.T) {
+	t.Parallel()
+	b, origin := queuedBundle(t)
+	ctx := context.Background()
+	b.insert(t, 10)
+	_, p1 := b.read(t, origin, 4)
+	_, err := b.Store.SaveCheckpoints(ctx, 1, time.Minute, []outbox.Checkpoint{
+		{Projection: "search", Done: origin, Claimed: p1, InFlightSince: time.Now()}})
+	require.NoError(t, err)
+	counts := func() (pending, processing int64, g outbox.Gauges) {
+		s, err := outbox.TakeSnapshot(ctx, b.Pool, time.Minute)
+		require.NoError(t, err)
+		g, err = outbox.ReadGauges(ctx, b.Pool, time.Minute)
+		require.NoError(t, err)
+		return s.Counts["pending"], s.Counts["processing"], g
+	}
+	pending, processing, g := counts()
+	require.Equal(t, [2]int64{6, 4}, [2]int64{pending, processing})
+	require.Equal(t, [2]int64{6, 4}, [2]int64{g.Lag, g.InFlight})
+	require.Equal(t, 4, b.Count(t, `status = 'processing' AND locked_by = 'w1' AND lease_until > now()`))
+
+	_, err = b.Store.SaveCheckpoints(ctx, 1, time.Minute, []outbox.Checkpoint{{Projection: "search", Done: p1, Claimed: p1, DoneEvents: 4}})
+	require.NoError(t, err)
+	pending, processing, g = counts()
+	require.Equal(t, [2]int64{6, 0}, [2]int64{pending, processing})
+	require.Equal(t, [2]int64{6, 0}, [2]int64{g.Lag, g.InFlight})
+	require.Equal(t, 4, b.Count(t, `status = 'done'`))
+}
+
+// TestReadQueuedPlanWalksOnlyWhatItReturns: 50k queued rows in one batch,
+// read from a position 40k rows in: the read walks outbox_events_queued_idx
+// from the position and visits about the rows it returns, whatever the
+// statistics say, with no sequential scan or sort of the batch; and the
+// backlog view the gauges read walks only the 10k rows past the position.
+func TestReadQueuedPlanWalksOnlyWhatItReturns(t *testing.T) {
+	t.Parallel()
+	b, origin := queuedBundle(t)
+	ctx := context.Background()
+	for range 5 {
+		b.insert(t, 10_000)
+	}
+	events, pos := b.read(t, origin, 40_000)
+	require.Len(t, events, 40_000)
+	_, err := b.Store.SaveCheckpoints(ctx, 1, time.Minute, []outbox.Checkpoint{{Projection: "search", Done: pos, Claimed: pos}})
+	require.NoError(t, err)
+	b.Exec(t, `ANALYZE outbox_events`)
+	plan, _, buffers := explainAnalyze(t, b, outbox.ReadQueuedLedgerSQL, []any{pgx.NamedArgs{
+		"projection": "search", "tick": false, "cur": pos.Cur, "prev": pos.Prev, "xid": pos.XID, "after_id": pos.ID,
+		"limit": 500}}, outbox.QueuedPlan[1:])
+	require.Contains(t, plan, "outbox_events_queued_idx", plan)
+	require.NotContains(t, plan, "Seq Scan on outbox_events", plan)
+	require.Less(t, heapFetches(plan)+rowsRemoved(plan), 2_000, plan)
+	require.Less(t, buffers, 5_000, plan)
+
+	// The backlog is a function (its plan settings hold inside it): what it
+	// walks shows in the buffers it touched, about those of the 10k rows
+	// past the position (~580 pages with the plan's own); walking the 40k
+	// behind it too made ~1,300 more.
+	backlog, _, backlogBuffers := explainAnalyze(t, b, `SELECT count(*) FROM outbox_queue_backlog`, nil, nil)
+	t.Logf("backlog of 10k past a position 40k rows in: %d buffers", backlogBuffers)
+	require.Less(t, backlogBuffers, 900, "the rows behind the position are not walked\n%s", backlog)
+	require.Equal(t, 10_000, b.Int(t, `SELECT count(*) FROM outbox_queue_backlog`))
 }

@@ -13,9 +13,11 @@ import (
 
 type bundle struct{ harness.Outbox }
 
+// setup is an outbox whose rows are claimed (inserted pending), for the
+// claim's tests; queue_test.go's read queued ones.
 func setup(t *testing.T) bundle {
 	t.Helper()
-	return bundle{harness.NewOutbox(t)}
+	return bundle{harness.NewOutbox(t).ClaimedByDefault(t)}
 }
 
 // setupLeading is setup with w1 leading epoch and n pending books to claim.

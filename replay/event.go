@@ -61,7 +61,7 @@ type HistoryEntry struct {
 const eventDetailSQL = `
 SELECT e.id, e.projection, e.entity_type, e.entity_id, e.op, e.attempts,
        coalesce(e.error_reason, ''), coalesce(e.error_class, ''), coalesce(e.last_error, ''), e.updated_at,
-       e.replay_count, coalesce(e.scope_key, ''), s.state, NULL::timestamptz,
+       e.replay_count, coalesce(e.scope_key, ''), s.status, NULL::timestamptz,
        e.event_version, jsonb_pretty(e.payload), e.next_retry_at, coalesce(s.locked_by, ''), e.claim_token,
        s.lease_until, e.processing_started_at, e.processed_at, e.created_at, e.error_history
   FROM outbox_events e JOIN outbox_event_states s ON s.id = e.id WHERE e.id = $1

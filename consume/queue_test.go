@@ -1,0 +1,95 @@
+package consume
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wlproj/wlproj/internal/testkit/harness"
+	"github.com/wlproj/wlproj/outbox"
+	"github.com/wlproj/wlproj/projection"
+)
+
+// versions is each outbox row's tuple (ctid and xmin): an update, HOT or
+// not, gives a row a new one, and a delete removes it.
+func versions(t *testing.T, b bundle) map[int64]string {
+	t.Helper()
+	return harness.Pairs[int64, string](t, b.DB, `SELECT id, ctid::text || '/' || xmin::text FROM outbox_events`)
+}
+
+// TestLoopDrainsQueuedRowsWithoutWritingThem: the running loop sends a
+// thousand queued events and saves its position; none of their rows is
+// updated or deleted, and each shows done.
+func TestLoopDrainsQueuedRowsWithoutWritingThem(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var sent atomic.Int64
+	h := funcHandler(func(_ context.Context, e outbox.Event) projection.Result {
+		sent.Add(1)
+		return projection.Result{}
+	})
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op)
+	           SELECT 'book', g::text, 'upsert' FROM generate_series(1, 1000) g`)
+	before := versions(t, b)
+	start(t, b, Config{BulkSize: 100}, projection.Registry{"search": h})
+	harness.Drained(t, b.Pool, 30*time.Second)
+	require.Equal(t, 1000, b.Count(t, `status = 'done' AND queued`))
+	require.EqualValues(t, 1000, sent.Load(), "each event sent once")
+	require.Equal(t, before, versions(t, b), "no outbox row updated or deleted")
+	require.Equal(t, 1000, b.Int(t, `SELECT done_events::int FROM outbox_positions WHERE projection = 'search'`))
+}
+
+// TestLoopReadsALateCommitBehindItsPosition: a producer's transaction that
+// took its id before others and commits after the loop passed them is sent.
+func TestLoopReadsALateCommitBehindItsPosition(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	seen := make(chan string, 100)
+	h := funcHandler(func(_ context.Context, e outbox.Event) projection.Result {
+		seen <- e.EntityID
+		return projection.Result{}
+	})
+	late, err := b.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer late.Rollback(ctx)
+	_, err = late.Exec(ctx, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', 'late', 'upsert')`)
+	require.NoError(t, err)
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', 'early', 'upsert')`)
+	start(t, b, Config{PollInterval: 50 * time.Millisecond}, projection.Registry{"search": h})
+	require.Equal(t, "early", <-seen)
+	harness.Eventually(t, 10*time.Second, "the position saved past the later row", func() bool {
+		return b.Count(t, `entity_id = 'early' AND status = 'done'`) == 1
+	})
+	require.NoError(t, late.Commit(ctx))
+	select {
+	case id := <-seen:
+		require.Equal(t, "late", id)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the late commit was never sent")
+	}
+	harness.Drained(t, b.Pool, 10*time.Second)
+}
+
+// TestLoopResumesFromTheSavedPosition: a new term reads on from what the
+// last one saved, and sends nothing of what it confirmed again.
+func TestLoopResumesFromTheSavedPosition(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var sent atomic.Int64
+	h := funcHandler(func(_ context.Context, e outbox.Event) projection.Result {
+		sent.Add(1)
+		return projection.Result{}
+	})
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) SELECT 'book', g::text, 'upsert' FROM generate_series(1, 50) g`)
+	stop := start(t, b, Config{}, projection.Registry{"search": h})
+	harness.Drained(t, b.Pool, 10*time.Second)
+	stop()
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) SELECT 'book', g::text, 'upsert' FROM generate_series(51, 80) g`)
+	start(t, b, Config{}, projection.Registry{"search": h})
+	harness.Drained(t, b.Pool, 10*time.Second)
+	require.EqualValues(t, 80, sent.Load())
+}
