@@ -61,14 +61,15 @@ func WaitFirstAck(ctx context.Context, timeout time.Duration, q Querier, after t
 	return at, err
 }
 
-// WaitDrained waits until no event is pending or processing. Two EXISTS,
-// not a count: cheap however long the backlog.
+// WaitDrained waits until no event is pending or processing: no claimed
+// row, nor a queued one no position has passed. Three EXISTS on indexes,
+// not a count or the view of every row: cheap however long the outbox.
 func WaitDrained(ctx context.Context, timeout time.Duration, q Querier) error {
 	return Poll(ctx, timeout, "every event done or failed", func(ctx context.Context) (bool, error) {
 		var busy bool
 		err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM outbox_events WHERE status = 'pending')
 		                            OR EXISTS (SELECT 1 FROM outbox_events WHERE status = 'processing')
-		                            OR EXISTS (SELECT 1 FROM outbox_event_states WHERE queued AND state <> 'done')`).Scan(&busy)
+		                            OR EXISTS (SELECT 1 FROM outbox_queue_backlog_rows(1))`).Scan(&busy)
 		return err == nil && !busy, err
 	})
 }

@@ -73,15 +73,15 @@ func ExpectFailed(t testing.TB, db DB, reason, where string, args ...any) []Fail
 }
 
 const verifyCountsSQL = `
-SELECT count(*), count(*) FILTER (WHERE state = 'done'), count(*) FILTER (WHERE state = 'failed'),
-       count(*) FILTER (WHERE state = 'failed' AND coalesce(error_reason, '') = ''),
-       count(*) FILTER (WHERE state = 'discarded'),
-       count(*) FILTER (WHERE state IN ('pending', 'processing'))
+SELECT count(*), count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status = 'failed'),
+       count(*) FILTER (WHERE status = 'failed' AND coalesce(error_reason, '') = ''),
+       count(*) FILTER (WHERE status = 'discarded'),
+       count(*) FILTER (WHERE status IN ('pending', 'processing'))
   FROM outbox_event_states WHERE projection = 'search'`
 
 const verifyFailedSQL = `
 SELECT id, coalesce(error_reason, '') FROM outbox_event_states
- WHERE projection = 'search' AND state = 'failed' ORDER BY id`
+ WHERE projection = 'search' AND status = 'failed' ORDER BY id`
 
 // Every document with an event is judged against its newest applicable
 // event: the newest done one by (version, outbox id), the ledger's order,
@@ -95,7 +95,7 @@ WITH docs AS (
 ), newest AS (
   SELECT DISTINCT ON (entity_type, entity_id) entity_type, entity_id, coalesce(event_version, id) AS version, op
     FROM outbox_event_states
-   WHERE projection = 'search' AND state = 'done'
+   WHERE projection = 'search' AND status = 'done'
    ORDER BY entity_type, entity_id, coalesce(event_version, id) DESC, id DESC
 )
 SELECT d.entity_type || ':' || d.entity_id, n.version, n.op, a.version, a.deleted
