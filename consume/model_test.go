@@ -131,6 +131,9 @@ type model struct {
 	// repaired are the documents' versions a repair event was queued at:
 	// one each, as a verify queues one per document it judges.
 	repaired map[string]bool
+	// horizon is an outside REPEATABLE READ transaction holding the vacuum
+	// horizon (a report, a pg_dump) while it is open.
+	horizon pgx.Tx
 }
 
 // modelHandler is the search handler as a leader runs it, which the test can
@@ -281,13 +284,18 @@ func (m *model) run(t *testing.T) {
 			m.prune(t)
 		case r < 95:
 			m.lateCommit(t, ctx)
-		case r < 97:
+		case r < 96:
 			m.pauseResume(t, ctx)
+		case r < 97:
+			m.holdHorizon(t, ctx)
 		default:
 			m.timePasses(t)
 		}
 	}
 	m.deliverLate(t)
+	if m.horizon != nil {
+		m.holdHorizon(t, ctx)
+	}
 	m.check(t, false)
 
 	// The mapping is fixed and every failed event replayed: now each
@@ -682,4 +690,25 @@ func (m *model) busy(t *testing.T) bool {
 	t.Helper()
 	return len(harness.Column[int64](t, m.b.DB,
 		`SELECT id FROM outbox_event_states WHERE status IN ('pending', 'processing') LIMIT 1`)) > 0
+}
+
+// holdHorizon opens an outside REPEATABLE READ transaction that reads the
+// outbox, or ends the one open: while it is open nothing any step deletes
+// or updates can be vacuumed, and rows committed after it stay invisible
+// to it.
+func (m *model) holdHorizon(t *testing.T, ctx context.Context) {
+	t.Helper()
+	if m.horizon != nil {
+		require.NoError(t, m.horizon.Rollback(ctx))
+		m.horizon = nil
+		m.logf("the outside transaction holding the horizon ended")
+		return
+	}
+	tx, err := m.b.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SELECT count(*) FROM outbox_events`)
+	require.NoError(t, err)
+	m.horizon = tx
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	m.logf("an outside transaction holds the horizon")
 }

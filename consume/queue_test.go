@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wlproj/wlproj/internal/testkit/harness"
@@ -92,4 +93,75 @@ func TestLoopResumesFromTheSavedPosition(t *testing.T) {
 	start(t, b, Config{}, projection.Registry{"search": h})
 	harness.Drained(t, b.Pool, 10*time.Second)
 	require.EqualValues(t, 80, sent.Load())
+}
+
+// TestQueuedAckFailureIsReadAgain: the ack of a read of queued rows fails
+// (the ledger cannot be written); the position stays behind them, and the
+// next round reads and sends them again, then confirms them.
+func TestQueuedAckFailureIsReadAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	search := &recorder{}
+	loop, err := NewLoop(Config{}, b.Store, projection.Registry{"search": latestRecorder{search}}, zerolog.Nop())
+	require.NoError(t, err)
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version) VALUES ('book', '1', 'upsert', 1)`)
+	b.Exec(t, `CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$`)
+	b.Exec(t, `CREATE TRIGGER refuse BEFORE INSERT ON outbox_applied FOR EACH ROW EXECUTE FUNCTION refuse()`)
+
+	res, err := loop.runOnce(context.Background(), 1)
+	require.NoError(t, err)
+	require.Equal(t, BatchResult{AckErrors: 1}, res)
+	require.Equal(t, 1, b.Count(t, `status = 'pending'`), "not done: the position stayed")
+
+	b.Exec(t, `DROP TRIGGER refuse ON outbox_applied`)
+	res, err = loop.runOnce(context.Background(), 1)
+	require.NoError(t, err)
+	require.Equal(t, BatchResult{Done: 1}, res, "read again")
+	require.Len(t, search.sent, 2, "sent twice: the engine's versions make the second a no-op")
+	require.Equal(t, 1, b.Count(t, `status = 'done'`))
+}
+
+// TestDeposedLeadersQueuedAcksAreFenced: the old leader's bulk of queued
+// rows comes back after a new leader took the epoch; its acks and its
+// position are refused, and the new leader reads the rows from the last
+// saved position and finishes them.
+func TestDeposedLeadersQueuedAcksAreFenced(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', 'a', 'upsert'), ('book', 'b', 'upsert')`)
+	entered, release := make(chan struct{}, 2), make(chan struct{})
+	old := funcHandler(func(_ context.Context, e outbox.Event) projection.Result {
+		entered <- struct{}{}
+		<-release
+		return projection.Result{}
+	})
+	loop, err := NewLoop(Config{}, b.Store, projection.Registry{"search": old}, zerolog.Nop())
+	require.NoError(t, err)
+	got := make(chan BatchResult, 1)
+	go func() {
+		res, err := loop.runOnce(context.Background(), 1)
+		if err != nil {
+			t.Errorf("runOnce: %v", err)
+		}
+		got <- res
+	}()
+	<-entered
+	takeOver(t, b)
+	close(release)
+	require.Equal(t, BatchResult{Fenced: 2}, <-got)
+	require.Zero(t, b.Int(t, `SELECT count(*) FROM outbox_positions`), "the deposed leader saved no position")
+	require.Zero(t, b.Count(t, `status = 'done'`))
+
+	var sent atomic.Int64
+	next := &outbox.Store{Pool: b.Pool, Owner: "w2", LeaderName: "test"}
+	fresh, err := NewLoop(Config{}, next, projection.Registry{"search": funcHandler(func(context.Context, outbox.Event) projection.Result {
+		sent.Add(1)
+		return projection.Result{}
+	})}, zerolog.Nop())
+	require.NoError(t, err)
+	res, err := fresh.runOnce(context.Background(), 2)
+	require.NoError(t, err)
+	require.Equal(t, BatchResult{Done: 2}, res)
+	require.Equal(t, 2, b.Count(t, `status = 'done'`))
+	require.Equal(t, []string{"w2"}, harness.Column[string](t, b.DB, `SELECT saved_by FROM outbox_positions`))
 }

@@ -28,18 +28,19 @@ WITH gone AS (
 SELECT projection, count(*) FROM gone GROUP BY projection`
 
 // pruneQueuedSQL deletes one batch of queued rows older than the cutoff
-// that every position has passed: per projection, those whose transaction
-// ended before the oldest one its confirmed snapshot saw in progress
-// (committed and done, or rolled back), oldest first along
-// outbox_events_queued_idx, stopping at the first row still young.
+// that every position has passed: per projection, those its confirmed
+// batch's first snapshot sees committed, oldest first along
+// outbox_events_queued_idx, among the first batch of them (a row still
+// young ends the walk there: rows are in transaction order).
 const pruneQueuedSQL = `
 WITH gone AS (
   DELETE FROM outbox_events
    WHERE id = ANY(ARRAY(SELECT o.id FROM outbox_positions p CROSS JOIN LATERAL (
-                   SELECT id, created_at FROM outbox_events
-                    WHERE status = 'queued' AND projection = p.projection AND xid < pg_snapshot_xmin(p.done_prev)
+                   SELECT id, xid, created_at FROM outbox_events
+                    WHERE status = 'queued' AND projection = p.projection AND xid < pg_snapshot_xmax(p.done_prev)
                     ORDER BY xid, id LIMIT @batch) o
-                 WHERE o.created_at < now() - make_interval(secs => @retention_secs) LIMIT @batch))
+                 WHERE o.created_at < now() - make_interval(secs => @retention_secs)
+                   AND pg_visible_in_snapshot(o.xid, p.done_prev) LIMIT @batch))
      AND status = 'queued'
   RETURNING projection
 )
