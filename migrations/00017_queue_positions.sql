@@ -87,6 +87,7 @@ CREATE TABLE IF NOT EXISTS outbox_done_by_minute (
 -- Whether a queued row (xid, id) is behind the position (prev, cur, pxid,
 -- pid). The one definition of done and processing for queued rows: the
 -- leader's read, outbox_event_states and every status count use it.
+-- +wlproj locks none on outbox_events (catalog only: a view or function over it)
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION outbox_behind(xid xid8, id bigint, prev pg_snapshot, cur pg_snapshot, pxid xid8, pid bigint)
 RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
@@ -101,6 +102,7 @@ $$;
 -- owner and epoch of its batch while it is in flight. queued tells the two
 -- kinds apart. Status counts, doc, the console, the tests' checks and the
 -- runbook's SQL read this.
+-- +wlproj locks none on outbox_events (catalog only: a view or function over it)
 -- +goose StatementBegin
 CREATE OR REPLACE VIEW outbox_event_states AS
 SELECT e.id, e.projection, e.entity_type, e.entity_id, e.op, e.event_version, e.payload, e.scope_key,
@@ -126,6 +128,7 @@ SELECT e.id, e.projection, e.entity_type, e.entity_id, e.op, e.event_version, e.
 -- Each projection that has queued rows, with its confirmed and claimed
 -- positions (the origin for one no leader has saved yet): one probe of
 -- outbox_events_queued_idx per projection.
+-- +wlproj locks none on outbox_events (catalog only: a view or function over it)
 -- +goose StatementBegin
 CREATE OR REPLACE VIEW outbox_queue_heads AS
 WITH RECURSIVE names AS (
@@ -157,6 +160,7 @@ SELECT n.projection,
 -- analyzed) and never JIT-compiled: its SET clauses hold while it runs. It
 -- stops after max_rows rows (NULL: all), which the gauges use to bound
 -- their cost.
+-- +wlproj locks none on outbox_events (catalog only: a view or function over it)
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION outbox_queue_backlog_rows(max_rows bigint DEFAULT NULL)
 RETURNS TABLE (projection text, id bigint, xid xid8, created_at timestamptz, entity_type text, entity_id text,
@@ -185,6 +189,7 @@ SELECT h.projection, e.id, e.xid, e.created_at, e.entity_type, e.entity_id,
 $$;
 -- +goose StatementEnd
 
+-- +wlproj locks none on outbox_events (catalog only: a view or function over it)
 -- +goose StatementBegin
 CREATE OR REPLACE VIEW outbox_queue_backlog AS SELECT * FROM outbox_queue_backlog_rows();
 -- +goose StatementEnd
