@@ -87,7 +87,7 @@ func (d *drill) seed(ctx context.Context) error {
 		err := pool.QueryRow(ctx, `
 			SELECT count(*) FILTER (WHERE status = 'failed' AND error_reason = 'mapping_error'),
 			       count(*) FILTER (WHERE status = 'done')
-			  FROM outbox_events WHERE id = ANY($1)`, failed).Scan(&refused, &done)
+			  FROM outbox_event_states WHERE id = ANY($1)`, failed).Scan(&refused, &done)
 		if err == nil && done > 0 {
 			return false, harness.Fatal(fmt.Errorf("%d upserts with an %s were done: the index's mapping is not strict", done, mappingFixField))
 		}
@@ -112,9 +112,11 @@ func (d *drill) seed(ctx context.Context) error {
 		d.written++
 		then = append(then, books[i].then)
 	}
+	// outbox_event_states: a queued row that succeeds is done by its
+	// projection's position, its own status unchanged.
 	if err := d.poll(ctx, "the deletes and newer upserts to be done", func(ctx context.Context) (bool, error) {
 		var done int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE id = ANY($1) AND status = 'done'`, then).Scan(&done)
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_event_states WHERE id = ANY($1) AND status = 'done'`, then).Scan(&done)
 		return err == nil && done == len(then), err
 	}); err != nil {
 		return err
@@ -196,7 +198,7 @@ func (d *drill) waitReplayedDone(ctx context.Context, ids []int64) error {
 		var done, failed int
 		err := d.s.DB.Pool.QueryRow(ctx, `
 			SELECT count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status = 'failed')
-			  FROM outbox_events WHERE id = ANY($1)`, ids).Scan(&done, &failed)
+			  FROM outbox_event_states WHERE id = ANY($1)`, ids).Scan(&done, &failed)
 		if err == nil && failed > 0 {
 			return false, harness.Fatal(fmt.Errorf("%d replayed rows failed again", failed))
 		}
