@@ -112,11 +112,8 @@ func (d *drill) seed(ctx context.Context) error {
 		d.written++
 		then = append(then, books[i].then)
 	}
-	// outbox_event_states: a queued row that succeeds is done by its
-	// projection's position, its own status unchanged.
 	if err := d.poll(ctx, "the deletes and newer upserts to be done", func(ctx context.Context) (bool, error) {
-		var done int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_event_states WHERE id = ANY($1) AND status = 'done'`, then).Scan(&done)
+		done, err := d.countDone(ctx, then)
 		return err == nil && done == len(then), err
 	}); err != nil {
 		return err
@@ -125,6 +122,15 @@ func (d *drill) seed(ctx context.Context) error {
 	d.say("replay seed: %d upserts failed on the strict mapping; then %d deletes and newer upserts of their books were applied",
 		len(failed), len(then))
 	return nil
+}
+
+// countDone counts the events of ids that are done, on the view: a queued
+// row that succeeds is done by its projection's position, its own status
+// unchanged.
+func (d *drill) countDone(ctx context.Context, ids []int64) (int, error) {
+	var done int
+	err := d.s.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_event_states WHERE id = ANY($1) AND status = 'done'`, ids).Scan(&done)
+	return done, err
 }
 
 // version is an event_version, or null for an unversioned book.
