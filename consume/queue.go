@@ -230,30 +230,41 @@ func (l *Loop) checkpoint(ctx context.Context, epoch int64, force bool) {
 func (l *Loop) refreshQueues(ctx context.Context) {
 	if l.queues == nil {
 		origin, err := l.store.Origin(ctx)
-		if err != nil {
-			l.log.Error().Err(err).Msg("reading the queue's origin failed")
+		if l.queueError(ctx, err, "reading the queue's origin failed") {
 			return
 		}
 		saved, err := l.store.Positions(ctx)
-		if err != nil {
-			l.log.Error().Err(err).Msg("reading positions failed")
+		if l.queueError(ctx, err, "reading positions failed") {
 			return
 		}
 		l.queues = newQueues(origin, saved)
 	}
 	if !l.queues.ready() {
 		origin, err := l.store.Origin(ctx)
-		if err != nil || origin == nil {
+		if l.queueError(ctx, err, "reading the queue's origin failed") || origin == nil {
 			return
 		}
 		l.queues.setOrigin(*origin)
 	}
 	names, err := l.store.QueuedProjections(ctx)
-	if err != nil {
-		l.log.Error().Err(err).Msg("listing queued projections failed")
+	if l.queueError(ctx, err, "listing queued projections failed") {
 		return
 	}
 	l.queues.know(append(names, l.names...))
+}
+
+// queueError counts and logs a failed read of the queue's state as a claim
+// error: queued rows go unread while it lasts (a missing grant, a schema
+// behind), and only the claim errors' alert would say so.
+func (l *Loop) queueError(ctx context.Context, err error, msg string) bool {
+	if err == nil {
+		return false
+	}
+	countError(ctx, claimErrorsTotal, err)
+	if ctx.Err() == nil {
+		l.log.Error().Err(err).Msg(msg)
+	}
+	return true
 }
 
 // readQueued reads the next queued rows of the first projection in

@@ -165,3 +165,22 @@ func TestDeposedLeadersQueuedAcksAreFenced(t *testing.T) {
 	require.Equal(t, 2, b.Count(t, `status = 'done'`))
 	require.Equal(t, []string{"w2"}, harness.Column[string](t, b.DB, `SELECT saved_by FROM outbox_positions`))
 }
+
+// TestQueueStateErrorsAreCounted: when the queue's state cannot be read (a
+// grant missing, a table gone), queued rows go unread; each failed read
+// counts as a claim error, for the alert, and the claim of pending rows
+// goes on.
+func TestQueueStateErrorsAreCounted(t *testing.T) {
+	b := setup(t)
+	b.Exec(t, `ALTER TABLE outbox_queue_origin RENAME TO outbox_queue_origin_gone`)
+	loop, err := NewLoop(Config{}, b.Store, projection.Registry{"search": funcHandler(func(context.Context, outbox.Event) projection.Result {
+		return projection.Result{}
+	})}, zerolog.Nop())
+	require.NoError(t, err)
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, status) VALUES ('book', 'claimed', 'upsert', 'pending')`)
+	require.EqualValues(t, 1, delta(claimErrorsTotal, func() {
+		res, err := loop.runOnce(context.Background(), 1)
+		require.NoError(t, err)
+		require.Equal(t, BatchResult{Done: 1}, res, "the pending row is claimed all the same")
+	}))
+}
