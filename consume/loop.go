@@ -101,6 +101,9 @@ func (l *Loop) runOnce(ctx context.Context, epoch int64) (BatchResult, error) {
 		return BatchResult{}, err
 	}
 	res, err := l.handle(ctx, epoch, f)
+	if l.queues != nil {
+		l.queues.rewindAll()
+	}
 	l.checkpoint(ctx, epoch, true) // what Run does once a second, at once
 	return res, err
 }
@@ -132,6 +135,9 @@ func (l *Loop) claim(ctx context.Context, epoch int64) (*flight, error) {
 	if f != nil {
 		l.track(f.events)
 		f.span = startBatch(ctx, epoch, f.events, start, end)
+		if f.events[0].Queued {
+			l.checkpoint(ctx, epoch, false) // shows the batch in flight, once a second at most
+		}
 	}
 	return f, err
 }
@@ -309,6 +315,9 @@ func (l *Loop) drain(ctx context.Context, epoch int64, wg *sync.WaitGroup, cance
 	<-finished
 	if ctx.Err() != nil {
 		return // not leader anymore: the next leader reclaims what is left
+	}
+	if l.queues != nil {
+		l.queues.rewindAll()
 	}
 	l.checkpoint(ctx, epoch, true)
 	ids := l.untrackAll()

@@ -107,13 +107,15 @@ func (qs *queues) from(name string) (outbox.Position, int) {
 }
 
 // read records a read of name from generation gen that reached to with
-// these events. A read that found none moves the position as if confirmed
-// at once.
+// these events. A read that found none ends its batch as if confirmed at
+// once; one that took a new snapshot and found nothing moves nothing, so
+// an idle leader writes no position (the next batch starts from the older
+// snapshot, which costs nothing: no row lies between).
 func (qs *queues) read(name string, gen int, to outbox.Position, events []outbox.Event, at time.Time) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	q := qs.byName[name]
-	if q.generation != gen {
+	if q.generation != gen || len(events) == 0 && q.claimed.Drained() == q.claimed {
 		return
 	}
 	q.claimed = to
@@ -153,6 +155,18 @@ func (q *queue) settle() {
 	}
 }
 
+// rewindAll sends every projection's reads back to its confirmed
+// position: at the end of a drain, what is still unconfirmed is the next
+// leader's, and the last checkpoint must not show it in flight.
+func (qs *queues) rewindAll() {
+	qs.mu.Lock()
+	names := slices.Clone(qs.names)
+	qs.mu.Unlock()
+	for _, name := range names {
+		qs.rewind(name)
+	}
+}
+
 // rewind sends name's reads back to its confirmed position: a flight whose
 // ack failed is read again, and so is every flight after it (their events
 // go again; external versions make that a no-op).
@@ -160,6 +174,8 @@ func (qs *queues) rewind(name string) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	if q := qs.byName[name]; q != nil {
+		// A checkpoint may have shown the flights: the next one clears them.
+		q.dirty = q.dirty || len(q.flights) > 0
 		q.claimed, q.flights = q.done, nil
 		q.generation++
 	}

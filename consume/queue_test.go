@@ -184,3 +184,39 @@ func TestQueueStateErrorsAreCounted(t *testing.T) {
 		require.Equal(t, BatchResult{Done: 1}, res, "the pending row is claimed all the same")
 	}))
 }
+
+// TestDrainLeavesNoQueuedRowInFlight: a leader drained with a read of
+// queued rows it never sent saves a position that shows none of them in
+// flight (they are pending, for the next leader), and an idle leader then
+// writes its position no more.
+func TestDrainLeavesNoQueuedRowInFlight(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	h, entered := hangingHandler()
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) SELECT 'book', g::text, 'upsert' FROM generate_series(1, 30) g`)
+	stop := start(t, b, Config{BulkSize: 10, Concurrency: 1, ShutdownGrace: time.Second}, projection.Registry{"search": h})
+	<-entered
+	harness.Eventually(t, 10*time.Second, "a checkpoint shows rows in flight", func() bool {
+		return b.Count(t, `status = 'processing'`) > 0
+	})
+	stop()
+	require.Zero(t, b.Count(t, `status = 'processing'`), "nothing left in flight by a stopped leader")
+	require.Equal(t, 30, b.Count(t, `status = 'pending'`))
+	require.Equal(t, []bool{true}, harness.Column[bool](t, b.DB, `SELECT locked_by IS NULL FROM outbox_positions`))
+}
+
+// TestIdleLeaderWritesNoPosition: once a leader has nothing to read, its
+// position row is not written again, however often it looks.
+func TestIdleLeaderWritesNoPosition(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', '1', 'upsert')`)
+	start(t, b, Config{PollInterval: 20 * time.Millisecond}, projection.Registry{"search": funcHandler(func(context.Context, outbox.Event) projection.Result {
+		return projection.Result{}
+	})})
+	harness.Drained(t, b.Pool, 10*time.Second)
+	time.Sleep(1500 * time.Millisecond) // the last checkpoint is at most a second behind
+	saved := harness.Column[string](t, b.DB, `SELECT ctid::text FROM outbox_positions`)
+	time.Sleep(2 * time.Second) // a hundred polls
+	require.Equal(t, saved, harness.Column[string](t, b.DB, `SELECT ctid::text FROM outbox_positions`), "no new version of the position")
+}
