@@ -20,6 +20,7 @@ type migrateCmd struct {
 	ExpectPort  int           `help:"Refuse to migrate unless connected to this port." env:"MIGRATE_EXPECT_PORT"`
 	DryRun      bool          `name:"dry-run" help:"List the migrations that would run and the lock each statement takes; change nothing."`
 	LockTimeout time.Duration `name:"lock-timeout" help:"How long one statement waits for a lock before it gives up and retries, so that the application's writes never queue behind it longer [${migrate_lock_timeout_range}]." env:"MIGRATE_LOCK_TIMEOUT" default:"${migrate_lock_timeout}" field:"LockTimeout"`
+	To          int64         `name:"to" help:"Apply migrations up to this version only (0: all): an upgrade from a release before 17 migrates to 17, restarts the replicas, then migrates the rest (runbook, Upgrade)." env:"MIGRATE_TO"`
 	LockWait    time.Duration `name:"lock-wait" help:"How long a statement keeps retrying its lock before the migration fails, naming the session in its way [${migrate_lock_wait_range}]." env:"MIGRATE_LOCK_WAIT" default:"${migrate_lock_wait}" field:"LockWait"`
 }
 
@@ -34,7 +35,7 @@ func (c *migrateCmd) Run(g *globals) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	want := migrations.Expect{Database: c.ExpectDB, Host: c.ExpectHost, Port: c.ExpectPort}
-	cfg := migrations.Config{LockTimeout: c.LockTimeout, LockWait: c.LockWait, BeforeConnect: pgpool.BeforeConnect}
+	cfg := migrations.Config{LockTimeout: c.LockTimeout, LockWait: c.LockWait, UpTo: c.To, BeforeConnect: pgpool.BeforeConnect}
 	if err := cfg.Validate(); err != nil {
 		return renameFields(c, err)
 	}

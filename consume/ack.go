@@ -49,8 +49,15 @@ func (l *Loop) ledgerIDs(byID map[int64]outbox.Event, applied []int64) []int64 {
 // refused counts as fenced. On a write error the lease brings them back.
 func (l *Loop) ackDone(ctx context.Context, epoch, claim int64, byID map[int64]outbox.Event, out outcome, res *BatchResult) {
 	ledger := l.ledgerIDs(byID, out.applied())
-	acked, err := l.store.AckDone(ctx, epoch, claim, out.done, ledger)
+	ackDone := l.store.AckDone
+	if claim == 0 {
+		ackDone = func(ctx context.Context, epoch, _ int64, ids, applied []int64) (map[int64]float64, error) {
+			return l.store.AckQueuedDone(ctx, epoch, ids, applied)
+		}
+	}
+	acked, err := ackDone(ctx, epoch, claim, out.done, ledger)
 	if err != nil {
+		res.AckErrors++
 		countError(ctx, ackErrorsTotal, err)
 		l.log.Error().Err(err).Int("events", len(out.done)).Msg("ack done failed; the lease will bring them back")
 		return
@@ -80,8 +87,15 @@ func (l *Loop) ackDone(ctx context.Context, epoch, claim int64, byID map[int64]o
 
 // ackFailed records the failures (retry or terminal) and counts them.
 func (l *Loop) ackFailed(ctx context.Context, epoch, claim int64, byID map[int64]outbox.Event, failures []outbox.Failure, res *BatchResult) {
-	changed, err := l.store.AckFailed(ctx, epoch, claim, failures)
+	ackFailed := l.store.AckFailed
+	if claim == 0 {
+		ackFailed = func(ctx context.Context, epoch, _ int64, failures []outbox.Failure) ([]int64, error) {
+			return l.store.AckQueuedFailed(ctx, epoch, failures)
+		}
+	}
+	changed, err := ackFailed(ctx, epoch, claim, failures)
 	if err != nil {
+		res.AckErrors++
 		countError(ctx, ackErrorsTotal, err)
 		l.log.Error().Err(err).Int("events", len(failures)).Msg("ack failed failed; the lease will bring them back")
 		return

@@ -22,6 +22,9 @@ import (
 // BatchResult summarises one processed batch.
 type BatchResult struct {
 	Done, Superseded, Retried, Failed, Fenced int
+	// AckErrors counts the acks that could not be written: the batch's
+	// events come back (a lease, or a queue's rewind).
+	AckErrors int
 }
 
 // outcome is what a batch's results mean for its rows, before any write.
@@ -108,10 +111,13 @@ func (l *Loop) process(ctx context.Context, epoch int64, events []outbox.Event) 
 		out.superseded[id] = causeLedger
 	}
 	var res BatchResult
-	claim := events[0].Claim // a batch is one claim
+	claim := events[0].Claim // a batch is one claim, or one read of queued rows
 	ackCtx, ack := tracer.Start(ctx, spanAck)
 	l.ackDone(ackCtx, epoch, claim, byID, out, &res)
 	l.ackFailed(ackCtx, epoch, claim, byID, out.failures, &res)
+	if events[0].Queued {
+		l.settleQueued(ackCtx, epoch, events, res)
+	}
 	ack.SetAttributes(resultAttributes(res)...)
 	ack.End()
 	trace.SpanFromContext(ctx).SetAttributes(resultAttributes(res)...)

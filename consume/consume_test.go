@@ -39,6 +39,16 @@ func setup(t *testing.T) bundle {
 	return b
 }
 
+// setupClaimed is setup whose rows are inserted pending, as rows that
+// retry, were replayed or predate queued rows are: for the claim's own
+// tests (leases, release, reclaim, the cursor, claim fencing).
+func setupClaimed(t *testing.T) bundle {
+	t.Helper()
+	b := setup(t)
+	b.ClaimedByDefault(t)
+	return b
+}
+
 // hangingHandler is a projection whose bulk never answers: each event
 // signals entered, then waits for its context to end.
 func hangingHandler() (h funcHandler, entered <-chan struct{}) {
@@ -103,10 +113,16 @@ func TestLoopRecordsEveryOutcome(t *testing.T) {
 		b.Exec(t, `UPDATE outbox_events SET next_retry_at = now() WHERE status = 'pending'`)
 		return res
 	}
-	require.Equal(t, BatchResult{Done: 2, Superseded: 1, Retried: 2, Failed: 2}, round())
-	require.Equal(t, BatchResult{Retried: 2}, round())
-	require.Equal(t, BatchResult{Done: 1, Failed: 1}, round(), "the third attempt is the last")
-	require.Equal(t, BatchResult{}, round(), "nothing left to claim")
+	// Queued rows are read a projection at a time, retries claimed: the
+	// rounds' split depends on that order, their sum does not.
+	var sum BatchResult
+	for range 10 {
+		res := round()
+		sum.Done, sum.Superseded, sum.Retried, sum.Failed = sum.Done+res.Done, sum.Superseded+res.Superseded,
+			sum.Retried+res.Retried, sum.Failed+res.Failed
+	}
+	require.Equal(t, BatchResult{Done: 3, Superseded: 1, Retried: 4, Failed: 3}, sum,
+		"flaky and always-down retried twice each; the third attempt is the last")
 	require.Zero(t, b.Count(t, `status IN ('pending','processing')`))
 	type row struct {
 		status, reason, class string
@@ -117,7 +133,7 @@ func TestLoopRecordsEveryOutcome(t *testing.T) {
 		var reason, class *string
 		require.NoError(t, b.Pool.QueryRow(context.Background(), `
 			SELECT status, error_reason, error_class, attempts, jsonb_array_length(error_history)
-			FROM outbox_events WHERE entity_id = $1`, entity).Scan(&r.status, &reason, &class, &r.attempts, &r.history))
+			FROM outbox_event_states WHERE entity_id = $1`, entity).Scan(&r.status, &reason, &class, &r.attempts, &r.history))
 		if reason != nil {
 			r.reason, r.class = *reason, *class
 		}
@@ -134,7 +150,7 @@ func TestLoopRecordsEveryOutcome(t *testing.T) {
 
 func TestDrainReturnsUnfinishedWithoutAnAttempt(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setupClaimed(t)
 	h, entered := hangingHandler()
 	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) SELECT 'book', g::text, 'upsert' FROM generate_series(1, 10) g`)
 	stop := start(t, b, Config{ShutdownGrace: time.Second, PollInterval: 20 * time.Millisecond}, projection.Registry{"search": h})
@@ -148,7 +164,7 @@ func TestDrainReturnsUnfinishedWithoutAnAttempt(t *testing.T) {
 
 func TestClaimsOneBatchAheadAndTheDrainReleasesIt(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setupClaimed(t)
 	h, entered := hangingHandler()
 	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) SELECT 'book', g::text, 'upsert' FROM generate_series(1, 20) g`)
 	waiting := make(chan struct{}, 1)
@@ -167,7 +183,7 @@ func TestClaimsOneBatchAheadAndTheDrainReleasesIt(t *testing.T) {
 
 func TestLostLeadershipWritesNothing(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setupClaimed(t)
 	h, entered := hangingHandler()
 	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', '1', 'upsert')`)
 	loop, err := NewLoop(Config{PollInterval: 20 * time.Millisecond}, b.Store, projection.Registry{"search": h}, zerolog.Nop())
@@ -208,7 +224,7 @@ func TestNotifyWakesTheLoop(t *testing.T) {
 
 func TestReclaimerRunOnce(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setupClaimed(t)
 	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, status, locked_by, claim_token, lease_until, processing_started_at)
 		VALUES ('book', '1', 'upsert', 'processing', 'w0', 1, now() - interval '1 second', now())`)
 	r := NewReclaimer(Config{MaxAttempts: 5}, b.Store, zerolog.Nop())

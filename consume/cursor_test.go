@@ -19,7 +19,7 @@ import (
 // unknown_projection, which only the head claim lists).
 func TestRowsBehindTheCursorAreClaimedFromTheHead(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setupClaimed(t)
 	h := funcHandler(func(context.Context, outbox.Event) projection.Result { return projection.Result{} })
 	start(t, b, Config{PollInterval: 300 * time.Millisecond}, projection.Registry{"search": h})
 
@@ -42,7 +42,7 @@ func TestRowsBehindTheCursorAreClaimedFromTheHead(t *testing.T) {
 // back full is followed by another.
 func TestBacklogBehindTheCursorDrainsAtFullRate(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setupClaimed(t)
 	h := funcHandler(func(context.Context, outbox.Event) projection.Result { return projection.Result{} })
 	poll := 2 * time.Second
 	start(t, b, Config{BulkSize: 10, PollInterval: poll}, projection.Registry{"search": h})
@@ -67,7 +67,7 @@ func TestBacklogBehindTheCursorDrainsAtFullRate(t *testing.T) {
 // projection's events moved on while it was paused.
 func TestResumeClaimsFromTheHeadAtOnce(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setupClaimed(t)
 	ok := funcHandler(func(context.Context, outbox.Event) projection.Result { return projection.Result{} })
 	known := []string{"search", "chronicle"}
 	start(t, b, Config{BulkSize: 10, PollInterval: time.Minute}, projection.Registry{"search": ok, "chronicle": ok})

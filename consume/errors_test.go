@@ -37,7 +37,7 @@ func delta(c *metrics.Counter, f func()) uint64 {
 // claim reads would fail every claim (column e.traceparent does not exist,
 // on schema 14); a claim cut short by the end of the term does not.
 func TestClaimErrorsAreCounted(t *testing.T) {
-	b := setup(t)
+	b := setupClaimed(t)
 	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', '1', 'upsert')`)
 	loop, err := NewLoop(Config{}, b.Store, projection.Registry{"search": funcHandler(
 		func(context.Context, outbox.Event) projection.Result { return projection.Result{} })}, zerolog.Nop())
@@ -66,7 +66,7 @@ func TestClaimErrorsAreCounted(t *testing.T) {
 // An ack that fails counts, done or failed alike; the rows stay in
 // processing for the lease to bring back.
 func TestAckErrorsAreCounted(t *testing.T) {
-	b := setup(t)
+	b := setupClaimed(t)
 	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', 'ok', 'upsert'), ('book', 'bad', 'upsert')`)
 	h := funcHandler(func(_ context.Context, e outbox.Event) projection.Result {
 		if e.EntityID == "bad" {
@@ -81,14 +81,14 @@ func TestAckErrorsAreCounted(t *testing.T) {
 	require.EqualValues(t, 2, delta(ackErrorsTotal, func() {
 		res, err := loop.runOnce(context.Background(), 1)
 		require.NoError(t, err, "the loop logs a failed ack and carries on")
-		require.Equal(t, BatchResult{}, res)
+		require.Equal(t, BatchResult{AckErrors: 2}, res)
 	}), "the done ack and the failed ack")
 	require.Equal(t, 2, b.Count(t, `status = 'processing'`))
 }
 
 // A reclaimer round that fails counts.
 func TestReclaimErrorsAreCounted(t *testing.T) {
-	b := setup(t)
+	b := setupClaimed(t)
 	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, status, locked_by, claim_token, lease_until, processing_started_at)
 		VALUES ('book', '1', 'upsert', 'processing', 'w0', 1, now() - interval '1 second', now())`)
 	failUpdates(t, b, `OLD.status = 'processing' AND NEW.status = 'pending'`)

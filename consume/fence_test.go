@@ -92,6 +92,7 @@ func takeOver(t *testing.T, b bundle) {
 func TestDeposedLeadersAcksAreFenced(t *testing.T) {
 	t.Parallel()
 	f := newEngineFixture(t)
+	f.ClaimedByDefault(t) // claimed rows and their reclaim; TestDeposedLeadersQueuedAcksAreFenced the queued ones
 	f.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload)
 		VALUES ('book', 'a', 'upsert', 1, '{"title": "Dune"}')`)
 	require.Equal(t, BatchResult{Done: 1}, f.round(t))
@@ -144,7 +145,7 @@ func TestDeposedLeadersAcksAreFenced(t *testing.T) {
 // on a cancelled context shows any statement it tried after the cancel.
 func TestLostLeadershipTriesNoWriteAfterTheEpochMoved(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setupClaimed(t)
 	pool, err := pgxpool.New(context.Background(), b.URL)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)

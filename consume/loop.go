@@ -48,6 +48,11 @@ type Loop struct {
 	// headNext is set after a claim from the head that came back full: the
 	// head has more, so the next claim starts there too. Run's goroutine's.
 	headNext bool
+	// queues are the term's positions among queued rows, loaded at its
+	// first claim; claimedLast says the last batch was claimed rows, so
+	// the next tries queued ones first. Run's goroutine's.
+	queues      *queues
+	claimedLast bool
 	// headWanted is set by the listener when someone asks for a claim
 	// from the head at once (outbox.HeadChannel: a resume, a repair).
 	headWanted atomic.Bool
@@ -95,7 +100,12 @@ func (l *Loop) runOnce(ctx context.Context, epoch int64) (BatchResult, error) {
 	if err != nil || f == nil {
 		return BatchResult{}, err
 	}
-	return l.handle(ctx, epoch, f)
+	res, err := l.handle(ctx, epoch, f)
+	if l.queues != nil {
+		l.queues.rewindAll()
+	}
+	l.checkpoint(ctx, epoch, true) // what Run does once a second, at once
+	return res, err
 }
 
 // handle processes a claimed batch once the batches ahead of it that share
@@ -117,16 +127,7 @@ func (l *Loop) claim(ctx context.Context, epoch int64) (*flight, error) {
 	var start, end time.Time
 	f, err := l.order.claim(func() ([]outbox.Event, error) {
 		start = time.Now()
-		after := l.cursor
-		if l.fromHead(start) {
-			after, l.headAt = nil, start
-		}
-		events, err := l.store.ClaimAfter(ctx, epoch, l.cfg.BulkSize, l.cfg.Lease, l.latestNames, after, l.names)
-		l.headNext = after == nil && len(events) >= l.cfg.BulkSize
-		countError(ctx, claimErrorsTotal, err)
-		if c := outbox.CursorOf(events); c != nil && (l.cursor == nil || c.After(*l.cursor)) {
-			l.cursor = c
-		}
+		events, err := l.next(ctx, epoch, start)
 		end = time.Now()
 		claimDuration.Observe(end.Sub(start).Seconds())
 		return events, err
@@ -134,8 +135,53 @@ func (l *Loop) claim(ctx context.Context, epoch int64) (*flight, error) {
 	if f != nil {
 		l.track(f.events)
 		f.span = startBatch(ctx, epoch, f.events, start, end)
+		if f.events[0].Queued {
+			l.checkpoint(ctx, epoch, false) // shows the batch in flight, once a second at most
+		}
 	}
 	return f, err
+}
+
+// next takes queued rows by position, or claims rows that need a claim
+// (retries, replays, resumed or repaired rows, rows from before migration
+// 00018): those are claimed once every PollInterval from the head, at
+// once when asked, and in turns with queued reads while both have work,
+// so neither starves the other.
+func (l *Loop) next(ctx context.Context, epoch int64, now time.Time) ([]outbox.Event, error) {
+	rowsDue := l.headWanted.Load() || l.headNext || now.Sub(l.headAt) >= l.cfg.PollInterval
+	if l.queues == nil || rowsDue {
+		l.refreshQueues(ctx)
+	}
+	usable := l.queues != nil && l.queues.ready()
+	queuedFirst := usable && (!rowsDue || l.claimedLast)
+	if queuedFirst {
+		if events, err := l.readQueued(ctx, now); err != nil || len(events) > 0 {
+			l.claimedLast = false
+			return events, err
+		}
+	}
+	events, err := l.claimRows(ctx, epoch, now, l.fromHead(now))
+	l.claimedLast = len(events) > 0
+	if err != nil || len(events) > 0 || !usable || queuedFirst {
+		return events, err
+	}
+	return l.readQueued(ctx, now)
+}
+
+// claimRows claims rows from the head (head) or past the cursor.
+func (l *Loop) claimRows(ctx context.Context, epoch int64, now time.Time, head bool) ([]outbox.Event, error) {
+	after := l.cursor
+	if head {
+		after, l.headAt = nil, now
+		l.headWanted.Store(false)
+	}
+	events, err := l.store.ClaimAfter(ctx, epoch, l.cfg.BulkSize, l.cfg.Lease, l.latestNames, after, l.names)
+	l.headNext = after == nil && len(events) >= l.cfg.BulkSize
+	countError(ctx, claimErrorsTotal, err)
+	if c := outbox.CursorOf(events); c != nil && (l.cursor == nil || c.After(*l.cursor)) {
+		l.cursor = c
+	}
+	return events, err
 }
 
 // fromHead reports whether the claim starting now starts from the head
@@ -145,8 +191,7 @@ func (l *Loop) claim(ctx context.Context, epoch int64) (*flight, error) {
 // (headWanted), and for as long as the head returns full batches, so that
 // a backlog behind the cursor drains at the loop's full rate.
 func (l *Loop) fromHead(now time.Time) bool {
-	wanted := l.headWanted.Swap(false)
-	return l.cursor == nil || wanted || l.headNext || now.Sub(l.headAt) >= l.cfg.PollInterval
+	return l.cursor == nil || l.headWanted.Load() || l.headNext || now.Sub(l.headAt) >= l.cfg.PollInterval
 }
 
 // Run drains the outbox as leader of epoch until ctx is cancelled
@@ -154,7 +199,7 @@ func (l *Loop) fromHead(now time.Time) bool {
 // (shutdown: stop claiming, let in-flight bulks finish within the grace
 // period, put the rest back to pending without counting an attempt).
 func (l *Loop) Run(ctx context.Context, epoch int64, drain <-chan struct{}) {
-	l.order, l.cursor, l.headNext = newOrder(), nil, false
+	l.order, l.cursor, l.headNext, l.headAt, l.queues = newOrder(), nil, false, time.Time{}, nil
 	wake := make(chan struct{}, 1)
 	listenCtx, stopListen := context.WithCancel(ctx)
 	defer stopListen()
@@ -211,7 +256,8 @@ func (l *Loop) Run(ctx context.Context, epoch int64, drain <-chan struct{}) {
 			l.log.Error().Err(err).Msg("claim failed")
 		}
 		listening.set(true) // a wake-up follows LISTEN: rows inserted meanwhile are claimed
-		l.idle(ctx, poll, wake, drain)
+		l.checkpoint(ctx, epoch, false)
+		l.idle(ctx, poll, l.idleFor(), wake, drain)
 	}
 }
 
@@ -239,14 +285,14 @@ func (l *Loop) cooldown(ctx context.Context, drain <-chan struct{}) {
 }
 
 // idle waits for a NOTIFY, the poll interval, or the end of the term.
-func (l *Loop) idle(ctx context.Context, poll *time.Timer, wake <-chan struct{}, drain <-chan struct{}) {
+func (l *Loop) idle(ctx context.Context, poll *time.Timer, wait time.Duration, wake <-chan struct{}, drain <-chan struct{}) {
 	if !poll.Stop() {
 		select {
 		case <-poll.C:
 		default:
 		}
 	}
-	poll.Reset(l.cfg.PollInterval)
+	poll.Reset(wait)
 	select {
 	case <-wake:
 	case <-poll.C:
@@ -270,6 +316,10 @@ func (l *Loop) drain(ctx context.Context, epoch int64, wg *sync.WaitGroup, cance
 	if ctx.Err() != nil {
 		return // not leader anymore: the next leader reclaims what is left
 	}
+	if l.queues != nil {
+		l.queues.rewindAll()
+	}
+	l.checkpoint(ctx, epoch, true)
 	ids := l.untrackAll()
 	if len(ids) == 0 {
 		return

@@ -131,6 +131,9 @@ type model struct {
 	// repaired are the documents' versions a repair event was queued at:
 	// one each, as a verify queues one per document it judges.
 	repaired map[string]bool
+	// horizon is an outside REPEATABLE READ transaction holding the vacuum
+	// horizon (a report, a pg_dump) while it is open.
+	horizon pgx.Tx
 }
 
 // modelHandler is the search handler as a leader runs it, which the test can
@@ -254,7 +257,7 @@ func (m *model) run(t *testing.T) {
 		}
 	}()
 	ctx := context.Background()
-	for len(m.queue) > 0 || m.b.Count(t, `status IN ('pending', 'processing')`) > 0 {
+	for len(m.queue) > 0 || m.busy(t) {
 		if len(m.queue) > 0 && m.rng.IntN(3) > 0 {
 			m.insert(t, 1+m.rng.IntN(12))
 		}
@@ -281,13 +284,18 @@ func (m *model) run(t *testing.T) {
 			m.prune(t)
 		case r < 95:
 			m.lateCommit(t, ctx)
-		case r < 97:
+		case r < 96:
 			m.pauseResume(t, ctx)
+		case r < 97:
+			m.holdHorizon(t, ctx)
 		default:
 			m.timePasses(t)
 		}
 	}
 	m.deliverLate(t)
+	if m.horizon != nil {
+		m.holdHorizon(t, ctx)
+	}
 	m.check(t, false)
 
 	// The mapping is fixed and every failed event replayed: now each
@@ -297,7 +305,7 @@ func (m *model) run(t *testing.T) {
 	_, err := replay.Replay(ctx, m.b.Pool, replay.Request{Reason: "mapping_error", By: "model", Why: "mapping fixed", Yes: true})
 	require.NoError(t, err)
 	m.logf("mapping fixed, failed events replayed")
-	for m.b.Count(t, `status IN ('pending', 'processing')`) > 0 {
+	for m.busy(t) {
 		m.round(t, ctx)
 	}
 	m.check(t, true)
@@ -443,6 +451,7 @@ func (m *model) concurrentRounds(t *testing.T, ctx context.Context) {
 		}(flights[i])
 	}
 	wg.Wait()
+	m.loop.checkpoint(ctx, m.epoch, true)
 	m.logf("%d concurrent flights", len(flights))
 }
 
@@ -554,7 +563,7 @@ func (m *model) timePasses(t *testing.T) {
 // the fix, refused upserts are not applicable; after it, they are.
 func (m *model) check(t *testing.T, fixed bool) {
 	t.Helper()
-	rows := harness.Pairs[int64, string](t, m.b.DB, `SELECT id, status || ':' || coalesce(error_reason, '') FROM outbox_events`)
+	rows := harness.Pairs[int64, string](t, m.b.DB, `SELECT id, status || ':' || coalesce(error_reason, '') FROM outbox_event_states`)
 	for _, e := range m.events {
 		got, ok := rows[e.id]
 		if !ok {
@@ -598,7 +607,7 @@ func (m *model) check(t *testing.T, fixed bool) {
 			}
 			if l, ok := ledger[entity]; !ok || !l.Deleted || l.Version != w.order() {
 				t.Errorf("%s: ledger %+v (present %v), want deleted at v%d (event %d); rows %v", id, l, ok, w.order(), w.id,
-					harness.Column[string](t, m.b.DB, `SELECT id || ' ' || op || ' v' || coalesce(event_version, id) || ' ' || status || ' ' || coalesce(error_reason, '') FROM outbox_events WHERE entity_id = $1 ORDER BY id`, entity))
+					harness.Column[string](t, m.b.DB, `SELECT id || ' ' || op || ' v' || coalesce(event_version, id) || ' ' || status || ' ' || coalesce(error_reason, '') FROM outbox_event_states WHERE entity_id = $1 ORDER BY id`, entity))
 			}
 			continue
 		}
@@ -673,4 +682,33 @@ func (m *model) ledger(t *testing.T) map[string]outbox.Applied {
 	}
 	require.NoError(t, rows.Err())
 	return out
+}
+
+// busy reports whether any event is pending or processing, queued or
+// claimed.
+func (m *model) busy(t *testing.T) bool {
+	t.Helper()
+	return len(harness.Column[int64](t, m.b.DB,
+		`SELECT id FROM outbox_event_states WHERE status IN ('pending', 'processing') LIMIT 1`)) > 0
+}
+
+// holdHorizon opens an outside REPEATABLE READ transaction that reads the
+// outbox, or ends the one open: while it is open nothing any step deletes
+// or updates can be vacuumed, and rows committed after it stay invisible
+// to it.
+func (m *model) holdHorizon(t *testing.T, ctx context.Context) {
+	t.Helper()
+	if m.horizon != nil {
+		require.NoError(t, m.horizon.Rollback(ctx))
+		m.horizon = nil
+		m.logf("the outside transaction holding the horizon ended")
+		return
+	}
+	tx, err := m.b.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SELECT count(*) FROM outbox_events`)
+	require.NoError(t, err)
+	m.horizon = tx
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	m.logf("an outside transaction holds the horizon")
 }

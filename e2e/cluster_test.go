@@ -76,9 +76,36 @@ func (c *cluster) produce(entities, versions int) {
 	c.produced += versions
 }
 
+// processedMetric counts the search events a replica acked done, the
+// superseded ones included. It says who drained: a queued row that
+// succeeds is never written, so it keeps no locked_by.
+const processedMetric = `outbox_processed_total{projection="search"}`
+
+// count is the number of events matching where, on outbox_event_states:
+// a queued row's status there is what its projection's position says.
 func (c *cluster) count(where string) int {
 	c.t.Helper()
 	return c.db.Count(c.t, where)
+}
+
+// slowBulks delays every bulk by 100 ms, so that a drain of thousands of
+// events takes seconds and a fault can come in the middle of it.
+func (c *cluster) slowBulks() {
+	c.proxy.Set(faultproxy.Fault{Delay: 100 * time.Millisecond, PathSuffix: "/_bulk"})
+}
+
+// midStream waits until the leader l has acked more than n search events,
+// by its own counter: the view shows a queued row done only at the next
+// save of its position, up to a second later, by when a leader may have
+// drained everything produced. It returns how many l had acked.
+func (c *cluster) midStream(l *harness.Replica, n float64) float64 {
+	c.t.Helper()
+	var acked float64
+	harness.Eventually(c.t, 30*time.Second, l.Name+" is mid-stream", func() bool {
+		acked = metric(c.t, l, processedMetric)
+		return acked > n
+	})
+	return acked
 }
 
 func (c *cluster) drained(timeout time.Duration) {

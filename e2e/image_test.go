@@ -270,13 +270,15 @@ func imageMigrateFailoverStop(t *testing.T, img image) {
 		out, err := img.podman("healthcheck", "run", cs.name(r.Name)).CombinedOutput()
 		require.NoError(t, err, "the image's health check of %s:\n%s", r.Name, out)
 	}
+	c.slowBulks()
 	c.produce(1000, 3)
-	harness.Eventually(t, 30*time.Second, "leader is mid-stream", func() bool { return c.count(`status = 'done'`) > 500 })
+	require.Less(t, c.midStream(l, 500), 3000.0, "the kill comes mid-stream")
 
 	epoch := int64(c.db.Int(t, `SELECT epoch FROM outbox_leader`))
 	killed, err := harness.Now(context.Background(), c.db.Pool)
 	require.NoError(t, err)
 	cs.kill(l)
+	c.proxy.Clear() // the takeover measured at the engine's own speed
 	next, _, err := harness.WaitLeader(context.Background(), takeoverBound, epoch+1, c.replicas...)
 	require.NoError(t, err)
 	ack, err := harness.WaitFirstAck(context.Background(), takeoverBound, c.db.Pool, killed, next.Name)

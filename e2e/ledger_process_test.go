@@ -52,8 +52,10 @@ func TestLedgerKillsDeletesAndReplays(t *testing.T) {
 	// the other takes over.
 	require.NoError(t, harness.ES(context.Background(), harness.ElasticURL(t), http.MethodPut, "/"+c.index+"/_mapping",
 		[]byte(`{"properties": {"isbn": {"type": "keyword"}}}`), nil))
+	before := metric(t, l, processedMetric)
+	c.slowBulks()
 	c.produceOutOfOrder(1000, 5)
-	harness.Eventually(t, 30*time.Second, "leader is mid-stream", func() bool { return c.count(`status = 'done'`) > 1000 })
+	require.Less(t, c.midStream(l, before+1000), before+5000, "the kill comes mid-stream")
 	l.Kill()
 	cmd := exec.Command(harness.Binary(t), "replay", "--ids", replay.FormatIDs(failed),
 		"--by", "ledger-test", "--why", "isbn added to the mapping, after the deletes")

@@ -34,12 +34,13 @@ type migrateProc struct {
 	done chan struct{}
 }
 
-func startMigrate(t *testing.T, dbURL string) *migrateProc {
+func startMigrate(t *testing.T, dbURL string, args ...string) *migrateProc {
 	t.Helper()
 	m := &migrateProc{done: make(chan struct{})}
 	u, err := url.Parse(dbURL)
 	require.NoError(t, err)
-	m.cmd = exec.Command(harness.Binary(t), "migrate", "--database-url", dbURL, "--expect-db", strings.TrimPrefix(u.Path, "/"))
+	args = append([]string{"migrate", "--database-url", dbURL, "--expect-db", strings.TrimPrefix(u.Path, "/")}, args...)
+	m.cmd = exec.Command(harness.Binary(t), args...)
 	m.cmd.Env = os.Environ()
 	m.cmd.Stdout, m.cmd.Stderr = &m.out, &m.out
 	m.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -1,15 +1,19 @@
 package e2e
 
-// The upgrade the runbook documents without a window: `wlproj migrate` from
-// schema 15 to head while the two replicas of the documented topology run
-// on 15 under a steady producer. It builds 00016's index CONCURRENTLY, and a
+// The upgrade the runbook documents without a window, from a release
+// before 17 under a steady producer: `wlproj migrate --to 17` while the two
+// replicas of that release run on schema 15, the replicas restarted on this
+// binary (standby first), then `wlproj migrate` to head while they drain.
+// The first step builds 00016's and 00017's indexes CONCURRENTLY, and a
 // CONCURRENTLY build waits for every transaction and snapshot older than
-// itself: it finishes only if no replica holds one for long.
+// itself: it finishes only if no replica holds one for long. The second
+// makes new rows queued under a leader of this binary.
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -33,26 +37,62 @@ const liveMigrateBound = 2 * time.Minute
 // ends its statement every outbox.LockWaitSlice (1 s).
 const longestMigrateWait = 5 * time.Second
 
+// ackShowsWithin is how soon an ack is seen: a claimed row's at once, a
+// queued row's when the leader next saves its position (once a second).
+const ackShowsWithin = 2 * time.Second
+
+// queuedSchema is the first schema with queued rows and positions: a
+// release before it claims pending rows only, so the upgrade stops there.
+const queuedSchema = 17
+
 func TestMigrateWhileReplicasDrain(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
+	old := binaryBeforeMigration(t, queuedSchema)
+	t.Logf("the running release: built from %s, schema %d", old.commit[:12], old.schema)
 	db := databaseAt(t, 15)
-	// An outbox with history, for the build to read: the chronicle's done
+	// An outbox with history, for the builds to read: the chronicle's done
 	// rows, which the replicas neither claim nor judge.
 	db.Exec(t, `INSERT INTO outbox_events (projection, entity_type, entity_id, op, event_version, payload, status, processed_at)
 		SELECT 'chronicle', 'book', (g % 20000)::text, 'upsert', g, '{"title": "t"}', 'done', now()
 		  FROM generate_series(1, 200000) g`)
 	c := &cluster{t: t, db: db, index: harness.NewIndex(t)}
 	c.env = harness.ReplicaEnv(db.URL, harness.ElasticURL(t), c.index, harness.Quick...)
-	l := c.run("a", "b")
-	standby := c.replicas[0]
-	if standby == l {
-		standby = c.replicas[1]
-	}
+	c.startBinary(old.path, "a")
+	c.startBinary(old.path, "b")
+	l := c.leader()
+	standby := map[*harness.Replica]*harness.Replica{c.replicas[0]: c.replicas[1], c.replicas[1]: c.replicas[0]}[l]
 	require.NoError(t, harness.WaitStandby(ctx, 20*time.Second, db.Pool, standby, leader.LockSessionName(standby.Name)))
 
+	prod := harness.Produce(ctx, db.Pool, harness.ProducerConfig{Rate: 300, Next: liveBooks()})
+	defer prod.Stop()
+	// On outbox_events itself: schema 15 has no view of states.
+	harness.Eventually(t, 30*time.Second, "the leader draining", func() bool {
+		return db.Int(t, `SELECT count(*) FROM outbox_events WHERE projection = 'search' AND status = 'done'`) > 1000
+	})
+
+	migrateLive(t, c, standby, "--to", strconv.Itoa(queuedSchema))
+	require.Equal(t, 1, db.Int(t, `SELECT count(*) FROM pg_index WHERE indexrelid = to_regclass($1) AND indisvalid`, dueIndex))
+	require.Equal(t, 1, db.Int(t, `SELECT count(*) FROM pg_index WHERE indexrelid = to_regclass('outbox_events_queued_idx') AND indisvalid`))
+	require.EqualValues(t, queuedSchema, version(t, db))
+
+	l, standby = rollReplicas(t, c, l, standby)
+	migrateLive(t, c, standby)
+	require.EqualValues(t, migrations.HeadVersion(), version(t, db))
+	harness.Eventually(t, 10*time.Second, "the producer's rows queued", func() bool {
+		return db.Int(t, `SELECT count(*) FROM outbox_events WHERE status = 'queued'`) > 100
+	})
+
+	prod.Stop()
+	rep := c.settle(60 * time.Second)
+	require.EqualValues(t, prod.Committed(), rep.Done)
+	require.Equal(t, l.Name, positionSavedBy(t, c), "this binary's leader read the queued rows")
+}
+
+// liveBooks is the producer's events: each a new version of one of 200 books.
+func liveBooks() func(n int) []harness.Event {
 	var version atomic.Int64
-	prod := harness.Produce(ctx, db.Pool, harness.ProducerConfig{Rate: 300, Next: func(n int) []harness.Event {
+	return func(n int) []harness.Event {
 		events := make([]harness.Event, n)
 		for i := range events {
 			v := version.Add(1)
@@ -60,38 +100,60 @@ func TestMigrateWhileReplicasDrain(t *testing.T) {
 			events[i] = harness.Event{EntityType: "book", EntityID: strconv.FormatInt(v%200, 10), Op: "upsert", Version: v, Payload: payload}
 		}
 		return events
-	}})
-	defer prod.Stop()
-	harness.Eventually(t, 30*time.Second, "the leader draining", func() bool { return c.count(`status = 'done'`) > 1000 })
+	}
+}
 
-	waits := watchMigrateWaits(db, 50*time.Millisecond)
+// rollReplicas restarts both replicas on this binary as the runbook
+// orders it, the standby first, and returns the leader and the standby.
+func rollReplicas(t *testing.T, c *cluster, l, standby *harness.Replica) (*harness.Replica, *harness.Replica) {
+	t.Helper()
+	standby.Stop(15 * time.Second)
+	next := c.startBinary(harness.Binary(t), standby.Name)
+	harness.Eventually(t, 15*time.Second, "the new standby ready", func() bool {
+		code, _ := readyz(t, next)
+		return code == http.StatusOK
+	})
+	l.Stop(45 * time.Second)
+	require.Equal(t, next, c.leader())
+	again := c.startBinary(harness.Binary(t), l.Name)
+	require.NoError(t, harness.WaitStandby(context.Background(), 20*time.Second, c.db.Pool, again, leader.LockSessionName(again.Name)))
+	return next, again
+}
+
+// migrateLive runs wlproj migrate with args while the cluster's leader
+// drains under the producer: the leader acks during it, the standby stands
+// by still, and no migrate session waits long for a lock or holds an old
+// snapshot.
+func migrateLive(t *testing.T, c *cluster, standby *harness.Replica, args ...string) {
+	t.Helper()
+	ctx := context.Background()
+	waits := watchMigrateWaits(c.db, 50*time.Millisecond)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("the migrate's longest lock wait: %s", waits.stop())
 		}
 	})
-	snapshots := harness.WatchSnapshots(db.Pool, migrations.ApplicationName, 50*time.Millisecond)
-	start, err := harness.Now(ctx, db.Pool)
+	snapshots := harness.WatchSnapshots(c.db.Pool, migrations.ApplicationName, 50*time.Millisecond)
+	start, err := harness.Now(ctx, c.db.Pool)
 	require.NoError(t, err)
-	code, out := startMigrate(t, db.URL).wait(t, liveMigrateBound)
-	end, err := harness.Now(ctx, db.Pool)
+	code, out := startMigrate(t, c.db.URL, args...).wait(t, liveMigrateBound)
+	end, err := harness.Now(ctx, c.db.Pool)
 	require.NoError(t, err)
 	longest := waits.stop()
 	oldest, _, err := snapshots.Stop()
 	require.NoError(t, err)
 	require.Zero(t, code, out)
-	t.Logf("migrate 15 → head took %s; its longest lock wait: %s; its oldest snapshot: %s old",
-		end.Sub(start).Round(time.Millisecond), longest, oldest.Age.Round(time.Millisecond))
+	t.Logf("migrate %v took %s; its longest lock wait: %s; its oldest snapshot: %s old",
+		args, end.Sub(start).Round(time.Millisecond), longest, oldest.Age.Round(time.Millisecond))
 
-	require.Equal(t, 1, db.Int(t, `SELECT count(*) FROM pg_index WHERE indexrelid = to_regclass($1) AND indisvalid`, dueIndex))
-	require.Positive(t, db.Count(t, `status = 'done' AND processed_at BETWEEN $1 AND $2`, start, end), "the leader stopped draining during the migration")
-	require.NoError(t, harness.WaitStandby(ctx, 10*time.Second, db.Pool, standby, leader.LockSessionName(standby.Name)), "the standby stands by still")
+	// A queued row's ack shows when the position is next saved, at most a
+	// second later; a migration to 18 alone takes less than that.
+	acked, err := harness.WaitFirstAck(ctx, ackShowsWithin, c.db.Pool, start, "")
+	require.NoError(t, err, "the leader stopped draining during the migration")
+	require.True(t, acked.Before(end.Add(ackShowsWithin)), "the leader stopped draining during the migration")
+	require.NoError(t, harness.WaitStandby(ctx, 10*time.Second, c.db.Pool, standby, leader.LockSessionName(standby.Name)), "the standby stands by still")
 	require.Less(t, longest.dur, longestMigrateWait, "a migrate session waited needlessly long")
 	require.Less(t, oldest.Age, longestMigrateWait, "a migrate session held a snapshot for long")
-
-	prod.Stop()
-	rep := c.settle(60 * time.Second)
-	require.EqualValues(t, prod.Committed(), rep.Done)
 }
 
 // migrateWait is one lock wait of a migrate session, as sampled.

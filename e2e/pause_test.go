@@ -55,7 +55,7 @@ func (c *cluster) chronicleExactlyOnce() {
 	done := c.count(`projection = 'chronicle' AND status = 'done'`)
 	require.Equal(c.t, done, c.appended(), "one chronicle row per done chronicle event")
 	require.Equal(c.t, done, c.db.Int(c.t, `
-		SELECT count(*) FROM outbox_events e JOIN chronicle_events ch ON ch.event_id = e.id
+		SELECT count(*) FROM outbox_event_states e JOIN chronicle_events ch ON ch.event_id = e.id
 		 WHERE e.projection = 'chronicle' AND e.status = 'done'
 		   AND (ch.entity_type, ch.entity_id, ch.op, ch.version, ch.payload, ch.scope_key, ch.occurred_at)
 		       IS NOT DISTINCT FROM
@@ -85,9 +85,9 @@ func TestPauseSurvivesFailoverAndResumes(t *testing.T) {
 	c.start("a2")
 	c.produce(30, 2)
 	harness.Eventually(t, 30*time.Second, "search drains under the new leader", func() bool { return c.pending("search") == 0 })
-	// The claim takes due rows in id order: had the new leader ignored the
-	// pause, its claims that drained the later search events would have
-	// taken these older chronicle rows first.
+	// Each projection is read from its own position: had the new leader
+	// ignored the pause, it would have read the chronicle's rows as it read
+	// the later search events.
 	require.Equal(t, 300, c.count(untouched), "the new leader honours the pause")
 	harness.Eventually(t, 10*time.Second, "the leader's gauge and /readyz show the pause", func() bool {
 		v, ok, err := l.Metric(`outbox_projection_paused{projection="chronicle"}`)

@@ -109,7 +109,9 @@ func TestReplicasOnAnOlderSchemaDoNotLead(t *testing.T) {
 	require.Zero(t, c.db.Int(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
 	                             AND application_name LIKE 'wlproj-leader:%'`), "no replica campaigns")
 	require.Zero(t, c.db.Int(t, `SELECT count(*) FROM outbox_leader`), "no epoch taken")
-	require.Equal(t, 1000, c.count(`status = 'pending' AND attempts = 0`), "nothing claimed")
+	// On outbox_events itself: the view of states comes with schema 17.
+	require.Equal(t, 1000, c.db.Int(t, `SELECT count(*) FROM outbox_events WHERE status = 'pending' AND attempts = 0`),
+		"nothing claimed")
 
 	migrate(t, c.db, 0)
 	harness.Leader(t, a, b)
@@ -127,6 +129,8 @@ func TestReplicasOnAnOlderSchemaDoNotLead(t *testing.T) {
 // before the newest migration as the running release: its leader keeps
 // draining while wlproj migrate brings the schema to head and after, then
 // the standby and the leader are restarted on this binary, one at a time.
+// Who drained is told by each process's outbox_processed_total and by the
+// position's saved_by: a queued row that succeeds keeps no locked_by.
 //
 // That release's standby waits for the lock in one statement, whose
 // snapshot CREATE INDEX CONCURRENTLY waits for (the migration failed after
@@ -149,8 +153,11 @@ func TestUpgradeOrderOldBinaryRunsOnNewSchema(t *testing.T) {
 	rep := c.settle(90 * time.Second)
 	require.EqualValues(t, 12000, rep.Done)
 	require.True(t, oldLeader.IsLeader(), "the old binary led throughout")
-	require.Equal(t, 2000, c.db.Count(t, `locked_by = $1 AND event_version = 6`, oldLeader.Name),
-		"the old binary drained what was produced on the head schema")
+	require.Equal(t, 2000, c.db.Int(t, `SELECT count(*) FROM outbox_events WHERE event_version = 6 AND status = 'queued'`),
+		"what was produced on the head schema is queued")
+	require.EqualValues(t, 12000, metric(t, oldLeader, processedMetric),
+		"the old binary drained what was produced on the head schema, and everything before")
+	require.Equal(t, oldLeader.Name, positionSavedBy(t, c))
 
 	standby := c.startBinary(harness.Binary(t), oldStandby.Name)
 	harness.Eventually(t, 15*time.Second, "the new standby ready", func() bool {
@@ -159,12 +166,23 @@ func TestUpgradeOrderOldBinaryRunsOnNewSchema(t *testing.T) {
 	})
 	oldLeader.Stop(45 * time.Second)
 	require.Equal(t, standby, c.leader())
-	c.startBinary(harness.Binary(t), oldLeader.Name)
+	again := c.startBinary(harness.Binary(t), oldLeader.Name)
+	before := metric(t, standby, processedMetric)
 	c.produce(2000, 1)
 	rep = c.settle(60 * time.Second)
 	require.EqualValues(t, 14000, rep.Done)
-	require.Equal(t, 2000, c.db.Count(t, `locked_by = $1 AND event_version = 7`, standby.Name),
-		"the new leader drained the last batch")
+	require.GreaterOrEqual(t, metric(t, standby, processedMetric)-before, 2000.0, "the new leader drained the last batch")
+	require.Zero(t, metric(t, again, processedMetric), "the restarted replica stood by")
+	require.Equal(t, standby.Name, positionSavedBy(t, c))
+}
+
+// positionSavedBy is the replica that last saved the search projection's
+// position: the leader that read and acked its queued rows.
+func positionSavedBy(t *testing.T, c *cluster) string {
+	t.Helper()
+	names := harness.Column[string](t, c.db, `SELECT saved_by FROM outbox_positions WHERE projection = 'search'`)
+	require.Len(t, names, 1, "the search projection's position")
+	return names[0]
 }
 
 // endOrphanedWait does what the runbook says after stopping such a standby:
@@ -188,8 +206,8 @@ func endOrphanedWait(t *testing.T, db harness.DB, worker string) {
 	}
 }
 
-// A leader whose schema changes under it (a column its claim reads renamed
-// by hand) stays ready, since its schema version did not move; its claim
+// A leader whose schema changes under it (a column its reads of queued and
+// claimed rows select renamed by hand) stays ready, since its schema version did not move; its claim
 // errors are what shows it, for OutboxLeaderErrors.
 func TestClaimErrorsCountedWhenTheSchemaChangesUnderTheLeader(t *testing.T) {
 	t.Parallel()
@@ -221,27 +239,34 @@ func (c *cluster) startBinary(bin, name string) *harness.Replica {
 	return r
 }
 
-// oldBinary is wlproj as built from the commit before the newest
-// migration file was added, and the newest migration that commit carries.
+// oldBinary is wlproj as built from the commit before a migration file
+// was added, and the newest migration that commit carries.
 type oldBinary struct {
 	path, commit string
 	schema       int64
 }
 
-// binaryBeforeNewestMigration finds that commit in the checkout's history
-// and builds it. Without the history (a shallow clone, the newest file not
-// committed yet) the test is skipped, saying why.
+// binaryBeforeNewestMigration is the running release of an upgrade to head.
 func binaryBeforeNewestMigration(t *testing.T) oldBinary {
+	t.Helper()
+	return binaryBeforeMigration(t, migrations.HeadVersion())
+}
+
+// binaryBeforeMigration finds the commit before the one that added
+// migration version in the checkout's history and builds it. Without the
+// history (a shallow clone, the file not committed yet) the test is
+// skipped, saying why.
+func binaryBeforeMigration(t *testing.T, version int64) oldBinary {
 	t.Helper()
 	root := harness.Root(t)
 	git := func(args ...string) (string, error) {
 		out, err := exec.Command("git", append([]string{"-C", root}, args...)...).Output()
 		return strings.TrimSpace(string(out)), err
 	}
-	newest, err := filepath.Glob(filepath.Join(root, "migrations", fmt.Sprintf("%05d_*.sql", migrations.HeadVersion())))
+	files, err := filepath.Glob(filepath.Join(root, "migrations", fmt.Sprintf("%05d_*.sql", version)))
 	require.NoError(t, err)
-	require.Len(t, newest, 1, "the file of migration %d", migrations.HeadVersion())
-	file := "migrations/" + filepath.Base(newest[0])
+	require.Len(t, files, 1, "the file of migration %d", version)
+	file := "migrations/" + filepath.Base(files[0])
 	if shallow, err := git("rev-parse", "--is-shallow-repository"); err != nil || shallow != "false" {
 		t.Skipf("no full git history here (shallow %q, %v): the binary from before %s cannot be built", shallow, err, file)
 	}
@@ -261,7 +286,7 @@ func binaryBeforeNewestMigration(t *testing.T) oldBinary {
 			old.schema = max(old.schema, v)
 		}
 	}
-	require.Less(t, old.schema, migrations.HeadVersion())
+	require.Less(t, old.schema, version)
 	old.path = buildCommit(t, root, parent)
 	return old
 }

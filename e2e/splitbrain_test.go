@@ -102,12 +102,21 @@ func TestOldPrimaryBackAsPrimaryGetsNoSecondLeader(t *testing.T) {
 	require.Equal(t, 20, n, "nothing written only to the old primary reached the index")
 }
 
-// claimed is every event of db the leader ever touched, by status and
-// attempts: it changes with every claim and every ack.
+// claimed is everything of db a leader writes when it reads or acks: the
+// rows it wrote, by status and attempts (a claim, a failure, a claimed
+// row's ack), each projection's position (a queued row's read and ack:
+// the row itself is never written) and the ledger (every applied ack).
 func claimed(t *testing.T, db harness.DB) map[string]int {
 	t.Helper()
 	return harness.Pairs[string, int](t, db, `
-		SELECT status || '/' || attempts, count(*)::int FROM outbox_events WHERE status <> 'pending' OR attempts > 0 GROUP BY 1`)
+		SELECT status || '/' || attempts, count(*)::int FROM outbox_events
+		 WHERE status NOT IN ('pending', 'queued') OR attempts > 0 GROUP BY 1
+		UNION ALL
+		SELECT 'position ' || concat_ws(' ', projection, done_cur, done_xid, done_id, claimed_cur, claimed_xid,
+		                                claimed_id, epoch, saved_by, done_events), 1
+		  FROM outbox_positions
+		UNION ALL
+		SELECT 'ledger ' || coalesce(sum(version), 0) || ' ' || coalesce(sum(event_id), 0), count(*)::int FROM outbox_applied`)
 }
 
 func refused(r *harness.Replica, reason string) bool {

@@ -69,7 +69,7 @@ func TestProducerInsert(t *testing.T) {
 		VALUES ('book', '42', 'upsert', 3, '{"title":"Dune"}', 'library-7')
 		RETURNING id, status, projection, attempts, error_history::text`).Scan(&id, &status, &projection, &attempts, &history)
 	require.NoError(t, err)
-	require.Equal(t, "pending", status)
+	require.Equal(t, "queued", status, "read by position, never updated when it succeeds (00018)")
 	require.Equal(t, "search", projection)
 	require.Zero(t, attempts)
 	require.Equal(t, "[]", history)

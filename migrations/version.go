@@ -15,16 +15,13 @@ import (
 // reports ready (health checks it), so it never claims on a schema its
 // statements would fail on.
 //
-// It is 15. On 14 every claim fails (00015 adds the traceparent column the
-// claim reads). On 15 every statement works, and the claim only lacks
-// 00016's index to walk in due order (outbox_events_due_idx;
-// outbox/plan_test.go holds the claim to it): it steps past every paused or
-// backing-off pending row, 200–390 ms a claim instead of 5–60 ms on 200 k
-// pending rows. That is slow, not wrong, and it is the schema the replicas
-// of the release before run on while wlproj migrate builds 00016 under them
-// (e2e's TestMigrateWhileReplicasDrain runs this binary there): a binary
-// that refused 15 could not be the one draining during that upgrade. The
-// documented order migrates first, so a restarted replica meets 16.
+// It is 17: the leader reads queued rows by position, which 00017 adds
+// (the xid column, outbox_positions, outbox_queue_origin). On 17 rows are
+// still inserted pending and this binary claims them as before; 00018 makes
+// new rows queued, once every replica runs a binary of 17 or newer (a
+// binary of before 17 claims pending rows only). The upgrade from a
+// release before 17 is therefore: migrate up to 17 (wlproj migrate --to
+// 17), restart the standby, then the leader, then migrate again.
 //
 // Raise it when a migration adds something this binary's SQL uses, and
 // never for one it does not: migrations only add, so a binary keeps working
@@ -32,7 +29,7 @@ import (
 // then restart the standby, then the leader) relies on that.
 // TestRequiredVersionReviewed fails when a migration is added, until
 // someone has decided.
-const RequiredVersion int64 = 15
+const RequiredVersion int64 = 17
 
 // HeadVersion is the newest migration embedded in this binary: what
 // wlproj migrate brings a database to.

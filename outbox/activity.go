@@ -86,10 +86,13 @@ const activityStartSQL = `
 SELECT date_bin(make_interval(secs => $1), now(), timestamptz 'epoch') - make_interval(secs => $2 - $1)`
 
 // activityBucketSQL counts the acks of one bucket, walking
-// outbox_events_done_idx, and the terminal failures by the time of failure,
+// outbox_events_done_idx, with the queued rows the positions confirmed in
+// its minutes (outbox_done_by_minute: a bucket narrower than a minute
+// counts a minute's in its first), and the terminal failures by the time of failure,
 // walking the failed and discarded partial indexes.
 const activityBucketSQL = `
-SELECT (SELECT count(*) FROM outbox_events WHERE status = 'done' AND processed_at >= $1 AND processed_at < $2),
+SELECT (SELECT count(*) FROM outbox_events WHERE status = 'done' AND processed_at >= $1 AND processed_at < $2)
+     + (SELECT coalesce(sum(done), 0) FROM outbox_done_by_minute WHERE minute >= $1 AND minute < $2)::bigint,
        (SELECT count(*) FROM outbox_events
          WHERE (status = 'failed' OR status = 'discarded') AND updated_at >= $1 AND updated_at < $2)`
 
@@ -132,10 +135,19 @@ type StuckRow struct {
 }
 
 const stuckSQL = `
-SELECT id, projection, entity_type, entity_id, attempts, coalesce(locked_by, ''), claim_token,
-       lease_until, processing_started_at
-  FROM outbox_events
- WHERE status = 'processing' AND ` + stuckWhere + `
+SELECT * FROM (
+  (SELECT id, projection, entity_type, entity_id, attempts, coalesce(locked_by, ''), claim_token,
+          lease_until, processing_started_at
+     FROM outbox_events
+    WHERE status = 'processing' AND ` + stuckWhere + `
+    ORDER BY id LIMIT $2)
+  UNION ALL
+  (SELECT b.id, b.projection, b.entity_type, b.entity_id, 0, coalesce(b.locked_by, ''),
+          (SELECT p.epoch FROM outbox_positions p WHERE p.projection = b.projection),
+          b.lease_until, b.processing_started_at
+     FROM outbox_queue_backlog b
+    WHERE b.in_flight AND ` + stuckWhere + `
+    LIMIT $2)) s
  ORDER BY id
  LIMIT $2`
 

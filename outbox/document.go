@@ -45,8 +45,9 @@ const docLedgerSQL = `SELECT version, event_id, deleted, applied_at FROM outbox_
 const docEventsMax = 50
 
 // docEventsSQL reads the document's events that can still change it
-// (through the partial indexes of pending, processing and failed rows, and
-// the dead letter's index by document), the event the ledger names, and,
+// (through the partial indexes of pending, processing and failed rows, the
+// queued rows no position has passed, and the dead letter's index by
+// document), the event the ledger names, and,
 // with $5, every other row too (a table scan: there is no index by entity,
 // which would cost every claim and ack). Those that can still change it
 // come first, so that the cut at docEventsMax only ever leaves out done and
@@ -59,11 +60,16 @@ WITH doc AS (
    WHERE status IN ('pending', 'processing', 'failed')
      AND projection = $1 AND entity_type = $2 AND entity_id = $3
   UNION
-  SELECT id, op, coalesce(event_version, id), status, error_reason, created_at, processed_at, NULL
-    FROM outbox_events WHERE id = $4
+  SELECT e.id, e.op, coalesce(e.event_version, e.id), CASE WHEN b.in_flight THEN 'processing' ELSE 'pending' END,
+         NULL, e.created_at, NULL, NULL
+    FROM outbox_queue_backlog b JOIN outbox_events e ON e.id = b.id
+   WHERE b.projection = $1 AND b.entity_type = $2 AND b.entity_id = $3
   UNION
   SELECT id, op, coalesce(event_version, id), status, error_reason, created_at, processed_at, NULL
-    FROM outbox_events WHERE $5 AND projection = $1 AND entity_type = $2 AND entity_id = $3
+    FROM outbox_event_states WHERE id = $4
+  UNION
+  SELECT id, op, coalesce(event_version, id), status, error_reason, created_at, processed_at, NULL
+    FROM outbox_event_states WHERE $5 AND projection = $1 AND entity_type = $2 AND entity_id = $3
   UNION
   SELECT id, op, coalesce(event_version, id), status, error_reason, created_at, NULL, archived_at
     FROM outbox_dead_letter WHERE projection = $1 AND entity_type = $2 AND entity_id = $3

@@ -26,8 +26,14 @@ type Event struct {
 	// wins over other events of that version; a repair delete never wins
 	// over a live document (Stale).
 	Repair bool
-	// Claim numbers the claim that took the event; its acks name it.
+	// Claim numbers the claim that took the event; its acks name it. A
+	// queued event (Queued) has none: it was read by position, not claimed.
 	Claim int64
+	// Queued marks an event read by position (status 'queued'): its acks
+	// match the row while it is still queued, and its success writes no
+	// row. XID is its producer's transaction, its place in the position.
+	Queued bool
+	XID    uint64
 	// Traceparent is the W3C trace context the producer wrote, if any: the
 	// batch's span links to it.
 	Traceparent string

@@ -8,6 +8,10 @@ var (
 	ClaimStatement = claimStatement
 	GaugesSQL      = gaugesSQL
 
+	ReadQueuedLedgerSQL = readQueuedLedgerSQL
+	QueuedPlan          = queuedPlan
+	PruneQueuedSQL      = pruneQueuedSQL
+
 	AckDoneSQL       = ackDoneSQL
 	AckFailedSQL     = ackFailedSQL
 	ReleaseSQL       = releaseSQL

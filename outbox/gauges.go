@@ -40,30 +40,43 @@ const pendingSince = `CASE WHEN replay_count > 0 THEN coalesce(
 // gaugesSQL reads at most GaugeCountCap entries of each partial index it
 // walks, and the newest pending id with one probe from the index's tail.
 var gaugesSQL = `
-WITH head AS MATERIALIZED (SELECT id, ` + pendingSince + ` AS since FROM outbox_events WHERE status = 'pending' ORDER BY id LIMIT $2)
+WITH head AS MATERIALIZED (SELECT id, ` + pendingSince + ` AS since FROM outbox_events WHERE status = 'pending' ORDER BY id LIMIT $2),
+queued AS MATERIALIZED (SELECT id, created_at, in_flight, lease_until, processing_started_at
+                          FROM outbox_queue_backlog_rows($2))
 SELECT
-    (SELECT count(*) FROM head),
+    (SELECT count(*) FROM head) + (SELECT count(*) FROM queued WHERE NOT in_flight),
     (SELECT max(id) FROM head),
     (SELECT id FROM outbox_events WHERE status = 'pending' ORDER BY id DESC LIMIT 1),
-    (SELECT min(since) FROM head),
-    (SELECT count(*) FROM (SELECT 1 FROM outbox_events WHERE status = 'processing' LIMIT $2) p),
-    (SELECT count(*) FROM (SELECT 1 FROM outbox_events WHERE status = 'processing' AND ` + stuckWhere + ` LIMIT $2) s),
-    now()`
+    least((SELECT min(since) FROM head), (SELECT min(created_at) FROM queued WHERE NOT in_flight)),
+    (SELECT count(*) FROM (SELECT 1 FROM outbox_events WHERE status = 'processing' LIMIT $2) p)
+      + (SELECT count(*) FROM queued WHERE in_flight),
+    (SELECT count(*) FROM (SELECT 1 FROM outbox_events WHERE status = 'processing' AND ` + stuckWhere + ` LIMIT $2) s)
+      + (SELECT count(*) FROM queued WHERE in_flight AND ` + stuckWhere + `),
+    now(),
+    (SELECT count(*) FROM queued) >= $2,
+    (SELECT max(id) FROM queued),
+    (SELECT max(id) FROM outbox_events)`
 
 // ReadGauges reads the backlog figures of the gauges.
 func ReadGauges(ctx context.Context, db Querier, maxProcessing time.Duration) (Gauges, error) {
 	var g Gauges
 	var head int64
-	var headLast, newest *int64
+	var headLast, newest, queuedLast, newestRow *int64
 	var oldest *time.Time
+	var queuedCapped bool
 	err := db.QueryRow(ctx, gaugesSQL, maxProcessing.Seconds(), GaugeCountCap).
-		Scan(&head, &headLast, &newest, &oldest, &g.InFlight, &g.Stuck, &g.TakenAt)
+		Scan(&head, &headLast, &newest, &oldest, &g.InFlight, &g.Stuck, &g.TakenAt, &queuedCapped, &queuedLast, &newestRow)
 	if err != nil {
 		return g, fmt.Errorf("gauges: %w", err)
 	}
 	g.Lag = head
 	if head >= GaugeCountCap && headLast != nil && newest != nil {
 		g.Lag, g.LagEstimated = head+max(*newest-*headLast, 0), true
+	}
+	// Queued rows past the cap are estimated the same way: every id from
+	// the cap-th one to the newest row.
+	if queuedCapped && queuedLast != nil && newestRow != nil {
+		g.Lag, g.LagEstimated = g.Lag+max(*newestRow-*queuedLast, 0), true
 	}
 	if oldest != nil {
 		g.OldestPendingAge = max(g.TakenAt.Sub(*oldest), 0)

@@ -27,29 +27,61 @@ WITH gone AS (
 )
 SELECT projection, count(*) FROM gone GROUP BY projection`
 
-// PruneDone deletes up to batch done rows older than retention and returns
-// how many per projection.
+// pruneQueuedSQL deletes one batch of queued rows older than the cutoff
+// that every position has passed: per projection, those its confirmed
+// batch's first snapshot sees committed, oldest first along
+// outbox_events_queued_idx, among the first batch of them (a row still
+// young ends the walk there: rows are in transaction order).
+const pruneQueuedSQL = `
+WITH gone AS (
+  DELETE FROM outbox_events
+   WHERE id = ANY(ARRAY(SELECT o.id FROM outbox_positions p CROSS JOIN LATERAL (
+                   SELECT id, xid, created_at FROM outbox_events
+                    WHERE status = 'queued' AND projection = p.projection AND xid < pg_snapshot_xmax(p.done_prev)
+                    ORDER BY xid, id LIMIT @batch) o
+                 WHERE o.created_at < now() - make_interval(secs => @retention_secs)
+                   AND pg_visible_in_snapshot(o.xid, p.done_prev) LIMIT @batch))
+     AND status = 'queued'
+  RETURNING projection
+)
+SELECT projection, count(*) FROM gone GROUP BY projection`
+
+// PruneDone deletes up to batch done rows older than retention, claimed
+// ones and then queued ones, and returns how many per projection; the
+// activity counts of minutes older than retention go with them.
 func (s *Store) PruneDone(ctx context.Context, retention time.Duration, batch int) (map[string]int, error) {
-	rows, err := s.Pool.Query(ctx, pruneDoneSQL, pgx.NamedArgs{"retention_secs": retention.Seconds(), "batch": batch})
+	out, err := s.prune(ctx, pruneDoneSQL, retention, batch, map[string]int{})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.Pool.Exec(ctx, `DELETE FROM outbox_done_by_minute WHERE minute < now() - make_interval(secs => $1)`,
+		retention.Seconds()); err != nil {
+		return nil, fmt.Errorf("prune activity: %w", err)
+	}
+	return s.prune(ctx, pruneQueuedSQL, retention, batch, out)
+}
+
+func (s *Store) prune(ctx context.Context, sql string, retention time.Duration, batch int, out map[string]int) (map[string]int, error) {
+	rows, err := s.Pool.Query(ctx, sql, pgx.NamedArgs{"retention_secs": retention.Seconds(), "batch": batch})
 	if err != nil {
 		return nil, fmt.Errorf("prune done: %w", err)
 	}
 	defer rows.Close()
-	out := map[string]int{}
 	for rows.Next() {
 		var projection string
 		var n int
 		if err := rows.Scan(&projection, &n); err != nil {
 			return nil, fmt.Errorf("prune done: %w", err)
 		}
-		out[projection] = n
+		out[projection] += n
 	}
 	return out, rows.Err()
 }
 
 // The ledger pruner's two statements differ only in which entries they
 // take. An entry stays while any event of its document could still be sent
-// (pending, processing, failed, discarded, or archived in the dead letter):
+// (pending, processing, failed, discarded, queued and not yet passed, or
+// archived in the dead letter):
 // the leader judges that event by it. The status test is spelled as ORs so
 // that each arm matches one of outbox_events' partial indexes: the backlog
 // is read once per statement through them and hashed, never the done rows.
@@ -61,6 +93,7 @@ func (s *Store) PruneDone(ctx context.Context, retention time.Duration, batch in
 // batch against every entry of the ledger (111 ms a batch at 200k entries).
 const (
 	pruneLedgerHead = `
+WITH backlog AS MATERIALIZED (SELECT DISTINCT projection, entity_type, entity_id FROM outbox_queue_backlog)
 DELETE FROM outbox_applied
  WHERE ctid = ANY(ARRAY(
          SELECT a.ctid FROM outbox_applied a
@@ -71,6 +104,9 @@ DELETE FROM outbox_applied
                                     OR e.status = 'failed' OR e.status = 'discarded')
                                AND e.projection = a.projection AND e.entity_type = a.entity_type
                                AND e.entity_id = a.entity_id)
+            AND NOT EXISTS (SELECT 1 FROM backlog b
+                             WHERE b.projection = a.projection AND b.entity_type = a.entity_type
+                               AND b.entity_id = a.entity_id)
             AND NOT EXISTS (SELECT 1 FROM outbox_dead_letter d
                              WHERE d.projection = a.projection AND d.entity_type = a.entity_type
                                AND d.entity_id = a.entity_id)

@@ -131,20 +131,31 @@ const stuckWhere = `(lease_until < now()
 // The oldest pending row is found among the lowest pending ids (ids grow
 // with inserts; a revived row waits from its revival, pendingSince). One statement, so the numbers agree with each other.
 var snapshotSQL = `
+WITH queued AS MATERIALIZED (
+  SELECT count(*) FILTER (WHERE NOT in_flight) AS pending, count(*) FILTER (WHERE in_flight) AS processing,
+         count(*) FILTER (WHERE in_flight AND ` + stuckWhere + `) AS stuck,
+         min(created_at) FILTER (WHERE NOT in_flight) AS oldest, count(*) AS backlog
+    FROM outbox_queue_backlog)
 SELECT
-    (SELECT count(*) FROM outbox_events WHERE status = 'pending'),
-    (SELECT count(*) FROM outbox_events WHERE status = 'processing'),
+    (SELECT count(*) FROM outbox_events WHERE status = 'pending') + (SELECT pending FROM queued),
+    (SELECT count(*) FROM outbox_events WHERE status = 'processing') + (SELECT processing FROM queued),
     (SELECT count(*) FROM outbox_events WHERE status = 'failed'),
     (SELECT count(*) FROM outbox_events WHERE status = 'discarded'),
-    (SELECT count(*) FROM outbox_events WHERE status = 'processing' AND ` + stuckWhere + `),
-    (SELECT min(since) FROM (SELECT ` + pendingSince + ` AS since FROM outbox_events
-      WHERE status = 'pending' ORDER BY id LIMIT ` + strconv.Itoa(GaugeCountCap) + `) head),
+    (SELECT count(*) FROM outbox_events WHERE status = 'processing' AND ` + stuckWhere + `) + (SELECT stuck FROM queued),
+    least((SELECT min(since) FROM (SELECT ` + pendingSince + ` AS since FROM outbox_events
+      WHERE status = 'pending' ORDER BY id LIMIT ` + strconv.Itoa(GaugeCountCap) + `) head), (SELECT oldest FROM queued)),
     CASE WHEN $2::bool THEN (SELECT count(*) FROM outbox_events WHERE status = 'done')
+                            + (SELECT count(*) FROM outbox_events WHERE status = 'queued') - (SELECT backlog FROM queued)
          ELSE greatest(pg_stat_get_live_tuples('outbox_events'::regclass), 0) END,
     now(),
-    (SELECT min(processed_at) FROM outbox_events WHERE status = 'done'),
+    least((SELECT min(processed_at) FROM outbox_events WHERE status = 'done'),
+          (SELECT min(f.created_at) FROM outbox_queue_heads h CROSS JOIN LATERAL (
+             SELECT created_at FROM outbox_events WHERE status = 'queued' AND projection = h.projection
+              ORDER BY xid, id LIMIT 1) f)),
     CASE WHEN $3::float8 > 0 THEN (SELECT count(*) FROM outbox_events
-          WHERE status = 'done' AND processed_at < now() - make_interval(secs => $3::float8)) ELSE 0 END`
+          WHERE status = 'done' AND processed_at < now() - make_interval(secs => $3::float8))
+        + (SELECT count(*) FROM outbox_events
+          WHERE status = 'queued' AND created_at < now() - make_interval(secs => $3::float8)) ELSE 0 END`
 
 const topFailedSQL = `
 SELECT projection, coalesce(error_reason, ''), count(*)
@@ -263,7 +274,11 @@ func readLeader(ctx context.Context, db Querier) (*LeaderInfo, error) {
 // pendingByProjectionSQL walks the pending partial index and reads each
 // row's projection: its cost follows the backlog.
 var pendingByProjectionSQL = `
-SELECT projection, count(*), min(` + pendingSince + `) FROM outbox_events WHERE status = 'pending' GROUP BY projection`
+SELECT projection, sum(n)::bigint, min(since) FROM (
+  SELECT projection, count(*) AS n, min(` + pendingSince + `) AS since FROM outbox_events WHERE status = 'pending' GROUP BY projection
+  UNION ALL
+  SELECT projection, count(*), min(created_at) FROM outbox_queue_backlog WHERE NOT in_flight GROUP BY projection) c
+ GROUP BY projection`
 
 // projectionLags joins the pending counts with the state rows, for known
 // and every other projection that shows up, sorted by name.

@@ -246,7 +246,21 @@ WITH acked AS (
      AND claim_seq = @claim AND ` + leaderGuard + `
   RETURNING id, projection, entity_type, entity_id, op, coalesce(event_version, id) AS version,
             extract(epoch FROM processed_at - created_at) AS secs
-), newest AS (
+` + ackLedgerSQL
+
+// ackQueuedSQL is ackDoneSQL for queued rows: it writes no row of theirs
+// (they are done once the position passes them), only the ledger, and
+// matches the rows still queued under the leader's fencing guard.
+const ackQueuedSQL = `
+WITH acked AS (
+  SELECT id, projection, entity_type, entity_id, op, coalesce(event_version, id) AS version,
+         extract(epoch FROM now() - created_at) AS secs
+    FROM outbox_events
+   WHERE id = ANY(@ids) AND status = 'queued' AND ` + leaderGuard + `
+` + ackLedgerSQL
+
+// ackLedgerSQL moves the ledger for the acked rows named in @applied.
+const ackLedgerSQL = `), newest AS (
   SELECT DISTINCT ON (projection, entity_type, entity_id) projection, entity_type, entity_id, version, op, id
     FROM acked WHERE id = ANY(@applied)
    ORDER BY projection, entity_type, entity_id, version DESC, id DESC
@@ -265,6 +279,17 @@ SELECT id, secs FROM acked`
 // changed, the seconds from insert to ack; rows missing from the result
 // failed the fencing guard (another epoch, or another claim).
 func (s *Store) AckDone(ctx context.Context, epoch, claim int64, ids, applied []int64) (map[int64]float64, error) {
+	return s.ackDone(ctx, ackDoneSQL, epoch, claim, ids, applied)
+}
+
+// AckQueuedDone is AckDone of queued rows (read by position): it writes
+// only the ledger, and returns the rows still queued when the fencing guard
+// let it through; their position's next checkpoint makes them done.
+func (s *Store) AckQueuedDone(ctx context.Context, epoch int64, ids, applied []int64) (map[int64]float64, error) {
+	return s.ackDone(ctx, ackQueuedSQL, epoch, 0, ids, applied)
+}
+
+func (s *Store) ackDone(ctx context.Context, sql string, epoch, claim int64, ids, applied []int64) (map[int64]float64, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -272,7 +297,7 @@ func (s *Store) AckDone(ctx context.Context, epoch, claim int64, ids, applied []
 		applied = []int64{}
 	}
 	acked := make(map[int64]float64, len(ids))
-	err := s.byKey(ctx, ackDoneSQL, s.args(epoch, map[string]any{"ids": ids, "applied": applied, "claim": claim}),
+	err := s.byKey(ctx, sql, s.args(epoch, map[string]any{"ids": ids, "applied": applied, "claim": claim}),
 		func(rows pgx.Rows) error {
 			var id int64
 			var secs float64
@@ -342,7 +367,7 @@ type Failure struct {
 	RetryIn  time.Duration
 }
 
-const ackFailedSQL = `
+const ackFailedSQLText = `
 UPDATE outbox_events e
    SET status = CASE WHEN u.terminal THEN 'failed' ELSE 'pending' END,
        attempts = e.attempts + 1,
@@ -354,14 +379,32 @@ UPDATE outbox_events e
        lease_until = NULL, processing_started_at = NULL, updated_at = now()
   FROM unnest(@ids::bigint[], @terminal::bool[], @retry_secs::float8[], @class::text[],
               @reason::text[], @message::text[]) AS u(id, terminal, retry_secs, class, reason, message)
- WHERE e.id = u.id AND e.status = 'processing' AND e.locked_by = @owner AND e.claim_token = @epoch
-   AND e.claim_seq = @claim AND ` + leaderGuard + `
+ WHERE e.id = u.id AND {{match}}
 RETURNING e.id`
+
+// ackFailedSQL matches rows of one claim; ackQueuedFailedSQL rows still
+// queued: a failure is the first write a queued row gets, and takes it out
+// of the position's reach (pending with its backoff, or failed).
+var (
+	ackFailedSQL = strings.Replace(ackFailedSQLText, "{{match}}", `e.status = 'processing' AND e.locked_by = @owner
+   AND e.claim_token = @epoch AND e.claim_seq = @claim AND `+leaderGuard, 1)
+	ackQueuedFailedSQL = strings.Replace(ackFailedSQLText, "{{match}}", `e.status = 'queued' AND `+leaderGuard, 1)
+)
 
 // AckFailed records failures of one claim: retry (back to pending with
 // backoff) or terminal. Errors are appended to error_history, never
 // overwritten there. It returns the ids actually changed.
 func (s *Store) AckFailed(ctx context.Context, epoch, claim int64, failures []Failure) ([]int64, error) {
+	return s.ackFailed(ctx, ackFailedSQL, epoch, claim, failures)
+}
+
+// AckQueuedFailed is AckFailed of queued rows: each becomes pending with its
+// backoff, or failed, with its error in history, as a claimed row would.
+func (s *Store) AckQueuedFailed(ctx context.Context, epoch int64, failures []Failure) ([]int64, error) {
+	return s.ackFailed(ctx, ackQueuedFailedSQL, epoch, 0, failures)
+}
+
+func (s *Store) ackFailed(ctx context.Context, sql string, epoch, claim int64, failures []Failure) ([]int64, error) {
 	if len(failures) == 0 {
 		return nil, nil
 	}
@@ -372,7 +415,7 @@ func (s *Store) AckFailed(ctx context.Context, epoch, claim int64, failures []Fa
 		ids[i], terminal[i], retry[i] = f.ID, f.Terminal, f.RetryIn.Seconds()
 		class[i], reason[i], message[i] = f.Class, f.Reason, truncate(f.Message, 2000)
 	}
-	return s.ids(ctx, "ack failed", ackFailedSQL, s.args(epoch, map[string]any{
+	return s.ids(ctx, "ack failed", sql, s.args(epoch, map[string]any{
 		"ids": ids, "terminal": terminal, "retry_secs": retry, "class": class,
 		"reason": reason, "message": message, "keep": HistoryKeep, "claim": claim,
 	}))

@@ -13,9 +13,11 @@ import (
 
 type bundle struct{ harness.Outbox }
 
+// setup is an outbox whose rows are claimed (inserted pending), for the
+// claim's tests; queue_test.go's read queued ones.
 func setup(t *testing.T) bundle {
 	t.Helper()
-	return bundle{harness.NewOutbox(t)}
+	return bundle{harness.NewOutbox(t).ClaimedByDefault(t)}
 }
 
 // setupLeading is setup with w1 leading epoch and n pending books to claim.
@@ -249,8 +251,8 @@ func TestAckDoneClearsEarlierErrors(t *testing.T) {
 	t.Parallel()
 	b := harness.NewOutbox(t)
 	b.Lead(t, 1)
-	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, attempts, error_class, error_reason, last_error, error_history)
-		VALUES ('book', '1', 'upsert', 2, 'transient', 'timeout', 'deadline exceeded', '[{"event": "failed", "reason": "timeout"}]')`)
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, status, attempts, error_class, error_reason, last_error, error_history)
+		VALUES ('book', '1', 'upsert', 'pending', 2, 'transient', 'timeout', 'deadline exceeded', '[{"event": "failed", "reason": "timeout"}]')`)
 	events, err := b.Store.Claim(context.Background(), 1, 10, time.Minute, nil)
 	require.NoError(t, err)
 	require.Len(t, events, 1)

@@ -185,8 +185,9 @@ func (e *emitter) pace(ctx context.Context, start time.Time, sent int64) error {
 		var pending int64
 		// Counted up to one past the limit: the answer is the same, and the
 		// cost stays that of the limit whatever the backlog.
-		err := e.pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM outbox_events
-			WHERE status = 'pending' AND projection = $1 LIMIT $2) b`,
+		err := e.pool.QueryRow(ctx, `SELECT count(*) FROM ((SELECT 1 FROM outbox_events
+			WHERE status = 'pending' AND projection = $1 LIMIT $2)
+			UNION ALL (SELECT 1 FROM outbox_queue_backlog WHERE projection = $1 LIMIT $2)) b`,
 			e.cfg.Projection, e.cfg.EmitBacklog+1).Scan(&pending)
 		if err != nil {
 			return fmt.Errorf("backlog: %w", err)
@@ -214,7 +215,9 @@ func (e *emitter) drain(ctx context.Context) error {
 		// IN over both read the whole table (160 ms every poll).
 		err := e.pool.QueryRow(ctx, `SELECT
 			(SELECT count(*) FROM outbox_events WHERE status = 'pending' AND id BETWEEN $1 AND $2 AND scope_key = $3) +
-			(SELECT count(*) FROM outbox_events WHERE status = 'processing' AND id BETWEEN $1 AND $2 AND scope_key = $3)`,
+			(SELECT count(*) FROM outbox_events WHERE status = 'processing' AND id BETWEEN $1 AND $2 AND scope_key = $3) +
+			(SELECT count(*) FROM outbox_queue_backlog b JOIN outbox_events q ON q.id = b.id
+			  WHERE b.id BETWEEN $1 AND $2 AND q.scope_key = $3)`,
 			first, last, label).Scan(&open)
 		if err != nil {
 			return fmt.Errorf("wait for the enqueued events: %w", err)

@@ -59,12 +59,12 @@ type HistoryEntry struct {
 // The columns of a row that both tables have, in EventDetail's order; the
 // ones only outbox_events has are NULL for the dead letter.
 const eventDetailSQL = `
-SELECT id, projection, entity_type, entity_id, op, attempts,
-       coalesce(error_reason, ''), coalesce(error_class, ''), coalesce(last_error, ''), updated_at,
-       replay_count, coalesce(scope_key, ''), status, NULL::timestamptz,
-       event_version, jsonb_pretty(payload), next_retry_at, coalesce(locked_by, ''), claim_token,
-       lease_until, processing_started_at, processed_at, created_at, error_history
-  FROM outbox_events WHERE id = $1
+SELECT e.id, e.projection, e.entity_type, e.entity_id, e.op, e.attempts,
+       coalesce(e.error_reason, ''), coalesce(e.error_class, ''), coalesce(e.last_error, ''), e.updated_at,
+       e.replay_count, coalesce(e.scope_key, ''), s.status, NULL::timestamptz,
+       e.event_version, jsonb_pretty(e.payload), e.next_retry_at, coalesce(s.locked_by, ''), e.claim_token,
+       s.lease_until, e.processing_started_at, e.processed_at, e.created_at, e.error_history
+  FROM outbox_events e JOIN outbox_event_states s ON s.id = e.id WHERE e.id = $1
 UNION ALL
 SELECT id, projection, entity_type, entity_id, op, attempts,
        coalesce(error_reason, ''), coalesce(error_class, ''), coalesce(last_error, ''), updated_at,

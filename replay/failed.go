@@ -148,15 +148,35 @@ func neverRevived(status string, ids []int64) string {
 	return "archived ids " + FormatIDs(ids) + " were discarded; discarded events are never revived"
 }
 
-func newRowSet(table, archivedAt, status, want, unknown string) rowSet {
-	// A listing carries only the start of last_error; the full text and the
-	// history stay in the row.
-	cols := `id, projection, entity_type, entity_id, op, attempts,
+// rowCols are the columns a listing and an action read, statusCol the
+// status they report. A listing carries only the start of last_error; the
+// full text and the history stay in the row.
+func rowCols(archivedAt, statusCol string) string {
+	return `id, projection, entity_type, entity_id, op, attempts,
        coalesce(error_reason, ''), coalesce(error_class, ''),
        left(coalesce(last_error, ''), 300), updated_at, replay_count, coalesce(scope_key, ''),
-       status, ` + archivedAt
+       ` + statusCol + `, ` + archivedAt
+}
+
+// shownStatus is the status a refusal names for a row of table: a queued
+// row's own status says only that it has a position, so the operator is
+// told what outbox_event_states says it is (pending, processing or done),
+// the status every other tool shows for it. The view is read only for the
+// requested rows that are queued: never one an action takes.
+func shownStatus(table string) string {
+	if table != "outbox_events" {
+		return "status"
+	}
+	return `CASE WHEN status = 'queued'
+            THEN (SELECT s.status FROM outbox_event_states s WHERE s.id = outbox_events.id)
+            ELSE status END`
+}
+
+func newRowSet(table, archivedAt, status, want, unknown string) rowSet {
+	cols := rowCols(archivedAt, "status")
 	where := status + "\n   AND " + filterWhere
-	byIDs := `SELECT ` + cols + `, ` + status + ` AS wanted, coalesce(` + filterWhere + `, false) AS matches
+	byIDs := `SELECT ` + rowCols(archivedAt, shownStatus(table)) + `, ` + status + ` AS wanted,
+       coalesce(` + filterWhere + `, false) AS matches
   FROM ` + table + `
  WHERE id = ANY($9)
  ORDER BY id`

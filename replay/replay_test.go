@@ -11,7 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// row is the lifecycle state a replay changes.
+// row is the lifecycle state a replay changes, as the operator sees it
+// (outbox_event_states): a row inserted without a status is queued, which
+// is pending until a position passes it; every other row reads as in
+// outbox_events.
 type row struct {
 	Status       string
 	Attempts     int
@@ -30,7 +33,7 @@ func (b bundle) row(t *testing.T, id int64) row {
 	err := b.db.Pool.QueryRow(b.ctx, `
 		SELECT status, attempts, replay_count, locked_by, claim_token, error_reason, error_history,
 		       next_retry_at <= now()
-		  FROM outbox_events WHERE id = $1`, id).
+		  FROM outbox_event_states WHERE id = $1`, id).
 		Scan(&r.Status, &r.Attempts, &r.ReplayCount, &r.LockedBy, &r.ClaimToken, &r.ErrorReason, &hist, &r.NextRetryDue)
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(hist, &r.History))
@@ -168,6 +171,32 @@ func TestReplayOfDoneRowRefused(t *testing.T) {
 	require.Equal(t, []IDStatus{{id[1], "done"}, {id[2], "pending"}, {id[3], "pending"}}, rep.NotFailed)
 	require.Empty(t, rep.Events)
 	require.Equal(t, []string{"failed", "done", "pending", "pending"}, b.statuses(t, id...))
+	require.Zero(t, b.audits(t))
+}
+
+// A queued row's own status only says that a position decides it: a
+// refusal names what the position says, done or pending, as status and the
+// console do, never "queued". Discard and archive refuse by the same code.
+func TestRefusalNamesAQueuedRowsStatusByItsPosition(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.insert(t, 2)
+	b.fail(t, "timeout", time.Hour, id[0])
+	// A position whose snapshots see id[1] committed: it is done, untouched.
+	b.exec(t, `INSERT INTO outbox_positions (projection, done_prev, done_cur, claimed_prev, claimed_cur)
+		VALUES ('search', pg_current_snapshot(), pg_current_snapshot(), pg_current_snapshot(), pg_current_snapshot())`)
+	id = append(id, b.insert(t, 1)...) // after the position: pending
+	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM outbox_events WHERE id = ANY($1) AND status = 'queued'`, id[1:]))
+
+	rep, err := Replay(b.ctx, b.db.Pool, Request{IDs: id, By: "alice", Why: "x"})
+	var refused *RefusedError
+	require.ErrorAs(t, err, &refused)
+	require.Equal(t, []string{
+		"id " + itoa(id[1]) + " is done, not failed",
+		"id " + itoa(id[2]) + " is pending, not failed",
+	}, refused.Problems)
+	require.Equal(t, []IDStatus{{id[1], "done"}, {id[2], "pending"}}, rep.NotFailed)
+	require.Equal(t, []string{"failed", "done", "pending"}, b.statuses(t, id...))
 	require.Zero(t, b.audits(t))
 }
 

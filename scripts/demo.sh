@@ -75,7 +75,7 @@ echo "b: $(curl -s "http://127.0.0.1:$port_b/healthz")"
 backlog() { sql -At -c "SELECT string_agg(projection || ' ' || n_left || ' left', ', ' ORDER BY projection) || '; ' || sum(n_done) || ' done, ' || sum(n_failed) || ' failed'
   FROM (SELECT projection, count(*) FILTER (WHERE status IN ('pending','processing')) AS n_left,
                count(*) FILTER (WHERE status = 'done') AS n_done, count(*) FILTER (WHERE status = 'failed') AS n_failed
-          FROM outbox_events GROUP BY 1) p"; }
+          FROM outbox_event_states GROUP BY 1) p"; }
 projections() { bin/wlproj status | sed -n '/^projections:/,/^top failed/p' | grep -v '^top failed'; }
 for _ in 1 2 3; do echo "  backlog: $(backlog)"; sleep 0.3; done
 echo "  pause the chronicle, then load a second round: search drains, the chronicle waits"
@@ -93,7 +93,7 @@ grep -h '"became leader"' ".stack/demo-$standby.log" | tail -1
 start "$leader"
 echo "  $leader restarted as standby: $(sleep 0.5; role "$leader")"
 for _ in $(seq 1 100); do
-  [ "$(sql -At -c "SELECT count(*) FROM outbox_events WHERE projection = 'search' AND status IN ('pending','processing')")" = 0 ] && break
+  [ "$(sql -At -c "SELECT count(*) FROM outbox_event_states WHERE projection = 'search' AND status IN ('pending','processing')")" = 0 ] && break
   sleep 0.2
 done
 echo "  the new leader drained search and honours the pause: $(backlog)"
@@ -101,13 +101,13 @@ projections
 echo "  /readyz of $standby: $(curl -s "http://127.0.0.1:${port[$standby]}/readyz")"
 bin/wlproj resume --projection chronicle --by demo --why "pause shown"
 for _ in $(seq 1 300); do
-  left=$(sql -At -c "SELECT count(*) FROM outbox_events WHERE status IN ('pending','processing')")
+  left=$(sql -At -c "SELECT count(*) FROM outbox_event_states WHERE status IN ('pending','processing')")
   echo "  backlog: $(backlog)"
   [ "$left" = 0 ] && break; sleep 0.5
 done
 
 say "8. result"
-sql -c "SELECT projection, status, count(*) FROM outbox_events GROUP BY 1, 2 ORDER BY 1, 2"
+sql -c "SELECT projection, status, count(*) FROM outbox_event_states GROUP BY 1, 2 ORDER BY 1, 2"
 sql -c "SELECT id, projection, entity_type, entity_id, attempts, error_reason, left(last_error, 70) AS last_error FROM outbox_events WHERE status = 'failed' ORDER BY id"
 sql -c "SELECT holder, epoch, acquired_at FROM outbox_leader"
 echo "documents in $INDEX: $(curl -s "$ELASTIC_URL/$INDEX/_count" | python3 -c 'import json,sys; print(json.load(sys.stdin)["count"])')"

@@ -160,7 +160,8 @@ type current struct {
 // pending or processing, in one statement: one snapshot, so that an event
 // is either in flight or applied (its ack moved the ledger) in what it
 // returns. The in-flight read is two arms, one per status, so that each
-// walks its partial index and costs as little as the backlog.
+// walks its partial index and costs as little as the backlog; queued rows
+// no position has passed are the third.
 const currentSQL = `
 WITH c AS (SELECT * FROM unnest($1::text[], $2::text[]) AS c(entity_type, entity_id)),
 busy AS (
@@ -169,6 +170,9 @@ busy AS (
   UNION
   SELECT e.entity_type, e.entity_id FROM outbox_events e JOIN c USING (entity_type, entity_id)
    WHERE e.status = 'processing' AND e.projection = $3
+  UNION
+  SELECT b.entity_type, b.entity_id FROM outbox_queue_backlog b JOIN c USING (entity_type, entity_id)
+   WHERE b.projection = $3
 )
 SELECT c.entity_type, c.entity_id, %[1]s, CASE WHEN $4 THEN %[3]s END, a.version, a.deleted,
        EXISTS (SELECT 1 FROM busy b WHERE b.entity_type = c.entity_type AND b.entity_id = c.entity_id)

@@ -18,6 +18,7 @@ import (
 	"github.com/wlproj/wlproj/internal/bounds"
 	"github.com/wlproj/wlproj/internal/pgpool"
 	"github.com/wlproj/wlproj/internal/testkit/harness"
+	"github.com/wlproj/wlproj/outbox"
 	"github.com/wlproj/wlproj/projection"
 	"github.com/wlproj/wlproj/rebuild"
 )
@@ -394,31 +395,82 @@ func TestVerifyCheckAgainIgnoresAChangeBetweenItsReads(t *testing.T) {
 // its own) the check saw the index at v3, the tombstone of v2 and, after
 // the ack, nothing in flight: b1 was judged resurrected, and an automatic
 // repair deleted it at v3. Read database, index, database, the first read
-// sees the event in flight and the second the ledger live at v3.
+// sees the event in flight and the second the ledger live at v3. The rows
+// are claimed, as retried or replayed rows are: the claim's ack writes the
+// row; TestVerifyCheckAgainSeesAQueuedAckBetweenItsStatements is the same
+// for a queued row.
 func TestVerifyCheckAgainSeesAnAckBetweenItsStatements(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := setup(t, 10)
-	f.produce(t, `SELECT 'book', 'b1', 'delete', 2::bigint, '{}'::jsonb`)
-	f.drain(t)
-	f.produce(t, `SELECT 'book', 'b1', 'upsert', 3::bigint, '{"kind": "book", "title": "again"}'::jsonb`)
+	f.ClaimedByDefault(t)
+	f.recreateB1(t)
 	claimed, err := f.Store.Claim(ctx, 1, 10, time.Minute, []string{"search"})
 	require.NoError(t, err)
 	require.Len(t, claimed, 1)
 	for _, r := range f.search.Handle(ctx, claimed) {
 		require.NoError(t, r.Err)
 	}
-
-	v, err := newRun(ctx, f.config("").withDefaults())
-	require.NoError(t, err)
-	v.q = &ackAfterFirst{querier: v.q, ack: func() {
+	f.checkAgainAcross(t, func() {
 		acked, err := f.Store.AckDone(ctx, 1, claimed[0].Claim, []int64{claimed[0].ID}, []int64{claimed[0].ID})
 		require.NoError(t, err)
 		require.Len(t, acked, 1)
-	}}
+	})
+}
+
+// The same interleaving for a queued v3 row, read by position: its ack
+// moves the ledger and the next checkpoint the position, both between two
+// statements of the check. The database read after the index's finds the
+// ledger live at v3 and the row done, as the index has it.
+func TestVerifyCheckAgainSeesAQueuedAckBetweenItsStatements(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := setup(t, 10)
+	f.recreateB1(t)
+	positions, err := f.Store.Positions(ctx)
+	require.NoError(t, err)
+	from, ok := positions["search"]
+	require.True(t, ok, "the drain saved the position")
+	read, to, err := f.Store.ReadQueued(ctx, "search", from, 10, true)
+	require.NoError(t, err)
+	require.Len(t, read, 1)
+	for _, r := range f.search.Handle(ctx, read) {
+		require.NoError(t, r.Err)
+	}
+	f.checkAgainAcross(t, func() {
+		acked, err := f.Store.AckQueuedDone(ctx, 1, []int64{read[0].ID}, []int64{read[0].ID})
+		require.NoError(t, err)
+		require.Len(t, acked, 1)
+		saved, err := f.Store.SaveCheckpoints(ctx, 1, time.Minute,
+			[]outbox.Checkpoint{{Projection: "search", Done: to, Claimed: to, DoneEvents: 1}})
+		require.NoError(t, err)
+		require.Equal(t, 1, saved)
+	})
+	require.Zero(t, f.Count(t, `status <> 'done'`), "the checkpoint made the v3 row done")
+}
+
+// recreateB1 deletes b1 at v2 through the outbox and the drain, and
+// produces its re-creation at v3, left for the test to send.
+func (f fixture) recreateB1(t *testing.T) {
+	t.Helper()
+	f.produce(t, `SELECT 'book', 'b1', 'delete', 2::bigint, '{}'::jsonb`)
+	f.drain(t)
+	f.produce(t, `SELECT 'book', 'b1', 'upsert', 3::bigint, '{"kind": "book", "title": "again"}'::jsonb`)
+}
+
+// checkAgainAcross runs the check again of b1 with ack landing after its
+// first statement's rows are read, and wants no drift.
+func (f fixture) checkAgainAcross(t *testing.T, ack func()) {
+	t.Helper()
+	ctx := context.Background()
+	v, err := newRun(ctx, f.config("").withDefaults())
+	require.NoError(t, err)
+	landed := false
+	v.q = &ackAfterFirst{querier: v.q, ack: func() { ack(); landed = true }}
 	drift, err := v.settle(ctx, []suspect{{id: "book:b1", key: key{"book", "b1"}, hasKey: true}}, v.engine.get)
 	require.NoError(t, err)
 	require.Empty(t, drift, "b1 is live at v3: no drift, nothing for a repair to delete")
+	require.True(t, landed, "the ack landed between the statements")
 }
 
 // ackAfterFirst runs ack once, when the first statement's rows have all

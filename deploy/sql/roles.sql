@@ -82,19 +82,27 @@ GRANT USAGE ON SCHEMA public TO :"runtime_role";
 
 -- Objects an admin migrated go to the owner role, which migrates from now on.
 -- ALTER TABLE carries the table's indexes, trigger and serial sequences along.
-SELECT format('ALTER TABLE %s OWNER TO %I', c.oid::regclass, :'owner_role')
+-- A view reads its tables with its owner's rights: one left to an admin
+-- would read as a superuser.
+SELECT format('ALTER %s %s OWNER TO %I', CASE c.relkind WHEN 'v' THEN 'VIEW' ELSE 'TABLE' END,
+              c.oid::regclass, :'owner_role')
   FROM pg_class c
  WHERE c.oid IN (to_regclass('public.outbox_events'), to_regclass('public.outbox_leader'),
                  to_regclass('public.outbox_replay_audit'), to_regclass('public.goose_db_version'),
                  to_regclass('public.outbox_applied'), to_regclass('public.outbox_dead_letter'),
                  to_regclass('public.outbox_projection_state'), to_regclass('public.chronicle_events'),
                  to_regclass('public.outbox_rebuilds'), to_regclass('public.outbox_console_sessions'),
-                 to_regclass('public.outbox_verify_runs'))
+                 to_regclass('public.outbox_verify_runs'), to_regclass('public.outbox_positions'),
+                 to_regclass('public.outbox_queue_origin'), to_regclass('public.outbox_done_by_minute'),
+                 to_regclass('public.outbox_event_states'), to_regclass('public.outbox_queue_heads'),
+                 to_regclass('public.outbox_queue_backlog'))
    AND c.relowner <> (SELECT oid FROM pg_roles WHERE rolname = :'owner_role') \gexec
 SELECT format('ALTER FUNCTION %s OWNER TO %I', p.oid::regprocedure, :'owner_role')
   FROM pg_proc p
  WHERE p.oid IN (to_regprocedure('public.outbox_append_error(jsonb, jsonb, integer)'),
-                 to_regprocedure('public.outbox_events_notify()'))
+                 to_regprocedure('public.outbox_events_notify()'),
+                 to_regprocedure('public.outbox_behind(xid8, bigint, pg_snapshot, pg_snapshot, xid8, bigint)'),
+                 to_regprocedure('public.outbox_queue_backlog_rows(bigint)'))
    AND p.proowner <> (SELECT oid FROM pg_roles WHERE rolname = :'owner_role') \gexec
 
 SELECT to_regclass('public.outbox_events') IS NOT NULL
@@ -114,8 +122,15 @@ SELECT to_regclass('public.outbox_events') IS NOT NULL
                       to_regclass('public.outbox_applied'), to_regclass('public.outbox_dead_letter'),
                       to_regclass('public.outbox_projection_state'), to_regclass('public.chronicle_events'),
                       to_regclass('public.outbox_rebuilds'), to_regclass('public.outbox_console_sessions'),
-                      to_regclass('public.outbox_verify_runs')]) AS t
+                      to_regclass('public.outbox_verify_runs'), to_regclass('public.outbox_positions'),
+                      to_regclass('public.outbox_queue_origin'), to_regclass('public.outbox_done_by_minute'),
+                      to_regclass('public.outbox_event_states'), to_regclass('public.outbox_queue_heads'),
+                      to_regclass('public.outbox_queue_backlog')]) AS t
    WHERE t IS NOT NULL \gexec
+  SELECT format('REVOKE ALL ON FUNCTION %s FROM %I', f, :'runtime_role')
+    FROM unnest(ARRAY[to_regprocedure('public.outbox_behind(xid8, bigint, pg_snapshot, pg_snapshot, xid8, bigint)'),
+                      to_regprocedure('public.outbox_queue_backlog_rows(bigint)')]) AS f
+   WHERE f IS NOT NULL \gexec
 
   -- Claim, ack, retry, reclaim, release and replay read the rows and change
   -- only the lifecycle columns.
@@ -160,6 +175,33 @@ SELECT to_regclass('public.outbox_events') IS NOT NULL
   -- inserting events.
   SELECT format('GRANT SELECT, INSERT, UPDATE ON %s TO %I', t, :'runtime_role')
     FROM to_regclass('public.outbox_verify_runs') AS t WHERE t IS NOT NULL \gexec
+  -- The leader reads queued rows from each projection's position and saves
+  -- it (an upsert, at most once a second); positions are never deleted.
+  SELECT format('GRANT SELECT, INSERT, UPDATE ON %s TO %I', t, :'runtime_role')
+    FROM to_regclass('public.outbox_positions') AS t WHERE t IS NOT NULL \gexec
+  -- A projection's first position starts from the origin, which only the
+  -- migration that makes rows queued (00018, as the owner) writes.
+  SELECT format('GRANT SELECT ON %s TO %I', t, :'runtime_role')
+    FROM to_regclass('public.outbox_queue_origin') AS t WHERE t IS NOT NULL \gexec
+  -- Each checkpoint adds its acks to their minute (an upsert), the console
+  -- reads them, the pruner deletes old minutes.
+  SELECT format('GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO %I', t, :'runtime_role')
+    FROM to_regclass('public.outbox_done_by_minute') AS t WHERE t IS NOT NULL \gexec
+  -- Status, gauges, the console, replay, verify, rebuild and the pruners
+  -- read queued rows' state and backlog through these views.
+  SELECT format('GRANT SELECT ON %s TO %I', t, :'runtime_role')
+    FROM unnest(ARRAY[to_regclass('public.outbox_event_states'), to_regclass('public.outbox_queue_heads'),
+                      to_regclass('public.outbox_queue_backlog')]) AS t
+   WHERE t IS NOT NULL \gexec
+  -- The views call these, and a view's caller needs EXECUTE on what it
+  -- calls; the gauges call the backlog function directly. Granted to the
+  -- runtime role rather than left to PUBLIC's default, which a hardened
+  -- database may have revoked; PUBLIC keeps it: both only read, as the
+  -- caller, what the caller may read already.
+  SELECT format('GRANT EXECUTE ON FUNCTION %s TO %I', f, :'runtime_role')
+    FROM unnest(ARRAY[to_regprocedure('public.outbox_behind(xid8, bigint, pg_snapshot, pg_snapshot, xid8, bigint)'),
+                      to_regprocedure('public.outbox_queue_backlog_rows(bigint)')]) AS f
+   WHERE f IS NOT NULL \gexec
   -- Every replica reads the schema version, and neither leads nor reports
   -- ready while it is older than its binary needs. Only wlproj migrate, as
   -- the owner, writes it.

@@ -110,6 +110,17 @@ func (b *bundle) check(t *testing.T) {
 	require.Equal(t, b.owner, funcOwner)
 	require.True(t, hasPassword, "runtime_password was applied")
 	require.False(t, superuser)
+	// The queue's objects too: a view reads its tables with its owner's
+	// rights, so one left to an admin would read as a superuser.
+	require.Equal(t, []string{b.owner}, harness.Column[string](t, b.db, `
+		SELECT DISTINCT pg_get_userbyid(relowner) FROM pg_class
+		 WHERE oid IN ('outbox_positions'::regclass, 'outbox_queue_origin'::regclass,
+		               'outbox_done_by_minute'::regclass, 'outbox_event_states'::regclass,
+		               'outbox_queue_heads'::regclass, 'outbox_queue_backlog'::regclass)
+		UNION
+		SELECT DISTINCT pg_get_userbyid(proowner) FROM pg_proc
+		 WHERE oid IN ('outbox_behind(xid8, bigint, pg_snapshot, pg_snapshot, xid8, bigint)'::regprocedure,
+		               'outbox_queue_backlog_rows(bigint)'::regprocedure)`))
 
 	b.drainAsRuntime(t)
 	b.archiveAsRuntime(t)
@@ -123,7 +134,19 @@ func (b *bundle) check(t *testing.T) {
 	schema, err := migrations.SchemaVersion(ctx, conn)
 	require.NoError(t, err, "the runtime role reads the schema version, which a replica needs to lead")
 	require.Equal(t, migrations.HeadVersion(), schema.Version)
-	for _, stmt := range []string{
+	for _, stmt := range deniedToRuntime(b.owner) {
+		_, err := conn.Exec(ctx, stmt)
+		var pgErr *pgconn.PgError
+		require.True(t, errors.As(err, &pgErr), "%s: want insufficient_privilege, got %v", stmt, err)
+		require.Equal(t, insufficientPrivilege, pgErr.Code, "%s: %s", stmt, pgErr.Message)
+	}
+}
+
+// deniedToRuntime are statements the runtime role must be refused: DDL,
+// writes to the event columns, to the audit, to what only an operator or
+// a migration changes, and becoming the owner.
+func deniedToRuntime(owner string) []string {
+	return []string{
 		`DROP TABLE outbox_events`,
 		`ALTER TABLE outbox_events ADD COLUMN pwned int`,
 		`ALTER TABLE outbox_events DROP CONSTRAINT outbox_events_status_check`,
@@ -157,19 +180,26 @@ func (b *bundle) check(t *testing.T) {
 		`INSERT INTO goose_db_version (version_id, is_applied) VALUES (999, true)`,
 		`UPDATE goose_db_version SET version_id = 999`,
 		`DELETE FROM goose_db_version`,
-		`SET ROLE ` + pgx.Identifier{b.owner}.Sanitize(),
-	} {
-		_, err := conn.Exec(ctx, stmt)
-		var pgErr *pgconn.PgError
-		require.True(t, errors.As(err, &pgErr), "%s: want insufficient_privilege, got %v", stmt, err)
-		require.Equal(t, insufficientPrivilege, pgErr.Code, "%s: %s", stmt, pgErr.Message)
+		`DELETE FROM outbox_positions`,
+		`TRUNCATE outbox_positions`,
+		`INSERT INTO outbox_queue_origin (snapshot) VALUES (pg_current_snapshot())`,
+		`UPDATE outbox_queue_origin SET snapshot = pg_current_snapshot()`,
+		`DELETE FROM outbox_queue_origin`,
+		`TRUNCATE outbox_done_by_minute`,
+		`DROP VIEW outbox_event_states`,
+		`CREATE OR REPLACE VIEW outbox_queue_heads AS SELECT 1 AS projection`,
+		`DROP FUNCTION outbox_behind(xid8, bigint, pg_snapshot, pg_snapshot, xid8, bigint)`,
+		`SET ROLE ` + pgx.Identifier{owner}.Sanitize(),
 	}
 }
 
 // drainAsRuntime runs the real binary as the runtime role: it takes the lock,
-// bumps the epoch, claims (reading the paused projections), appends to the
+// bumps the epoch, reads the queued rows by position and saves it, claims
+// the pending ones (reading the paused projections), appends to the
 // chronicle, acks done and failed (outbox_append_error); then a replay as
-// the runtime role writes an audit row, as auto-replay does.
+// the runtime role writes an audit row, as auto-replay does. The chronicle
+// rows are inserted pending so that both paths run as the runtime role: a
+// retried or replayed row is claimed.
 func (b *bundle) drainAsRuntime(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
@@ -180,8 +210,8 @@ func (b *bundle) drainAsRuntime(t *testing.T) {
 		INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload)
 		SELECT 'book', e::text, 'upsert', v, jsonb_build_object('kind', 'book', 'title', 'Book ' || e || ' v' || v)
 		  FROM generate_series(1, 5) e, generate_series(1, 4) v;
-		INSERT INTO outbox_events (projection, entity_type, entity_id, op, payload)
-		SELECT 'chronicle', 'book', e::text, 'upsert', '{"event": "opened"}' FROM generate_series(1, 3) e`)
+		INSERT INTO outbox_events (projection, status, entity_type, entity_id, op, payload)
+		SELECT 'chronicle', 'pending', 'book', e::text, 'upsert', '{"event": "opened"}' FROM generate_series(1, 3) e`)
 	require.NoError(t, err)
 	var bad int64
 	require.NoError(t, b.db.Pool.QueryRow(ctx, `
@@ -191,13 +221,17 @@ func (b *bundle) drainAsRuntime(t *testing.T) {
 	r := harness.StartReplica(t, "rt", harness.ReplicaEnv(b.runtimeURL, harness.ElasticURL(t), index, "OUTBOX_POLL_INTERVAL_SECONDS=0.2"))
 	harness.Healthy(t, r)
 	harness.Drained(t, b.db.Pool, 30*time.Second) // as the runtime role
-	var done, failed int
+	// Queued rows are done by position and keep no owner: the position says
+	// rt saved it. The claimed chronicle rows were acked by rt row by row.
+	var queued, claimed, failed int
 	require.NoError(t, b.db.Pool.QueryRow(ctx, `
-		SELECT count(*) FILTER (WHERE status = 'done' AND locked_by = 'rt'),
-		       count(*) FILTER (WHERE status = 'failed' AND error_reason = 'payload_invalid'
-		                        AND jsonb_array_length(error_history) = 1)
-		  FROM outbox_events`).Scan(&done, &failed))
-	require.Equal(t, 23, done)
+		SELECT count(*) FILTER (WHERE s.status = 'done' AND s.queued AND p.saved_by = 'rt'),
+		       count(*) FILTER (WHERE s.status = 'done' AND NOT s.queued AND s.locked_by = 'rt'),
+		       count(*) FILTER (WHERE s.status = 'failed' AND s.error_reason = 'payload_invalid'
+		                        AND jsonb_array_length(s.error_history) = 1)
+		  FROM outbox_event_states s LEFT JOIN outbox_positions p USING (projection)`).Scan(&queued, &claimed, &failed))
+	require.Equal(t, 20, queued)
+	require.Equal(t, 3, claimed)
 	require.Equal(t, 1, failed)
 	require.Equal(t, 3, b.db.Int(t, `SELECT count(*) FROM chronicle_events`), "the chronicle appended as the runtime role")
 	require.NotContains(t, r.Logs(), "permission denied")
@@ -249,7 +283,12 @@ func (b *bundle) archiveAsRuntime(t *testing.T) {
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx) //nolint:errcheck // only to see that the pruner may delete
-	tag, err := tx.Exec(ctx, `DELETE FROM outbox_events WHERE status = 'done'`)
+	// Both pruners' deletes: done rows, claimed or queued (found by the
+	// view, as the pruner finds them by position), and the acks' minutes.
+	tag, err := tx.Exec(ctx, `DELETE FROM outbox_events WHERE id IN (SELECT id FROM outbox_event_states WHERE status = 'done')`)
 	require.NoError(t, err)
 	require.EqualValues(t, 23, tag.RowsAffected())
+	tag, err = tx.Exec(ctx, `DELETE FROM outbox_done_by_minute`)
+	require.NoError(t, err)
+	require.NotZero(t, tag.RowsAffected(), "the checkpoints counted the queued acks by minute")
 }

@@ -152,8 +152,8 @@ func (c Config) validate() error {
 	case c.RetentionSample < 100*time.Millisecond:
 		return fmt.Errorf("-retention-sample=%s is below 100ms", c.RetentionSample)
 	case c.RetentionSample*2 > c.Retention:
-		// A sample reads the events acked since the one before: they must
-		// not be old enough to be pruned yet.
+		// At least two samples per retention, so that the rows' plateau
+		// shows between two prune rounds.
 		return fmt.Errorf("-retention-sample=%s is over half of -retention=%s", c.RetentionSample, c.Retention)
 	case c.RetentionDuration < 3*c.RetentionSample:
 		return fmt.Errorf("-retention-duration=%s is under 3 samples of -retention-sample=%s", c.RetentionDuration, c.RetentionSample)
@@ -436,12 +436,20 @@ func (b *bench) quiesce(ctx context.Context) error {
 
 // reset empties every table of the schema but goose's between steps: the
 // outbox, the leader, the audit, and whatever a later migration adds beside
-// them (a ledger left full would make the next step's events no-ops).
+// them (a ledger left full would make the next step's events no-ops). The
+// queue's origin stays: migration 00018 wrote it once, no queued row is
+// visible in it, and a leader reads no queued row without it. The outbox
+// is locked first: a reader of it and the positions (the health sampler's
+// backlog, through outbox_queue_backlog) locks it first too, and a
+// TRUNCATE that held the positions while waiting for it deadlocked with
+// one.
 func (b *bench) reset(ctx context.Context) error {
 	_, err := b.pool.Exec(ctx, `
 		DO $$ BEGIN
-		  EXECUTE (SELECT 'TRUNCATE ' || string_agg(format('%I', tablename), ', ') || ' RESTART IDENTITY'
-		             FROM pg_tables WHERE schemaname = current_schema() AND tablename <> 'goose_db_version');
+		  EXECUTE (SELECT 'TRUNCATE ' || string_agg(format('%I', tablename), ', '
+		                                            ORDER BY tablename <> 'outbox_events', tablename) || ' RESTART IDENTITY'
+		             FROM pg_tables WHERE schemaname = current_schema()
+		              AND tablename NOT IN ('goose_db_version', 'outbox_queue_origin'));
 		END $$`)
 	return err
 }
@@ -453,17 +461,17 @@ func (b *bench) vacuum(ctx context.Context) error {
 	return err
 }
 
-// waitDrained waits until no row is pending or processing and returns the
-// newest processed_at and the count of failed rows.
+// waitDrained waits until no row is pending or processing, queued ones
+// included, and returns when the last event was acked (lastAck: queued rows
+// have no processed_at) and the count of failed rows.
 func (b *bench) waitDrained(ctx context.Context, timeout time.Duration) (last time.Time, failed int, err error) {
 	if err := harness.WaitDrained(ctx, timeout, b.pool); err != nil {
 		return last, 0, err
 	}
-	var at *time.Time
-	err = b.pool.QueryRow(ctx, `SELECT max(processed_at), count(*) FILTER (WHERE status = 'failed') FROM outbox_events`).Scan(&at, &failed)
-	if at != nil {
-		last = *at
+	if last, err = b.lastAck(ctx); err != nil {
+		return last, 0, err
 	}
+	err = b.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE status = 'failed'`).Scan(&failed)
 	return last, failed, err
 }
 

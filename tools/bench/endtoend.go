@@ -31,7 +31,7 @@ func (b *bench) freshBacklog(ctx context.Context) error {
 	if err := b.createIndex(ctx, b.index); err != nil {
 		return err
 	}
-	return b.backlog(ctx)
+	return b.backlog(ctx, "")
 }
 
 // startLeader starts the pair, waits until one leads and the other
@@ -47,7 +47,7 @@ func (b *bench) startLeader(ctx context.Context, name string, extra ...string) (
 	return r, t0, err
 }
 
-// e2eRun loads the documents as pending events into a fresh index and times one leader
+// e2eRun loads the documents as queued events into a fresh index and times one leader
 // draining them into the daemon's index, then checks the index and
 // recreates it empty, with the same settings. It returns the drain and the
 // leader's peak RSS; cpuProfile, if not empty, is where the leader's CPU
@@ -113,9 +113,10 @@ const processedMetric = `outbox_processed_total{projection="search"}`
 
 // waitProcessed waits until the leader r has acked n events, from its
 // metrics, scraped every 200 ms to leave the leader's CPU to the drain (the
-// drain's end is the last processed_at anyway).
+// drain's end is the last ack's time in the database anyway: lastAck).
 //
-// The drains of steps 2 and 3 are watched so (step 3 counts in its sink),
+// The drains of steps 2 and 3 are watched so (step 3 reads the loop's
+// counter in process),
 // not by polling the outbox: with the statistics of a full backlog the
 // poll's EXISTS became a sequential scan past every row drained so far, 90
 // ms every 20 ms at 200,000 rows, most of a core of the Postgres being
@@ -136,12 +137,13 @@ func waitProcessed(ctx context.Context, r *harness.Replica, n int, timeout time.
 	return nil
 }
 
-// backlog empties the outbox and loads the documents as pending events.
-func (b *bench) backlog(ctx context.Context) error {
+// backlog empties the outbox and loads the documents as events of status
+// (loadEvents: empty for the column's default).
+func (b *bench) backlog(ctx context.Context, status string) error {
 	if err := b.reset(ctx); err != nil {
 		return err
 	}
-	if err := b.loadEvents(ctx, 0, b.cfg.Docs); err != nil {
+	if err := b.loadEvents(ctx, 0, b.cfg.Docs, status); err != nil {
 		return err
 	}
 	return b.vacuum(ctx)

@@ -42,8 +42,8 @@ func (b *bench) failover(ctx context.Context) error {
 		return err
 	}
 	b.stopReplicas()
-	var done int64
-	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE status = 'done'`).Scan(&done); err != nil {
+	done, err := b.doneRows(ctx)
+	if err != nil {
 		return err
 	}
 	if failed > 0 || done != produced {
@@ -56,7 +56,10 @@ func (b *bench) failover(ctx context.Context) error {
 
 // failoverRound kills the leader once its standby is ready, returns the
 // seconds from the kill to the standby's first ack, and restarts the
-// killed one.
+// killed one. Of queued rows, the first ack is the new term's first
+// checkpoint that confirmed events (harness.AckedAfter reads
+// outbox_positions.confirmed_at): a term saves its first one with its
+// first confirmed batch, the once-a-second pacing starting after it.
 func (b *bench) failoverRound(ctx context.Context, live map[string]*harness.Replica) (float64, error) {
 	settle := time.Second
 	if b.cfg.Smoke {

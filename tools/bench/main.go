@@ -33,7 +33,8 @@
 //  2. end to end: the same documents as outbox rows, drained by the pair
 //     of real `wlproj run` with the same batch and concurrency; from the
 //     moment the leader took the lock to the last ack (both on Postgres'
-//     clock).
+//     clock; the last ack is the ledger's newest applied_at, written by
+//     the ack of a queued row).
 //
 //  3. Postgres path alone: the daemon's consume loop, in process, with a
 //     projection that acknowledges without sending, with the
@@ -41,14 +42,19 @@
 //     document, projection.LatestOnly, as the index does) and without it
 //     (one that keeps every event, as the chronicle does); next
 //     to a bare SQL loop (claim -bare-batch rows FOR UPDATE SKIP LOCKED,
-//     mark them done, one transaction each). The three drain the same
+//     mark them done, one transaction each). The daemon drains the
+//     backlog as queued rows, the bare loop as pending ones; each is timed
+//     in process, to its last ack. The three drain the same
 //     backlog in turn, -pg-rounds times, the order reversed every other
 //     round, so a drift of the shared machine weighs on each alike; the
 //     ratios are the medians of each round's. A real replica stands by
 //     all along, waiting for the lock the bench holds for the loop.
 //
 //  4. latency: a producer inserts -rate events/s for -duration while the
-//     pair runs; percentiles of processed_at - created_at.
+//     pair runs; percentiles from insert to ack, from the pair's histogram
+//     outbox_event_latency_seconds (queued rows get no processed_at;
+//     estimated within its buckets), and the claim statement's and the
+//     batch's percentiles.
 //
 //  5. failover: -failovers times, kill -9 the leader of two replicas under
 //     -failover-rate events/s; from the kill to the first ack of the other.
@@ -64,8 +70,9 @@
 //  8. retention: the pair with OUTBOX_RETENTION=-retention drains a
 //     producer of -retention-rate events/s (updates of -retention-docs
 //     books) for -retention-duration; every -retention-sample the rows and
-//     bytes of the outbox and the ledger, and the p99 from insert to claim
-//     of the events acked since the sample before. Verdict: the rows and
+//     bytes of the outbox and the ledger, and, from the pair's histograms
+//     since the sample before, the p99 of the claim statement and of insert
+//     to ack (queued rows keep no claim time). Verdict: the rows and
 //     the bytes of the last third stay within 1.1x of the middle third's
 //     (a plateau), the claim p99 of the last third within 1.5x of the
 //     first third's.
@@ -89,7 +96,8 @@
 //     pair draining it for -sustained-duration, autovacuum as shipped and
 //     no manual vacuum, twice: on an outbox holding -sustained-history done
 //     rows and their ledger, and on one emptied and analyzed just before.
-//     Lag p99 overall and by third, claim p99 (the leader's
+//     Lag p99 overall and by third (the pair's outbox_event_latency_seconds,
+//     scraped at each third's end: by ack), claim p99 (the leader's
 //     outbox_claim_duration_seconds), lease expiries, and the database's
 //     and wlproj's CPU per event, the producer's own cost subtracted.
 //
@@ -136,6 +144,16 @@
 //     last / first window <= 1.2, the last window's lowest dead-row count
 //     at most half the highest before it (autovacuum reclaims), no wlproj
 //     snapshot older than 5 s. Shorter: -soak-duration 5m -soak-window 1m.
+//     Per window too: the outbox's and the ledger's updates + deletes per
+//     acked event (HOT updates apart, pg_stat_user_tables) and dead rows at
+//     its end. Lag is from the pair's histogram outbox_event_latency_seconds
+//     (queued rows get no processed_at). Issue 33's measurement, an outside
+//     transaction (REPEATABLE READ, one read of the outbox, a connection of
+//     its own) holding the vacuum horizon from minute 5 to 25, then the
+//     seconds until wlproj caught up with what was committed before it
+//     ended:
+//
+//     make bench BENCH_FLAGS='-steps soak -soak-hold-from 5m -soak-hold-to 25m'
 //
 // CPU seconds used by the engine, Postgres, the daemon and the bench itself
 // are recorded for steps 1 to 3 (from /proc), so the report can say who the

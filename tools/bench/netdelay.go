@@ -195,7 +195,7 @@ func (b *bench) netDelayRun(ctx context.Context, engineURL string, s netDelaySet
 	if err := b.reset(ctx); err != nil {
 		return 0, err
 	}
-	if err := b.loadEvents(ctx, 0, n); err != nil {
+	if err := b.loadEvents(ctx, 0, n, ""); err != nil {
 		return 0, err
 	}
 	if err := b.vacuum(ctx); err != nil {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync/atomic"
+	"time"
 
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 
 	"github.com/wlproj/wlproj/consume"
@@ -14,10 +16,8 @@ import (
 	"github.com/wlproj/wlproj/projection"
 )
 
-// ackSink acknowledges every event without sending it anywhere, and counts
-// them.
+// ackSink acknowledges every event without sending it anywhere.
 type ackSink struct {
-	handled atomic.Int64
 	// latestOnly makes the sink stand in for the search index, which keeps
 	// one version per document: the loop reads and moves the ledger for
 	// its events as for the index's. Without it the sink keeps every event,
@@ -30,7 +30,6 @@ type ackSink struct {
 func (s *ackSink) LatestOnly() bool { return s.latestOnly }
 
 func (s *ackSink) Handle(_ context.Context, events []outbox.Event) []projection.Result {
-	s.handled.Add(int64(len(events)))
 	results := make([]projection.Result, len(events))
 	for i, e := range events {
 		results[i].ID = e.ID
@@ -100,11 +99,14 @@ func (b *bench) postgresPath(ctx context.Context) error {
 // pgRun drains the backlog once with one variant of step 3, and checks that
 // the ledger was written by the daemon with it and only then.
 func (b *bench) pgRun(ctx context.Context, variant string, batch int) (*Throughput, error) {
-	drain := b.bareLoop
+	// The daemon drains queued rows, as an application writes them since
+	// migration 00018; the bare loop is the classic SQL queue, claiming
+	// and marking rows, so its backlog is pending rows.
+	drain, status := b.bareLoop, statusPending
 	if variant != pgBare {
-		drain = func(ctx context.Context) error { return b.daemonLoop(ctx, batch, variant == pgNoLedger) }
+		drain, status = func(ctx context.Context) (time.Time, error) { return b.daemonLoop(ctx, batch, variant == pgNoLedger) }, ""
 	}
-	run, err := b.drainWith(ctx, drain)
+	run, err := b.drainWith(ctx, status, drain)
 	if err != nil {
 		return nil, fmt.Errorf("%s, batch %d: %w", variant, batch, err)
 	}
@@ -123,10 +125,13 @@ func (b *bench) pgRun(ctx context.Context, variant string, batch int) (*Throughp
 	return run, nil
 }
 
-// drainWith loads the documents as pending events and times drain until
-// every one is done, from Postgres' clock before it to the last processed_at.
-func (b *bench) drainWith(ctx context.Context, drain func(context.Context) error) (*Throughput, error) {
-	if err := b.backlog(ctx); err != nil {
+// drainWith loads the documents as events of status and times drain until
+// every one is acked, on the bench's clock: from before it to the moment
+// drain says its last ack returned. Both loops run in this process, and a
+// queued row's ack leaves no time in the database without the ledger; the
+// checkpoint's confirmed_at is up to a second late.
+func (b *bench) drainWith(ctx context.Context, status string, drain func(context.Context) (time.Time, error)) (*Throughput, error) {
+	if err := b.backlog(ctx, status); err != nil {
 		return nil, err
 	}
 	cpu0 := b.sampleCPU()
@@ -134,14 +139,12 @@ func (b *bench) drainWith(ctx context.Context, drain func(context.Context) error
 	if err != nil {
 		return nil, err
 	}
-	t0, err := harness.Now(ctx, b.pool)
+	t0 := time.Now()
+	last, err := drain(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if err := drain(ctx); err != nil {
-		return nil, err
-	}
-	last, failed, err := b.waitDrained(ctx, b.drainTimeout(b.cfg.Docs))
+	_, failed, err := b.waitDrained(ctx, b.drainTimeout(b.cfg.Docs))
 	if err != nil {
 		return nil, err
 	}
@@ -150,11 +153,11 @@ func (b *bench) drainWith(ctx context.Context, drain func(context.Context) error
 	if err != nil {
 		return nil, err
 	}
-	var done int
-	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE status = 'done'`).Scan(&done); err != nil {
+	done, err := b.doneRows(ctx)
+	if err != nil {
 		return nil, err
 	}
-	if failed > 0 || done != b.cfg.Docs {
+	if failed > 0 || done != int64(b.cfg.Docs) {
 		return nil, fmt.Errorf("%d events done and %d failed, want %d done", done, failed, b.cfg.Docs)
 	}
 	secs := last.Sub(t0).Seconds()
@@ -165,83 +168,109 @@ func (b *bench) drainWith(ctx context.Context, drain func(context.Context) error
 
 // bareLoop is the reference: one connection, one transaction per batch
 // that claims rows FOR UPDATE SKIP LOCKED (reading what a projection
-// needs) and marks them done.
-func (b *bench) bareLoop(ctx context.Context) error {
+// needs) and marks them done. It returns when its last commit returned.
+func (b *bench) bareLoop(ctx context.Context) (last time.Time, err error) {
 	conn, err := b.pool.Acquire(ctx)
 	if err != nil {
-		return err
+		return last, err
 	}
 	defer conn.Release()
 	for {
-		tx, err := conn.Begin(ctx)
-		if err != nil {
-			return err
+		n, err := b.bareBatch(ctx, conn.Conn())
+		if err != nil || n == 0 {
+			return last, err
 		}
-		rows, err := tx.Query(ctx, `
-			SELECT id, projection, entity_type, entity_id, op, event_version, payload, scope_key, attempts, created_at
-			  FROM outbox_events WHERE status = 'pending' AND next_retry_at <= now()
-			 ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`, b.cfg.BareBatch)
-		if err != nil {
-			_ = tx.Rollback(ctx)
-			return err
-		}
-		var ids []int64
-		for rows.Next() {
-			var e outbox.Event
-			var payload []byte
-			if err := rows.Scan(&e.ID, &e.Projection, &e.EntityType, &e.EntityID, &e.Op, &e.EventVersion,
-				&payload, &e.ScopeKey, &e.Attempts, &e.CreatedAt); err != nil {
-				rows.Close()
-				_ = tx.Rollback(ctx)
-				return err
-			}
-			ids = append(ids, e.ID)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			_ = tx.Rollback(ctx)
-			return err
-		}
-		if len(ids) == 0 {
-			return tx.Rollback(ctx)
-		}
-		if _, err := tx.Exec(ctx, `UPDATE outbox_events SET status = 'done', processed_at = now(), updated_at = now()
-		                            WHERE id = ANY($1)`, ids); err != nil {
-			_ = tx.Rollback(ctx)
-			return err
-		}
-		if err := tx.Commit(ctx); err != nil {
-			return err
-		}
+		last = time.Now()
 	}
 }
 
+// bareBatch is one transaction of the bare loop; it returns the rows it
+// marked done.
+func (b *bench) bareBatch(ctx context.Context, conn *pgx.Conn) (int, error) {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = tx.Rollback(ctx) }() // a no-op once committed
+	rows, err := tx.Query(ctx, `
+		SELECT id, projection, entity_type, entity_id, op, event_version, payload, scope_key, attempts, created_at
+		  FROM outbox_events WHERE status = 'pending' AND next_retry_at <= now()
+		 ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`, b.cfg.BareBatch)
+	if err != nil {
+		return 0, err
+	}
+	var ids []int64
+	for rows.Next() {
+		var e outbox.Event
+		var payload []byte
+		if err := rows.Scan(&e.ID, &e.Projection, &e.EntityType, &e.EntityID, &e.Op, &e.EventVersion,
+			&payload, &e.ScopeKey, &e.Attempts, &e.CreatedAt); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		ids = append(ids, e.ID)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE outbox_events SET status = 'done', processed_at = now(), updated_at = now()
+	                            WHERE id = ANY($1)`, ids); err != nil {
+		return 0, err
+	}
+	return len(ids), tx.Commit(ctx)
+}
+
+// processedCounter is the in-process loop's count of acked events: the
+// daemon's own outbox_processed_total, which the consume package keeps in
+// this process's default metrics set.
+func processedCounter() *metrics.Counter { return metrics.GetOrCreateCounter(processedMetric) }
+
 // daemonLoop runs the daemon's consume loop in process, as leader of a
-// name of its own, with the ackSink projection, until the outbox is empty;
-// noLedger makes the sink a projection that keeps every event, for which the
-// loop neither reads nor writes the ledger.
-func (b *bench) daemonLoop(ctx context.Context, batch int, noLedger bool) error {
+// name of its own, with the ackSink projection, until the outbox is empty,
+// and returns when the ack of the last event returned (the processed
+// counter, polled every millisecond: an atomic load); noLedger makes the
+// sink a projection that keeps every event, for which the loop neither
+// reads nor writes the ledger.
+func (b *bench) daemonLoop(ctx context.Context, batch int, noLedger bool) (last time.Time, err error) {
 	const name = "bench-pg"
 	if _, err := b.pool.Exec(ctx, `INSERT INTO outbox_leader (name, holder, epoch) VALUES ($1, $1, 1)`, name); err != nil {
-		return err
+		return last, err
 	}
 	store := &outbox.Store{Pool: b.pool, Owner: name, LeaderName: name}
 	sink := &ackSink{latestOnly: !noLedger}
 	loop, err := consume.NewLoop(consume.Config{BulkSize: batch, Concurrency: b.cfg.Concurrency},
 		store, projection.Registry{projection.SearchName: sink}, zerolog.Nop())
 	if err != nil {
-		return err
+		return last, err
 	}
+	want := processedCounter().Get() + uint64(b.cfg.Docs)
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); loop.Run(runCtx, 1, nil) }()
-	err = harness.Poll(ctx, b.drainTimeout(b.cfg.Docs), "the sink to see every event", func(context.Context) (bool, error) {
-		return sink.handled.Load() >= int64(b.cfg.Docs), nil
-	})
+	last, err = waitCounter(ctx, want, b.drainTimeout(b.cfg.Docs))
 	if err == nil {
+		// The loop saves its position within a second of going idle.
 		_, _, err = b.waitDrained(ctx, stepTimeout)
 	}
 	stop()
 	<-done
-	return err
+	return last, err
+}
+
+// waitCounter waits until the processed counter reaches want and returns
+// when it saw it, checking every millisecond.
+func waitCounter(ctx context.Context, want uint64, timeout time.Duration) (time.Time, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		now := time.Now()
+		if got := processedCounter().Get(); got >= want {
+			return now, nil
+		} else if now.After(deadline) {
+			return now, fmt.Errorf("timed out after %s: the loop acked %d events short", timeout, want-got)
+		}
+		if err := harness.Sleep(ctx, time.Millisecond); err != nil {
+			return now, err
+		}
+	}
 }

@@ -220,6 +220,10 @@ type PGRound struct {
 	LedgerDatabaseCPU float64 `json:"ledger_database_cpu"`
 }
 
+// Latency is step 4. Events and the percentiles are the pair's
+// outbox_event_latency_seconds (insert to ack, every event), estimated
+// within its buckets (lag.go); MaxMs is the upper bound of the highest
+// bucket with an event, since a histogram keeps no maximum.
 type Latency struct {
 	Rate    int     `json:"rate"`
 	Seconds float64 `json:"seconds"`
@@ -228,7 +232,11 @@ type Latency struct {
 	P95ms   float64 `json:"p95_ms"`
 	P99ms   float64 `json:"p99_ms"`
 	MaxMs   float64 `json:"max_ms"`
-	// The same split at the claim: insert to claim, claim to ack.
+	// Where the time went. Queued rows keep no claim time, so these are no
+	// longer per event: ClaimWait* is the claim (or queued read)
+	// statement's own time, outbox_claim_duration_seconds, empty polls
+	// included; ClaimToAck* is a batch's from its claim to its ack,
+	// outbox_batch_duration_seconds.
 	ClaimWaitP50ms  float64 `json:"claim_wait_p50_ms"`
 	ClaimWaitP99ms  float64 `json:"claim_wait_p99_ms"`
 	ClaimToAckP50ms float64 `json:"claim_to_ack_p50_ms"`
@@ -300,8 +308,12 @@ type RetentionSample struct {
 	Bytes       int64 `json:"bytes"`
 	LedgerRows  int64 `json:"ledger_rows"`
 	LedgerBytes int64 `json:"ledger_bytes"`
-	// Acked is the events acked in the window, ClaimWaitP99Ms their p99
-	// from insert to claim, AckP99Ms from insert to ack.
+	// Acked is the events acked since the sample before and AckP99Ms
+	// their p99 from insert to ack (the pair's outbox_event_latency_seconds
+	// between the two scrapes). Queued rows keep no claim time, so
+	// ClaimWaitP99Ms is now the p99 of the claim (or queued read)
+	// statement over the same time (outbox_claim_duration_seconds): what
+	// grows if the claim slows down as the table churns.
 	Acked          int     `json:"acked"`
 	ClaimWaitP99Ms float64 `json:"claim_wait_p99_ms"`
 	AckP99Ms       float64 `json:"ack_p99_ms"`
@@ -318,7 +330,8 @@ type RetentionVerdict struct {
 	BytesMiddleMax int64   `json:"bytes_middle_max"`
 	BytesLastMax   int64   `json:"bytes_last_max"`
 	BytesRatio     float64 `json:"bytes_ratio"`
-	// The p99 over every event acked in the first and the last third.
+	// The p99 over the first and the last third's samples: of the claim
+	// statement (ClaimWait*) and of insert to ack (Ack*), as the samples'.
 	ClaimWaitP99FirstMs float64 `json:"claim_wait_p99_first_ms"`
 	ClaimWaitP99LastMs  float64 `json:"claim_wait_p99_last_ms"`
 	ClaimWaitP99Ratio   float64 `json:"claim_wait_p99_ratio"`

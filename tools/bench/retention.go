@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"slices"
 	"time"
 
 	"github.com/wlproj/wlproj/internal/testkit/harness"
@@ -12,11 +11,10 @@ import (
 
 // The verdict of step 8: what a plateau and a steady claim mean.
 const (
-	plateauFactor   = 1.1
-	claimP99Factor  = 1.5
-	retentionRule   = "rows and bytes: the last third's max <= 1.1 x the middle third's max; claim p99 (insert to claim, over every event acked in a third): the last third's <= 1.5 x the first third's"
-	prunedMetric    = `outbox_pruned_total{projection="search"}`
-	ackSettleWindow = 500 * time.Millisecond
+	plateauFactor  = 1.1
+	claimP99Factor = 1.5
+	retentionRule  = "rows and bytes: the last third's max <= 1.1 x the middle third's max; claim p99 (of the claim statement, outbox_claim_duration_seconds, over a third's samples): the last third's <= 1.5 x the first third's"
+	prunedMetric   = `outbox_pruned_total{projection="search"}`
 )
 
 // 8. A pair with a short retention drains a steady producer; the outbox's
@@ -51,7 +49,7 @@ func (b *bench) retention(ctx context.Context) error {
 	}
 	p := b.startProducer(ctx, cfg.RetentionRate, 0, cfg.RetentionDocs)
 	defer p.Stop()
-	waits, acks, err := b.retentionSamples(ctx, r, rt, t0, vacuums0)
+	claims, acks, err := b.retentionSamples(ctx, r, rt, t0, vacuums0)
 	if err != nil {
 		return err
 	}
@@ -64,7 +62,7 @@ func (b *bench) retention(ctx context.Context) error {
 		return err
 	}
 	b.stopReplicas()
-	rt.Verdict = verdict(rt.Samples, waits, acks)
+	rt.Verdict = verdict(rt.Samples, claims, acks)
 	b.rep.Retention = rt
 	if v := rt.Verdict; v != nil {
 		b.say("retention: rows last/middle third %.3f, bytes %.3f, claim p99 last/first third %.3f (%.1f / %.1f ms)",
@@ -97,14 +95,15 @@ func (b *bench) retentionTally(ctx context.Context, r *harness.Replica, rt *Rete
 }
 
 // retentionSamples samples the outbox every -retention-sample for
-// -retention-duration and returns each sample's insert-to-claim waits and
-// ack times.
-func (b *bench) retentionSamples(ctx context.Context, r *harness.Replica, rt *Retention, t0 time.Time, vacuums0 int64) (waits, acks [][]float64, err error) {
+// -retention-duration and returns each sample's claim statements and
+// insert-to-ack times, as the pair's histograms observed them since the
+// sample before.
+func (b *bench) retentionSamples(ctx context.Context, r *harness.Replica, rt *Retention, t0 time.Time, vacuums0 int64) (claims, acks []hist, err error) {
 	cfg := b.cfg
-	// Each sample reads the events acked since the one before, up to a
-	// moment shortly before it: an ack's processed_at is its statement's
-	// start, so one still running at the sample is read by the next.
-	prev := t0.Add(-ackSettleWindow)
+	prev, err := b.retentionMark()
+	if err != nil {
+		return nil, nil, err
+	}
 	tick := time.NewTicker(cfg.RetentionSample)
 	defer tick.Stop()
 	for range int(cfg.RetentionDuration / cfg.RetentionSample) {
@@ -113,18 +112,35 @@ func (b *bench) retentionSamples(ctx context.Context, r *harness.Replica, rt *Re
 			return nil, nil, ctx.Err()
 		case <-tick.C:
 		}
-		s, until, wait, ack, err := b.retentionSample(ctx, r, prev)
+		s, at, err := b.retentionSample(ctx, r)
 		if err != nil {
 			return nil, nil, err
 		}
-		s.T = harness.Round3(until.Add(ackSettleWindow).Sub(t0).Seconds())
+		cur, err := b.retentionMark()
+		if err != nil {
+			return nil, nil, err
+		}
+		claim, ack := cur.claim.since(prev.claim), cur.lag.since(prev.lag)
+		s.Acked, s.ClaimWaitP99Ms, s.AckP99Ms = int(ack.count()), claim.ms(0.99), ack.ms(0.99)
+		s.T = harness.Round3(at.Sub(t0).Seconds())
 		s.Autovacuums -= vacuums0
-		prev = until
-		rt.Samples, waits, acks = append(rt.Samples, s), append(waits, wait), append(acks, ack)
-		b.say("retention: t=%.0fs rows %d (backlog %d, dead ~%d), %.1f MB; ledger %d rows, %.1f MB; claim p99 %.1f ms over %d; pruned %d",
-			s.T, s.Rows, s.Backlog, s.DeadRows, mb(s.Bytes), s.LedgerRows, mb(s.LedgerBytes), s.ClaimWaitP99Ms, s.Acked, s.Pruned)
+		prev = cur
+		rt.Samples, claims, acks = append(rt.Samples, s), append(claims, claim), append(acks, ack)
+		b.say("retention: t=%.0fs rows %d (backlog %d, dead ~%d), %.1f MB; ledger %d rows, %.1f MB; claim p99 %.1f ms, ack p99 %.1f ms over %d; pruned %d",
+			s.T, s.Rows, s.Backlog, s.DeadRows, mb(s.Bytes), s.LedgerRows, mb(s.LedgerBytes), s.ClaimWaitP99Ms, s.AckP99Ms, s.Acked, s.Pruned)
 	}
-	return waits, acks, nil
+	return claims, acks, nil
+}
+
+// retentionMark is the pair's claim and insert-to-ack histograms now.
+type retentionMark struct{ claim, lag hist }
+
+func (b *bench) retentionMark() (m retentionMark, err error) {
+	if m.claim, err = b.scrapeHists(claimMetric); err != nil {
+		return m, err
+	}
+	m.lag, err = b.scrapeLag()
+	return m, err
 }
 
 // seedPrunable writes -retention-seed done rows acked an hour before the
@@ -142,43 +158,27 @@ func (b *bench) seedPrunable(ctx context.Context) error {
 	return err
 }
 
-// retentionSample reads the outbox now, and the latencies of the events
-// acked after since; until is where the next sample's window starts.
-func (b *bench) retentionSample(ctx context.Context, r *harness.Replica, since time.Time) (s RetentionSample, until time.Time, wait, ack []float64, err error) {
+// retentionSample reads the outbox now, on the database's clock (at). A
+// queued row's status stays queued when it is done: the done rows are
+// the queued ones past every position (outbox_queue_backlog lists the
+// others, in the same snapshot) and those a claim marked done.
+func (b *bench) retentionSample(ctx context.Context, r *harness.Replica) (s RetentionSample, at time.Time, err error) {
 	err = b.pool.QueryRow(ctx, `
-		SELECT count(*), count(*) FILTER (WHERE status = 'done'),
-		       count(*) FILTER (WHERE status IN ('pending', 'processing')),
+		WITH queued AS (SELECT count(*) AS n FROM outbox_queue_backlog)
+		SELECT count(*), count(*) FILTER (WHERE status IN ('done', 'queued')) - (SELECT n FROM queued),
+		       count(*) FILTER (WHERE status IN ('pending', 'processing')) + (SELECT n FROM queued),
 		       pg_total_relation_size('outbox_events'),
 		       (SELECT count(*) FROM outbox_applied), pg_total_relation_size('outbox_applied'),
 		       (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'outbox_events'::regclass),
 		       (SELECT autovacuum_count FROM pg_stat_user_tables WHERE relid = 'outbox_events'::regclass),
-		       clock_timestamp() - make_interval(secs => $1)
-		  FROM outbox_events`, ackSettleWindow.Seconds()).
-		Scan(&s.Rows, &s.DoneRows, &s.Backlog, &s.Bytes, &s.LedgerRows, &s.LedgerBytes, &s.DeadRows, &s.Autovacuums, &until)
+		       clock_timestamp()
+		  FROM outbox_events`).
+		Scan(&s.Rows, &s.DoneRows, &s.Backlog, &s.Bytes, &s.LedgerRows, &s.LedgerBytes, &s.DeadRows, &s.Autovacuums, &at)
 	if err != nil {
-		return s, until, nil, nil, err
+		return s, at, err
 	}
-	rows, err := b.pool.Query(ctx, `
-		SELECT extract(epoch FROM processing_started_at - created_at)::float8, extract(epoch FROM processed_at - created_at)::float8
-		  FROM outbox_events WHERE status = 'done' AND processed_at > $1 AND processed_at <= $2`, since, until)
-	if err != nil {
-		return s, until, nil, nil, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var w, a float64
-		if err := rows.Scan(&w, &a); err != nil {
-			return s, until, nil, nil, err
-		}
-		wait, ack = append(wait, w), append(ack, a)
-	}
-	if err := rows.Err(); err != nil {
-		return s, until, nil, nil, err
-	}
-	s.Acked = len(wait)
-	s.ClaimWaitP99Ms, s.AckP99Ms = round1(percentile(wait, 0.99)*1000), round1(percentile(ack, 0.99)*1000)
 	s.Pruned, err = pruned(r)
-	return s, until, wait, ack, err
+	return s, at, err
 }
 
 // autovacuums is how many times autovacuum has vacuumed the outbox.
@@ -196,7 +196,7 @@ func (b *bench) doneAndPruned(ctx context.Context, r *harness.Replica) (done, go
 		if err != nil {
 			return 0, 0, err
 		}
-		if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE status = 'done'`).Scan(&done); err != nil {
+		if done, err = b.doneRows(ctx); err != nil {
 			return 0, 0, err
 		}
 		if gone, err = pruned(r); err != nil || gone == before {
@@ -219,9 +219,10 @@ func pruned(r *harness.Replica) (int64, error) {
 }
 
 // verdict compares the thirds of the samples: rows and bytes of the last
-// against the middle (the first holds the climb to the retention), claim
-// latency of the last against the first (before the table churned).
-func verdict(samples []RetentionSample, waits, acks [][]float64) *RetentionVerdict {
+// against the middle (the first holds the climb to the retention), the
+// claim statement's p99 of the last against the first (before the table
+// churned).
+func verdict(samples []RetentionSample, claims, acks []hist) *RetentionVerdict {
 	k := len(samples) / 3
 	if k == 0 {
 		return nil
@@ -239,10 +240,10 @@ func verdict(samples []RetentionSample, waits, acks [][]float64) *RetentionVerdi
 	v := &RetentionVerdict{Rule: retentionRule,
 		RowsMiddleMax: peak(middle, rows), RowsLastMax: peak(last, rows),
 		BytesMiddleMax: peak(middle, bytes), BytesLastMax: peak(last, bytes),
-		ClaimWaitP99FirstMs: round1(percentile(slices.Concat(waits[:k]...), 0.99) * 1000),
-		ClaimWaitP99LastMs:  round1(percentile(slices.Concat(waits[len(waits)-k:]...), 0.99) * 1000),
-		AckP99FirstMs:       round1(percentile(slices.Concat(acks[:k]...), 0.99) * 1000),
-		AckP99LastMs:        round1(percentile(slices.Concat(acks[len(acks)-k:]...), 0.99) * 1000),
+		ClaimWaitP99FirstMs: sumHists(claims[:k]).ms(0.99),
+		ClaimWaitP99LastMs:  sumHists(claims[len(claims)-k:]).ms(0.99),
+		AckP99FirstMs:       sumHists(acks[:k]).ms(0.99),
+		AckP99LastMs:        sumHists(acks[len(acks)-k:]).ms(0.99),
 	}
 	v.RowsRatio = ratio(float64(v.RowsLastMax), float64(v.RowsMiddleMax))
 	v.BytesRatio = ratio(float64(v.BytesLastMax), float64(v.BytesMiddleMax))
@@ -257,20 +258,4 @@ func ratio(a, b float64) float64 {
 		return math.MaxInt32
 	}
 	return harness.Round3(a / b)
-}
-
-// percentile of values by linear interpolation (percentile_cont); 0 for
-// none.
-func percentile(values []float64, q float64) float64 {
-	if len(values) == 0 {
-		return 0
-	}
-	s := slices.Clone(values)
-	slices.Sort(s)
-	pos := q * float64(len(s)-1)
-	lo := int(pos)
-	if lo+1 >= len(s) {
-		return s[lo]
-	}
-	return s[lo] + (pos-float64(lo))*(s[lo+1]-s[lo])
 }

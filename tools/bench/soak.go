@@ -10,6 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/wlproj/wlproj/internal/testkit/harness"
 )
 
@@ -35,6 +37,9 @@ type SoakConfig struct {
 	// Writers is the producer's connections, each writing one event per
 	// transaction.
 	Writers int
+	// HoldFrom and HoldTo, from the producer's start, bound issue 33's
+	// outside transaction (soakHold); HoldTo zero runs none.
+	HoldFrom, HoldTo time.Duration
 }
 
 func defaultSoakConfig() SoakConfig {
@@ -51,6 +56,8 @@ func (c *SoakConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Window, "soak-window", c.Window, "the soak step's report window")
 	fs.IntVar(&c.Books, "soak-books", c.Books, "books the soak step's producer updates at random")
 	fs.IntVar(&c.Writers, "soak-writers", c.Writers, "connections of the soak step's producer, one event per transaction each")
+	fs.DurationVar(&c.HoldFrom, "soak-hold-from", c.HoldFrom, "when, from the soak's start, a REPEATABLE READ transaction of the bench's starts holding the vacuum horizon (with -soak-hold-to)")
+	fs.DurationVar(&c.HoldTo, "soak-hold-to", c.HoldTo, "when, from the soak's start, that transaction rolls back; 0 (the default) holds nothing")
 }
 
 func (c SoakConfig) validate() error {
@@ -65,8 +72,18 @@ func (c SoakConfig) validate() error {
 		return fmt.Errorf("-soak-window=%s is below 1s", c.Window)
 	case c.Duration < c.Window || c.Duration > 1000*c.Window:
 		return fmt.Errorf("-soak-duration=%s must hold 1 to 1000 windows of -soak-window=%s", c.Duration, c.Window)
+	case c.HoldTo == 0 && c.HoldFrom != 0:
+		return fmt.Errorf("-soak-hold-from=%s needs -soak-hold-to", c.HoldFrom)
+	case c.HoldTo != 0 && (c.HoldFrom < 0 || c.HoldFrom >= c.HoldTo || c.HoldTo > c.Duration):
+		return fmt.Errorf("-soak-hold-from=%s and -soak-hold-to=%s must be 0 <= from < to <= -soak-duration=%s", c.HoldFrom, c.HoldTo, c.Duration)
 	}
 	return nil
+}
+
+// held reports whether the hold overlaps window i.
+func (c SoakConfig) held(i int) bool {
+	from, to := time.Duration(i)*c.Window, time.Duration(i+1)*c.Window
+	return c.HoldTo > 0 && c.HoldFrom < to && c.HoldTo > from
 }
 
 // Soak is the soak step: the documented pair drains a steady producer
@@ -89,6 +106,23 @@ type Soak struct {
 	// Reclaimed is, per table, the last window's lowest dead-row count over
 	// the highest of the windows before it (soakTargets says why).
 	Reclaimed map[string]float64 `json:"reclaimed"`
+	// Hold is the outside transaction's, with -soak-hold-to.
+	Hold *SoakHold `json:"hold,omitempty"`
+}
+
+// SoakHold is issue 33's measurement: a transaction outside wlproj holds
+// the vacuum horizon, then ends; how long until wlproj caught up.
+type SoakHold struct {
+	FromSeconds float64 `json:"from_seconds"`
+	ToSeconds   float64 `json:"to_seconds"`
+	// BacklogAtEnd is the events not done yet when it rolled back: queued
+	// ones past a position, pending and processing ones.
+	BacklogAtEnd int64 `json:"backlog_at_end"`
+	// CaughtUpSeconds is from the rollback to the first moment every event
+	// of a transaction begun before it was done (on the database's clock,
+	// polled every half second; a queued row is done once a checkpoint, at
+	// most once a second, confirms it).
+	CaughtUpSeconds float64 `json:"caught_up_seconds"`
 }
 
 // AutovacuumSettings are the server's autovacuum settings.
@@ -105,10 +139,18 @@ type AutovacuumSettings struct {
 type SoakWindow struct {
 	StartSeconds float64 `json:"start_seconds"`
 	Events       int64   `json:"events"`
-	Acked        int64   `json:"acked"`
-	// LagP99ms is the p99 from insert to ack of the events acked in the
-	// window (the last window's take in the drain after the producer).
+	// Acked is the events acked in the window and LagP99ms their p99 from
+	// insert to ack (the last window's take in the drain after the
+	// producer), from the pair's histogram outbox_event_latency_seconds
+	// scraped at the window's start and end (queued rows get no
+	// processed_at), estimated within its buckets.
+	Acked    int64   `json:"acked"`
 	LagP99ms float64 `json:"lag_p99_ms"`
+	// Held says the outside transaction (-soak-hold-to) was open during
+	// some of the window.
+	Held bool `json:"held,omitempty"`
+	// Churn is the outbox's and the ledger's writes in the window, by table.
+	Churn map[string]SoakChurn `json:"churn"`
 	// CPU microseconds per event written in the window: the backends of
 	// the bench's database (the producer's inserts included), every
 	// Postgres process on the machine, both replicas, and the engine.
@@ -122,6 +164,22 @@ type SoakWindow struct {
 	Database    harness.HealthSummary `json:"database"`
 }
 
+// SoakChurn is one table's writes in a window (pg_stat_user_tables), per
+// event acked in it: each update or delete leaves a dead row for vacuum,
+// and a queued row is meant to leave none in the outbox. HOT updates are
+// among the updates, counted apart: their dead rows go without vacuum.
+type SoakChurn struct {
+	Updates    int64 `json:"updates"`
+	HotUpdates int64 `json:"hot_updates"`
+	Deletes    int64 `json:"deletes"`
+	// UpdatesDeletesPerAcked is (Updates + Deletes) / acked;
+	// HotUpdatesPerAcked, HotUpdates / acked.
+	UpdatesDeletesPerAcked float64 `json:"updates_deletes_per_acked"`
+	HotUpdatesPerAcked     float64 `json:"hot_updates_per_acked"`
+	// DeadTuples is n_dead_tup at the window's end.
+	DeadTuples int64 `json:"dead_tuples"`
+}
+
 // 17. The soak: two replicas, a steady producer, autovacuum as shipped.
 func (b *bench) soak(ctx context.Context) error {
 	c := b.cfg.Soak
@@ -130,13 +188,13 @@ func (b *bench) soak(ctx context.Context) error {
 		return err
 	}
 	defer b.stopReplicas()
-	t0, err := harness.Now(ctx, b.pool)
-	if err != nil {
-		return err
-	}
 	p := b.soakProducer(ctx, c)
 	defer p.Stop()
-	if err := b.soakWindows(ctx, so, p, t0); err != nil {
+	start := time.Now()
+	hold := b.startHold(ctx, start)
+	defer hold.stop()
+	last, err := b.soakWindows(ctx, so, p, start)
+	if err != nil {
 		return err
 	}
 	p.Stop()
@@ -147,12 +205,17 @@ func (b *bench) soak(ctx context.Context) error {
 	if err := b.drained(ctx, int(so.Events)); err != nil {
 		return err
 	}
-	last := &so.Windows[len(so.Windows)-1]
-	from := t0.Add(time.Duration(len(so.Windows)-1) * c.Window)
-	if last.Acked, last.LagP99ms, err = b.ackLag(ctx, from, time.Time{}); err != nil {
+	// The last window takes in the drain after the producer.
+	end, err := b.soakMark(ctx)
+	if err != nil {
 		return err
 	}
-	b.soakSay(len(so.Windows)-1, *last)
+	w := &so.Windows[len(so.Windows)-1]
+	w.settle(last, end)
+	b.soakSay(len(so.Windows)-1, *w)
+	if so.Hold, err = hold.result(); err != nil {
+		return fmt.Errorf("the outside transaction: %w", err)
+	}
 	so.finish()
 	b.rep.Soak = so
 	return nil
@@ -197,51 +260,116 @@ func (b *bench) soakSetup(ctx context.Context, so *Soak) error {
 }
 
 // soakWindows sums up each window as it ends: CPU, events, the database's
-// samples, and the lag of the events acked in it (but the last's, read
-// after the drain).
-func (b *bench) soakWindows(ctx context.Context, so *Soak, p *harness.Producer, t0 time.Time) error {
+// samples, and the acks, their lag and the tables' writes (but the last
+// window's: it returns the mark at its start, for the drain's end).
+func (b *bench) soakWindows(ctx context.Context, so *Soak, p *harness.Producer, start time.Time) (soakMark, error) {
 	c := b.cfg.Soak
-	start := time.Now()
-	cpu0 := b.sampleCPU()
-	db0, err := b.sampleDBCPU(ctx)
+	cost0, err := b.soakCost(ctx, p)
 	if err != nil {
-		return err
+		return soakMark{}, err
 	}
-	var events0 int64
+	mark0, err := b.soakMark(ctx)
+	if err != nil {
+		return soakMark{}, err
+	}
 	n := int(c.Duration / c.Window)
 	for i := range n {
 		end := start.Add(time.Duration(i+1) * c.Window)
 		if err := harness.Sleep(ctx, time.Until(end)); err != nil {
-			return err
+			return soakMark{}, err
 		}
-		cpu1, events1 := b.sampleCPU(), p.Committed()
-		db1, err := b.sampleDBCPU(ctx)
+		cost1, err := b.soakCost(ctx, p)
 		if err != nil {
-			return err
+			return soakMark{}, err
 		}
-		cpu, events := cpu1.since(cpu0), int(events1-events0)
-		w := SoakWindow{StartSeconds: (time.Duration(i) * c.Window).Seconds(), Events: events1 - events0,
-			DatabaseCPUPerEv: perEvent(db1.since(db0), events), PostgresAllCPUPerEv: perEvent(cpu["postgres"], events),
-			WlprojCPUPerEv: perEvent(cpu["wlproj"], events), EngineCPUPerEv: perEvent(cpu["engine"], events), LoadAverage: loadAverage()}
+		w := SoakWindow{StartSeconds: (time.Duration(i) * c.Window).Seconds(), Held: c.held(i), LoadAverage: loadAverage()}
+		w.cost(cost0, cost1)
 		if b.health != nil {
 			w.Database = harness.Summarize(harness.Between(b.health.Samples(), end.Add(-c.Window), end))
 		}
 		if i < n-1 {
-			from := t0.Add(time.Duration(i) * c.Window)
-			if err := harness.Sleep(ctx, ackSettleWindow); err != nil {
-				return err
+			mark1, err := b.soakMark(ctx)
+			if err != nil {
+				return soakMark{}, err
 			}
-			if w.Acked, w.LagP99ms, err = b.ackLag(ctx, from, from.Add(c.Window)); err != nil {
-				return err
-			}
+			w.settle(mark0, mark1)
+			b.soakSay(i, w)
+			mark0 = mark1
 		}
 		so.Windows = append(so.Windows, w)
-		if i < n-1 {
-			b.soakSay(i, w)
-		}
-		cpu0, db0, events0 = cpu1, db1, events1
+		cost0 = cost1
 	}
-	return nil
+	return mark0, nil
+}
+
+// soakCost is what a window's CPU figures are the difference of.
+type soakCost struct {
+	cpu    cpuSample
+	db     dbCPUSample
+	events int64
+}
+
+func (b *bench) soakCost(ctx context.Context, p *harness.Producer) (soakCost, error) {
+	c := soakCost{cpu: b.sampleCPU(), events: p.Committed()}
+	var err error
+	c.db, err = b.sampleDBCPU(ctx)
+	return c, err
+}
+
+// cost sets the window's events and CPU per event written in it.
+func (w *SoakWindow) cost(from, to soakCost) {
+	cpu, events := to.cpu.since(from.cpu), int(to.events-from.events)
+	w.Events = to.events - from.events
+	w.DatabaseCPUPerEv, w.PostgresAllCPUPerEv = perEvent(to.db.since(from.db), events), perEvent(cpu["postgres"], events)
+	w.WlprojCPUPerEv, w.EngineCPUPerEv = perEvent(cpu["wlproj"], events), perEvent(cpu["engine"], events)
+}
+
+// soakMark is what a window's acks and writes are the difference of: the
+// pair's lag histogram and the tables' statistics.
+type soakMark struct {
+	lag    hist
+	tables map[string]tableWrites
+}
+
+// tableWrites is one table's counters in pg_stat_user_tables (a backend
+// reports its counts at most a second after its transaction ends).
+type tableWrites struct{ Upd, HotUpd, Del, Dead int64 }
+
+func (b *bench) soakMark(ctx context.Context) (m soakMark, err error) {
+	if m.lag, err = b.scrapeLag(); err != nil {
+		return m, err
+	}
+	rows, err := b.pool.Query(ctx, `
+		SELECT relname, n_tup_upd, n_tup_hot_upd, n_tup_del, n_dead_tup FROM pg_stat_user_tables
+		 WHERE relid IN (SELECT to_regclass(n) FROM unnest($1::text[]) n)`, []string{outboxTable, ledgerTable})
+	if err != nil {
+		return m, err
+	}
+	m.tables = map[string]tableWrites{}
+	var name string
+	var t tableWrites
+	_, err = pgx.ForEachRow(rows, []any{&name, &t.Upd, &t.HotUpd, &t.Del, &t.Dead}, func() error {
+		m.tables[name] = t
+		return nil
+	})
+	return m, err
+}
+
+// settle sets the window's acks, their lag and the tables' writes from the
+// marks at its start and its end.
+func (w *SoakWindow) settle(from, to soakMark) {
+	lag := to.lag.since(from.lag)
+	w.Acked, w.LagP99ms = int64(lag.count()), lag.ms(0.99)
+	w.Churn = map[string]SoakChurn{}
+	for name, t := range to.tables {
+		f := from.tables[name]
+		c := SoakChurn{Updates: t.Upd - f.Upd, HotUpdates: t.HotUpd - f.HotUpd, Deletes: t.Del - f.Del, DeadTuples: t.Dead}
+		if w.Acked > 0 {
+			c.UpdatesDeletesPerAcked = harness.Round3(float64(c.Updates+c.Deletes) / float64(w.Acked))
+			c.HotUpdatesPerAcked = harness.Round3(float64(c.HotUpdates) / float64(w.Acked))
+		}
+		w.Churn[name] = c
+	}
 }
 
 func (b *bench) soakSay(i int, w SoakWindow) {
@@ -250,22 +378,10 @@ func (b *bench) soakSay(i int, w SoakWindow) {
 		i+1, w.Events, w.LagP99ms, w.Acked, h.BacklogMax, h.Tables[outboxTable].DeadMax, h.Tables[outboxTable].DeadLast,
 		h.Tables[ledgerTable].DeadMax, h.Tables[ledgerTable].DeadLast, h.OldestSeconds, h.OldestXIDAge, h.OldestHolder,
 		h.OursSeconds, w.DatabaseCPUPerEv, w.WlprojCPUPerEv, w.LoadAverage)
-}
-
-// ackLag is the count and the p99 from insert to ack, in ms, of the events
-// acked in [from, to) on the database's clock (to zero: no end). It reads
-// through the done rows' index on processed_at.
-func (b *bench) ackLag(ctx context.Context, from, to time.Time) (int64, float64, error) {
-	var n int64
-	var p99 *float64
-	var end any = to
-	if to.IsZero() {
-		end = "infinity"
-	}
-	err := b.pool.QueryRow(ctx, `
-		SELECT count(*), percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM processed_at - created_at))
-		  FROM outbox_events WHERE status = 'done' AND processed_at >= $1 AND processed_at < $2::timestamptz`, from, end).Scan(&n, &p99)
-	return n, round1(deref(p99) * 1000), err
+	out, led := w.Churn[outboxTable], w.Churn[ledgerTable]
+	b.say("soak window %d%s: per acked event, outbox updates+deletes %.3f (HOT updates %.3f), dead %d; ledger updates+deletes %.3f (HOT updates %.3f), dead %d",
+		i+1, map[bool]string{true: " (held)"}[w.Held], out.UpdatesDeletesPerAcked, out.HotUpdatesPerAcked, out.DeadTuples,
+		led.UpdatesDeletesPerAcked, led.HotUpdatesPerAcked, led.DeadTuples)
 }
 
 // soakProducer is the issue's pgbench run: one insert per transaction,
@@ -298,7 +414,14 @@ func (so *Soak) finish() {
 		for _, w := range so.Windows[:len(so.Windows)-1] {
 			before = max(before, w.Database.Tables[table].DeadMax)
 		}
-		so.Reclaimed[table] = ratio(float64(last.Database.Tables[table].DeadMin), float64(before))
+		lowest := last.Database.Tables[table].DeadMin
+		if before == 0 && lowest == 0 {
+			// No dead row ever, as in an outbox of queued rows, which no
+			// success updates: nothing to reclaim, not a ratio that fails.
+			so.Reclaimed[table] = 0
+			continue
+		}
+		so.Reclaimed[table] = ratio(float64(lowest), float64(before))
 	}
 }
 
@@ -341,6 +464,10 @@ func soakRows(r *Report, tw io.Writer) {
 		fmt.Fprintf(tw, "17 soak %d/s for %.0fs, replicas %v\t%d events over %d books, %d writers (one event per transaction); lag p99 last / first window %.3f; dead rows last window's lowest / highest before: outbox %.3f, ledger %.3f\tautovacuum %s, naptime %.0fs, scale factor %g\n",
 			so.Rate, so.Seconds, so.Replicas, so.Events, so.Books, so.Writers, so.Flatness, so.Reclaimed[outboxTable],
 			so.Reclaimed[ledgerTable], a.On, a.NaptimeSeconds, a.ScaleFactor)
+		if h := so.Hold; h != nil {
+			fmt.Fprintf(tw, "  outside transaction from %.0fs to %.0fs\t%d events not done at its end, caught up %.1fs after it\t\n",
+				h.FromSeconds, h.ToSeconds, h.BacklogAtEnd, h.CaughtUpSeconds)
+		}
 	}
 }
 
@@ -350,16 +477,21 @@ func (r *Report) soakWindows(w io.Writer) {
 	if so == nil {
 		return
 	}
-	fmt.Fprintf(w, "\nsoak, per %.0fs window (dead rows: max / last / lowest; CPU: µs per event written)\n", so.WindowSeconds)
+	fmt.Fprintf(w, "\nsoak, per %.0fs window (dead rows: max / last / lowest; writes: updates+deletes (HOT updates) per acked event; CPU: µs per event written; * held)\n", so.WindowSeconds)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "from s\tevents\tlag p99 ms\tbacklog max\toutbox dead\tledger dead\toldest snapshot\toldest wlproj\tlock waits\tdatabase CPU\twlproj CPU\tengine CPU\tload")
+	fmt.Fprintln(tw, "from s\tevents\tlag p99 ms\tbacklog max\toutbox dead\tledger dead\toutbox writes\tledger writes\toldest snapshot\toldest wlproj\tlock waits\tdatabase CPU\twlproj CPU\tengine CPU\tload")
 	for _, win := range so.Windows {
 		h := win.Database
 		out, led := h.Tables[outboxTable], h.Tables[ledgerTable]
-		fmt.Fprintf(tw, "%.0f\t%d\t%.1f\t%d\t%d / %d / %d\t%d / %d / %d\t%.1fs, %d xids (%s)\t%.1fs\t%d\t%.1f\t%.1f\t%.1f\t%.1f\n",
-			win.StartSeconds, win.Events, win.LagP99ms, h.BacklogMax, out.DeadMax, out.DeadLast, out.DeadMin,
-			led.DeadMax, led.DeadLast, led.DeadMin, h.OldestSeconds, h.OldestXIDAge, clip(h.OldestHolder, 40), h.OursSeconds,
+		fmt.Fprintf(tw, "%.0f%s\t%d\t%.1f\t%d\t%d / %d / %d\t%d / %d / %d\t%s\t%s\t%.1fs, %d xids (%s)\t%.1fs\t%d\t%.1f\t%.1f\t%.1f\t%.1f\n",
+			win.StartSeconds, map[bool]string{true: "*"}[win.Held], win.Events, win.LagP99ms, h.BacklogMax, out.DeadMax, out.DeadLast, out.DeadMin,
+			led.DeadMax, led.DeadLast, led.DeadMin, churnCell(win.Churn[outboxTable]), churnCell(win.Churn[ledgerTable]),
+			h.OldestSeconds, h.OldestXIDAge, clip(h.OldestHolder, 40), h.OursSeconds,
 			h.LockWaitSamples, win.DatabaseCPUPerEv, win.WlprojCPUPerEv, win.EngineCPUPerEv, win.LoadAverage)
 	}
 	tw.Flush()
+}
+
+func churnCell(c SoakChurn) string {
+	return fmt.Sprintf("%.3f (%.3f)", c.UpdatesDeletesPerAcked, c.HotUpdatesPerAcked)
 }

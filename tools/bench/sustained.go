@@ -36,8 +36,12 @@ type SustainedRun struct {
 	Events      int64   `json:"events"`
 	LagP50ms    float64 `json:"lag_p50_ms"`
 	LagP99ms    float64 `json:"lag_p99_ms"`
-	// LagP99ByThird is the p99 from insert to ack of the events produced in
-	// each third of the run; Flatness is the last third's over the first's.
+	// The lag is the pair's outbox_event_latency_seconds (insert to ack;
+	// queued rows get no processed_at), estimated within its buckets: of
+	// every event of the run (LagP50ms, LagP99ms), and the p99 of those
+	// acked in each third of the run, the last third's through the drain
+	// after the producer (LagP99ByThird; by ack, where it was by insert);
+	// Flatness is the last third's over the first's.
 	LagP99ByThird []float64 `json:"lag_p99_ms_by_third"`
 	Flatness      float64   `json:"flatness"`
 	ClaimP99ms    float64   `json:"claim_p99_ms"`
@@ -150,16 +154,8 @@ func (b *bench) sustainedRun(ctx context.Context, state string, rate int, base S
 		return run, err
 	}
 	statements := b.resetStatements(ctx)
-	p := b.startProducer(ctx, rate, 1_000_000_000, b.cfg.Docs)
-	if err := harness.Sleep(ctx, b.cfg.SustainedDuration); err != nil {
-		p.Stop()
-		return run, err
-	}
-	p.Stop()
-	if err := p.Err(); err != nil {
-		return run, err
-	}
-	if err := b.drained(ctx, int(p.Committed())); err != nil {
+	marks, produced, err := b.sustainedProduce(ctx, rate)
+	if err != nil {
 		return run, err
 	}
 	dbAfter, err := b.sampleDBCPU(ctx)
@@ -175,51 +171,65 @@ func (b *bench) sustainedRun(ctx context.Context, state string, rate int, base S
 		if run.Statements, ms, err = b.readStatements(ctx); err != nil {
 			return run, err
 		}
-		run.StatementsPerEv = harness.Round3(perEvent(ms/1000, int(p.Committed())))
+		run.StatementsPerEv = harness.Round3(perEvent(ms/1000, int(produced)))
 	}
 	b.stopReplicas()
-	run.Events = p.Committed()
+	run.Events = produced
 	run.DatabaseCPUPerEv = harness.Round3(perEvent(dbAfter.since(dbBefore), int(run.Events)) - base.DatabaseCPUPerEv)
 	run.WlprojCPUPerEv = perEvent(cpu["wlproj"], int(run.Events))
-	return run, b.sustainedLag(ctx, &run, start)
-}
-
-// sustainedLag reads the lag of the events produced since start, overall
-// and by third of the run, and the events the reclaimer sent back.
-func (b *bench) sustainedLag(ctx context.Context, run *SustainedRun, start time.Time) error {
-	var pct []float64
-	err := b.pool.QueryRow(ctx, `
-		SELECT percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY extract(epoch FROM processed_at - created_at))
-		  FROM outbox_events WHERE status = 'done' AND created_at >= $1`, start).Scan(&pct)
-	if err != nil {
-		return err
-	}
-	run.LagP50ms, run.LagP99ms = round1(pct[0]*1000), round1(pct[1]*1000)
-	third := b.cfg.SustainedDuration / 3
-	for i := range 3 {
-		var p99 *float64
-		from := start.Add(time.Duration(i) * third)
-		if err := b.pool.QueryRow(ctx, `
-			SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM processed_at - created_at))
-			  FROM outbox_events WHERE status = 'done' AND created_at >= $1 AND created_at < $2`,
-			from, from.Add(third)).Scan(&p99); err != nil {
-			return err
-		}
-		run.LagP99ByThird = append(run.LagP99ByThird, round1(deref(p99)*1000))
-	}
-	if first := run.LagP99ByThird[0]; first > 0 {
-		run.Flatness = harness.Round3(run.LagP99ByThird[2] / first)
-	}
-	return b.pool.QueryRow(ctx, `
+	sustainedLag(&run, marks)
+	return run, b.pool.QueryRow(ctx, `
 		SELECT count(*) FROM outbox_events
 		 WHERE created_at >= $1 AND error_history @> '[{"event": "stuck_reclaimed"}]'`, start).Scan(&run.LeaseExpiries)
 }
 
-func deref(p *float64) float64 {
-	if p == nil {
-		return 0
+// sustainedProduce runs the producer at rate for the run's duration,
+// waits for the drain, and returns the events produced and the pair's lag
+// histogram at the start and at the end of each third, the last one's
+// after the drain.
+func (b *bench) sustainedProduce(ctx context.Context, rate int) (marks []hist, produced int64, err error) {
+	mark, err := b.scrapeLag()
+	if err != nil {
+		return nil, 0, err
 	}
-	return *p
+	marks = append(marks, mark)
+	p := b.startProducer(ctx, rate, 1_000_000_000, b.cfg.Docs)
+	defer p.Stop()
+	start := time.Now()
+	for i := 1; i <= 3; i++ {
+		if err := harness.Sleep(ctx, time.Until(start.Add(time.Duration(i)*b.cfg.SustainedDuration/3))); err != nil {
+			return nil, 0, err
+		}
+		if i == 3 {
+			break
+		}
+		if mark, err = b.scrapeLag(); err != nil {
+			return nil, 0, err
+		}
+		marks = append(marks, mark)
+	}
+	p.Stop()
+	if err := p.Err(); err != nil {
+		return nil, 0, err
+	}
+	if err := b.drained(ctx, int(p.Committed())); err != nil {
+		return nil, 0, err
+	}
+	mark, err = b.scrapeLag()
+	return append(marks, mark), p.Committed(), err
+}
+
+// sustainedLag reads the run's lag from the histograms at the start and
+// the end of each third (sustainedProduce).
+func sustainedLag(run *SustainedRun, marks []hist) {
+	all := marks[len(marks)-1].since(marks[0])
+	run.LagP50ms, run.LagP99ms = all.ms(0.5), all.ms(0.99)
+	for i := range len(marks) - 1 {
+		run.LagP99ByThird = append(run.LagP99ByThird, marks[i+1].since(marks[i]).ms(0.99))
+	}
+	if first := run.LagP99ByThird[0]; first > 0 {
+		run.Flatness = harness.Round3(run.LagP99ByThird[2] / first)
+	}
 }
 
 // claimP99 reads the leader's claim histogram (outbox_claim_duration_seconds)

@@ -76,7 +76,7 @@ func pgRows(r *Report, tw io.Writer) {
 func latencyRows(r *Report, tw io.Writer) {
 	if l := r.Latency; l != nil {
 		fmt.Fprintf(tw, "4 latency at %d/s for %.0fs\tp50 %.1f ms, p95 %.1f ms, p99 %.1f ms, max %.1f ms\t\n", l.Rate, l.Seconds, l.P50ms, l.P95ms, l.P99ms, l.MaxMs)
-		fmt.Fprintf(tw, "  insert to claim / claim to ack\tp50 %.1f / %.1f ms, p99 %.1f / %.1f ms\t\n", l.ClaimWaitP50ms, l.ClaimToAckP50ms, l.ClaimWaitP99ms, l.ClaimToAckP99ms)
+		fmt.Fprintf(tw, "  claim statement / batch, claim to ack\tp50 %.1f / %.1f ms, p99 %.1f / %.1f ms\t\n", l.ClaimWaitP50ms, l.ClaimToAckP50ms, l.ClaimWaitP99ms, l.ClaimToAckP99ms)
 	}
 }
 

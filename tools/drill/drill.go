@@ -72,6 +72,9 @@ const (
 	healthEvery = 500 * time.Millisecond
 	// ledgerMetric counts the events the ledger dropped unsent.
 	ledgerMetric = `outbox_superseded_total{projection="search",cause="ledger"}`
+	// processedMetric counts every ack of a search event, a second ack of
+	// the same event included.
+	processedMetric = `outbox_processed_total{projection="search"}`
 )
 
 // Config is what one drill run needs.
@@ -274,16 +277,18 @@ type slot struct {
 
 // proc is one `wlproj run` process.
 type proc struct {
-	r      *harness.Replica
-	fenced *harness.Peak // outbox_fenced_acks_total
-	ledger *harness.Peak // ledgerMetric
-	file   *os.File
+	r         *harness.Replica
+	fenced    *harness.Peak // outbox_fenced_acks_total
+	ledger    *harness.Peak // ledgerMetric
+	processed *harness.Peak // processedMetric
+	file      *os.File
 }
 
 // scrape reads the process's counters now: just before a kill, say.
 func (p *proc) scrape() {
 	p.fenced.Scrape()
 	p.ledger.Scrape()
+	p.processed.Scrape()
 }
 
 // Run runs the drill and returns its report; a nil report means it could
@@ -537,7 +542,7 @@ func (d *drill) startProc(ctx context.Context, s *slot) error {
 		return err
 	}
 	p := &proc{r: r, fenced: r.WatchPeak("outbox_fenced_acks_total", scrapeEvery),
-		ledger: r.WatchPeak(ledgerMetric, scrapeEvery), file: f}
+		ledger: r.WatchPeak(ledgerMetric, scrapeEvery), processed: r.WatchPeak(processedMetric, scrapeEvery), file: f}
 	d.procsMu.Lock()
 	d.procs = append(d.procs, p)
 	d.procsMu.Unlock()
@@ -604,10 +609,12 @@ func (d *drill) poll(ctx context.Context, what string, cond func(ctx context.Con
 	return harness.Poll(ctx, stepTimeout, what, cond)
 }
 
+// backlog is the events not done or failed yet, queued ones included.
 func (d *drill) backlog(ctx context.Context) (int64, error) {
 	var n int64
 	err := d.poll(ctx, "the backlog", func(ctx context.Context) (bool, error) {
-		err := d.s.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE status IN ('pending', 'processing')`).Scan(&n)
+		var err error
+		n, err = harness.Backlog(ctx, d.s.DB.Pool)
 		return err == nil, err
 	})
 	return n, err

@@ -269,6 +269,10 @@ func (d *drill) killPrimaryNode(ctx context.Context, sc *Scenario, nl *NodeLoss)
 			}
 		}
 	}()
+	mark, err := d.markLag()
+	if err != nil {
+		return err
+	}
 	t0, err := d.nodeDown(ctx, sc, nl, victim)
 	if err != nil {
 		return err
@@ -290,7 +294,7 @@ func (d *drill) killPrimaryNode(ctx context.Context, sc *Scenario, nl *NodeLoss)
 	if err := d.catchUp(ctx, sc, back); err != nil {
 		return err
 	}
-	nl.Killed, err = d.phaseEvents(ctx, t0, back)
+	nl.Killed, err = d.phaseEventsSince(ctx, t0, mark)
 	return err
 }
 

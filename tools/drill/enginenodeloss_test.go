@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -43,8 +44,8 @@ func TestNodeLossVerdict(t *testing.T) {
 		{"503 node: an attempt used", func(n *NodeLoss) {
 			n.Faults[1].WithErrors, n.Faults[1].Reasons = 3, map[string]int64{"server_error": 3}
 		}, "es2 503: 3 events have an error in their history since the fault began (map[server_error:3])"},
-		{"an event waited too long", func(n *NodeLoss) { n.Faults[0].LagOverLimit, n.Faults[0].LagMaxSeconds = 2, 31 },
-			"es1 silent: 2 events waited longer than 10s from insert to ack (max 31.0 s)"},
+		{"an event waited too long", func(n *NodeLoss) { n.Faults[0].LagOverLimit, n.Faults[0].LagMaxSeconds = 2, 30 },
+			"es1 silent: 2 events waited longer than 10s from insert to ack (max at most 30.0 s)"},
 		{"nothing acked during the fault", func(n *NodeLoss) { n.Faults[1].Acked = 0 },
 			"es2 503: no event was acked while the node was faulted"},
 		{"the faulted node stayed in the rotation", func(n *NodeLoss) { n.Faults[0].BulksDuring = nodeFaultBulkLimit + 1 },
@@ -73,48 +74,61 @@ func TestNodeLossVerdict(t *testing.T) {
 	}
 }
 
-// A phase's figures count what happened from its fault on: events acked
-// since it began of those written before it ended, failures and error
-// history entries since it began.
+// A phase's figures count what happened from its fault on: the acks the
+// replicas' latency histograms observed in it, failures and error history
+// entries since it began.
 func TestPhaseEvents(t *testing.T) {
 	t.Parallel()
 	db := harness.NewDatabase(t)
 	d := &drill{s: &harness.Session{DB: db}}
 	from := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	to := from.Add(40 * time.Second)
 	at := func(secs float64) time.Time { return from.Add(time.Duration(secs * float64(time.Second))) }
 	entry := func(secs float64, key, value string) string {
 		return `{"at": "` + at(secs).Format(time.RFC3339Nano) + `", "` + key + `": "` + value + `"}`
 	}
 	for _, e := range []struct {
 		status, class string
-		created       float64
-		processed     *float64 // nil: not acked
 		updated       float64
 		history       []string
 	}{
-		{"done", "", -1, ptr(0.5), 0.5, nil},     // acked in the phase, 1.5 s
-		{"done", "", 10, ptr(22.0), 22, nil},     // acked in the phase, 12 s: over the limit
-		{"done", "", 41, ptr(60.0), 60, nil},     // written after the fault ended
-		{"done", "", -100, ptr(-50.0), -50, nil}, // acked before it began
-		{"failed", "transient", 2, nil, 5, []string{entry(5, "reason", "timeout")}},
-		{"failed", "transient", -9, nil, -5, []string{entry(-5, "reason", "connection")}}, // before
-		{"failed", "deterministic", 3, nil, 3, []string{entry(3, "reason", "mapping_error")}},
-		{"done", "", 1, ptr(3.0), 3, []string{entry(-10, "reason", "connection"), entry(2, "reason", "server_error")}},
-		{"pending", "", 4, nil, 7, []string{entry(7, "event", "stuck_reclaimed")}},
+		{"done", "", 0.5, nil},
+		{"failed", "transient", 5, []string{entry(5, "reason", "timeout")}},
+		{"failed", "transient", -5, []string{entry(-5, "reason", "connection")}}, // before
+		{"failed", "deterministic", 3, []string{entry(3, "reason", "mapping_error")}},
+		{"done", "", 3, []string{entry(-10, "reason", "connection"), entry(2, "reason", "server_error")}},
+		{"pending", "", 7, []string{entry(7, "event", "stuck_reclaimed")}},
 	} {
-		var processed *time.Time
-		if e.processed != nil {
-			processed = ptr(at(*e.processed))
-		}
-		db.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, status, error_class, created_at, processed_at, updated_at, error_history)
-			VALUES ('book', 'b', 'upsert', $1, nullif($2, ''), $3, $4, $5, $6::jsonb)`,
-			e.status, e.class, at(e.created), processed, at(e.updated), "["+strings.Join(e.history, ",")+"]")
+		db.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, status, error_class, updated_at, error_history)
+			VALUES ('book', 'b', 'upsert', $1, nullif($2, ''), $3, $4::jsonb)`,
+			e.status, e.class, at(e.updated), "["+strings.Join(e.history, ",")+"]")
 	}
-	got, err := d.phaseEvents(context.Background(), from, to)
+	// Three acks in the phase: 1.5 s, 3 s and 12 s from insert to ack.
+	lag, err := harness.ParseHistogram(`lag_bucket{le="1"} 0
+lag_bucket{le="2.5"} 1
+lag_bucket{le="5"} 2
+lag_bucket{le="10"} 2
+lag_bucket{le="30"} 3
+lag_bucket{le="+Inf"} 3
+`, "lag")
 	require.NoError(t, err)
-	require.Equal(t, PhaseEvents{Acked: 3, LagOverLimit: 1, LagP99Seconds: 11.8, LagMaxSeconds: 12, TransientFailures: 1, WithErrors: 4,
+	got, err := d.phaseEvents(context.Background(), from, lag)
+	require.NoError(t, err)
+	require.Equal(t, PhaseEvents{Acked: 3, LagOverLimit: 1, LagP99Seconds: 29.4, LagMaxSeconds: 30, TransientFailures: 1, WithErrors: 4,
 		Reasons: map[string]int64{"timeout": 1, "mapping_error": 1, "server_error": 1, "stuck_reclaimed": 1}}, got)
+}
+
+// Each process's acks count from its own mark on; one started after the
+// first mark counts whole, one dead by the second counts nothing.
+func TestLagBetween(t *testing.T) {
+	t.Parallel()
+	hist := func(cum ...float64) harness.Histogram {
+		return harness.Histogram{Bounds: []float64{1, 10, math.Inf(1)}, Cum: cum}
+	}
+	a, b, dead := &proc{}, &proc{}, &proc{}
+	from := lagMark{a: hist(5, 6, 6), dead: hist(1, 1, 1)}
+	to := lagMark{a: hist(8, 9, 10), b: hist(1, 2, 2)}
+	require.Equal(t, []float64{4, 5, 6}, lagBetween(from, to).Cum)
+	require.Zero(t, lagBetween(to, lagMark{}).Count(), "no process left")
 }
 
 // bulksSince counts a proxy's bulks from a time on, whatever their index,

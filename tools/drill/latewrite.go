@@ -139,11 +139,12 @@ func (d *drill) waitHeldBulk(ctx context.Context, p *holdproxy.Proxy) ([]byte, e
 	return held, err
 }
 
-// waitDone waits until event id is done; failed ends the scenario.
+// waitDone waits until event id is done; failed ends the scenario. The
+// view says it: a queued row that succeeds keeps its own status.
 func (d *drill) waitDone(ctx context.Context, id int64) error {
 	return d.poll(ctx, fmt.Sprintf("event %d to be done", id), func(ctx context.Context) (bool, error) {
 		var status string
-		err := d.s.DB.Pool.QueryRow(ctx, `SELECT status FROM outbox_events WHERE id = $1`, id).Scan(&status)
+		err := d.s.DB.Pool.QueryRow(ctx, `SELECT status FROM outbox_event_states WHERE id = $1`, id).Scan(&status)
 		if err == nil && status == "failed" {
 			return false, harness.Fatal(fmt.Errorf("event %d failed", id))
 		}

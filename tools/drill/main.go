@@ -107,14 +107,24 @@
 // autovacuums, lock waits, the backlog; the report has it per scenario.
 //
 // Measures:
-//   - takeover: from the fault to the first ack after it by the new leader,
-//     i.e. the earliest processed_at (Postgres' clock, as is the fault's
-//     time) of a row it acked. After a Postgres restart, any ack after the
-//     new postmaster started counts; after a network cut, any leader's.
-//   - duplicate sends: events whose error_history holds a stuck_reclaimed
-//     entry, i.e. claimed by a leader that never recorded the outcome (it was
-//     killed, cut off or restarted mid-batch) and then sent again. An upper
-//     bound: the first leader may have died before sending.
+//   - takeover: from the fault to the first ack after it by the new leader
+//     (harness.AckedAfter, Postgres' clock, as is the fault's time): the
+//     earliest processed_at of a claimed row it acked, or confirmed_at of
+//     a position it saved for queued rows, which it saves at most once a
+//     second, so up to a second after the ack. After a Postgres restart,
+//     any ack after the new postmaster started counts; after a network cut,
+//     any leader's.
+//   - duplicate sends: claimed rows whose error_history holds a
+//     stuck_reclaimed entry, i.e. claimed by a leader that never recorded
+//     the outcome (it was killed, cut off or restarted mid-batch) and then
+//     sent again. An upper bound for those: the first leader may have died
+//     before sending. Queued rows a new leader sends again from the last
+//     saved position (about a second's worth) leave no trace in the
+//     outbox and are not counted.
+//   - lag (engine-node-loss, soak): insert to ack as each replica measured
+//     it (outbox_event_latency_seconds, scraped from every live process at
+//     a phase's start and end): a queued row that succeeds has no
+//     processed_at.
 //   - acks refused by fencing: outbox_fenced_acks_total scraped from each
 //     replica process every 250 ms while it lives and just before it is
 //     stopped or killed, its highest value summed over the processes.

@@ -32,12 +32,15 @@ const (
 	nodeReviveLimit = 35 * time.Second
 )
 
-// PhaseEvents is what the outbox says of one phase of engine-node-loss,
-// from its fault on.
+// PhaseEvents is what the outbox and the replicas say of one phase of
+// engine-node-loss, from its fault on.
 type PhaseEvents struct {
-	// Acked are the events written before the phase's fault ended and
-	// acked after it began; LagOverLimit of them waited longer than
-	// nodeFaultLagLimit from insert to ack.
+	// Acked are the events the replicas acked from the phase's fault on
+	// until the events written meanwhile were done (their latency
+	// histograms, see lag.go); LagOverLimit of them waited longer than
+	// nodeFaultLagLimit from insert to ack. LagP99Seconds is estimated
+	// within its bucket, as histogram_quantile does; LagMaxSeconds is the
+	// upper bound of the highest bucket that holds an ack.
 	Acked         int64   `json:"events_acked"`
 	LagOverLimit  int64   `json:"events_over_lag_limit"`
 	LagP99Seconds float64 `json:"lag_p99_seconds"`
@@ -101,7 +104,7 @@ func (f *NodeFault) verdict() error {
 		errs = append(errs, errors.New("no event was acked while the node was faulted: nothing was measured"))
 	}
 	if f.LagOverLimit > 0 {
-		errs = append(errs, fmt.Errorf("%d events waited longer than %s from insert to ack (max %.1f s)", f.LagOverLimit, nodeFaultLagLimit, f.LagMaxSeconds))
+		errs = append(errs, fmt.Errorf("%d events waited longer than %s from insert to ack (max at most %.1f s)", f.LagOverLimit, nodeFaultLagLimit, f.LagMaxSeconds))
 	}
 	if f.BulksDuring > nodeFaultBulkLimit {
 		errs = append(errs, fmt.Errorf("the faulted node got %d bulks (limit %d): it stayed in the rotation", f.BulksDuring, nodeFaultBulkLimit))
@@ -140,16 +143,19 @@ func (d *drill) nodeFault(ctx context.Context, sc *Scenario, i int, kind string,
 	if err != nil {
 		return nf, err
 	}
+	mark, err := d.markLag()
+	if err != nil {
+		return nf, err
+	}
 	set := time.Now()
 	p.Set(f)
 	d.say("engine-node-loss: %s's proxy %s for %s", nf.Node, kind, d.cfg.NodeOutage)
 	err = d.sampleUntil(ctx, sc, set.Add(d.cfg.NodeOutage))
 	nf.BulksDuring, _ = bulksSince(p, set)
-	t1, nowErr := harness.Now(ctx, d.s.DB.Pool)
 	cleared := time.Now()
 	p.Clear()
 	nf.Seconds = harness.Round3(cleared.Sub(set).Seconds())
-	if err = errors.Join(err, nowErr); err != nil {
+	if err != nil {
 		return nf, err
 	}
 	err = harness.PollAt(ctx, 100*time.Millisecond, nodeReviveLimit, nf.Node+"'s next bulk", func(context.Context) (bool, error) {
@@ -165,7 +171,7 @@ func (d *drill) nodeFault(ctx context.Context, sc *Scenario, i int, kind string,
 	if err := d.waitWritten(ctx, sc, "the events written during the fault to be done", nil); err != nil {
 		return nf, err
 	}
-	nf.PhaseEvents, err = d.phaseEvents(ctx, t0, t1)
+	nf.PhaseEvents, err = d.phaseEventsSince(ctx, t0, mark)
 	d.say("engine-node-loss: %s", nf.notes())
 	return nf, err
 }
@@ -184,28 +190,35 @@ func bulksSince(p *faultproxy.Proxy, since time.Time) (n int, first time.Time) {
 	return n, first
 }
 
-// phaseEvents reads what the outbox says of a phase whose fault began at
-// from and ended at to (Postgres' clock). It reads the whole outbox, as
-// the drill does once per phase.
-func (d *drill) phaseEvents(ctx context.Context, from, to time.Time) (PhaseEvents, error) {
-	var e PhaseEvents
+// phaseEventsSince is phaseEvents of a phase whose fault began at from
+// (Postgres' clock), when the replicas' lag was marked.
+func (d *drill) phaseEventsSince(ctx context.Context, from time.Time, mark lagMark) (PhaseEvents, error) {
+	lag, err := d.lagSince(mark)
+	if err != nil {
+		return PhaseEvents{}, err
+	}
+	return d.phaseEvents(ctx, from, lag)
+}
+
+// phaseEvents is what the replicas' latency histograms observed in a phase
+// whose fault began at from (Postgres' clock), and what the outbox says of
+// the events that failed or gained an error since. It reads the whole
+// outbox, as the drill does once per phase.
+func (d *drill) phaseEvents(ctx context.Context, from time.Time, lag harness.Histogram) (PhaseEvents, error) {
+	over, err := lag.Above(nodeFaultLagLimit.Seconds())
+	if err != nil {
+		return PhaseEvents{}, err
+	}
+	e := PhaseEvents{Acked: int64(lag.Count()), LagOverLimit: int64(over),
+		LagP99Seconds: harness.Round3(lag.Interpolated(0.99)), LagMaxSeconds: lag.Max()}
 	pool := d.s.DB.Pool
 	if err := pool.QueryRow(ctx, `
-		WITH e AS (
-		  SELECT status, error_class, updated_at, error_history,
-		         CASE WHEN status = 'done' AND processed_at >= $1 AND created_at < $2
-		              THEN extract(epoch FROM processed_at - created_at) END AS lag
-		    FROM outbox_events)
-		SELECT count(lag), count(*) FILTER (WHERE lag > $3),
-		       coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY lag), 0), coalesce(max(lag), 0),
-		       count(*) FILTER (WHERE status = 'failed' AND error_class = 'transient' AND updated_at >= $1),
+		SELECT count(*) FILTER (WHERE status = 'failed' AND error_class = 'transient' AND updated_at >= $1),
 		       count(*) FILTER (WHERE EXISTS (SELECT FROM jsonb_array_elements(error_history) h
 		                                       WHERE (h->>'at')::timestamptz >= $1))
-		  FROM e`, from, to, nodeFaultLagLimit.Seconds()).Scan(
-		&e.Acked, &e.LagOverLimit, &e.LagP99Seconds, &e.LagMaxSeconds, &e.TransientFailures, &e.WithErrors); err != nil {
+		  FROM outbox_events`, from).Scan(&e.TransientFailures, &e.WithErrors); err != nil {
 		return e, err
 	}
-	e.LagP99Seconds, e.LagMaxSeconds = harness.Round3(e.LagP99Seconds), harness.Round3(e.LagMaxSeconds)
 	rows, err := pool.Query(ctx, `
 		SELECT coalesce(h->>'reason', h->>'event', '?'), count(DISTINCT o.id)
 		  FROM outbox_events o, jsonb_array_elements(o.error_history) h

@@ -41,6 +41,13 @@ type Report struct {
 	// DuplicateSends counts events claimed again after a claim whose outcome
 	// was never recorded; see the package doc.
 	DuplicateSends int64 `json:"duplicate_sends"`
+	// ResentAtLeast are acks beyond one per done event: the replicas'
+	// outbox_processed_total{projection="search"}, scraped like FencedAcks
+	// and summed, less the done events. A new leader sends again the queued
+	// rows read after the last saved position (about a second's worth), of
+	// which the outbox keeps no trace. A lower bound: a killed process's
+	// acks after its last scrape are not counted.
+	ResentAtLeast int64 `json:"resent_at_least"`
 	// FencedAcks are acks the fencing guard refused: outbox_fenced_acks_total
 	// scraped from each replica while it lived, its highest value per process.
 	FencedAcks int64 `json:"fenced_acks"`
@@ -200,6 +207,7 @@ func (r *Report) summary(w io.Writer, path string) {
 		r.Entities, r.Regressed, r.Missing, r.Resurrected, r.LedgerMismatch)
 	fmt.Fprintf(w, "replayed rows: %d; events the ledger dropped unsent: %d\n", r.ReplayedRows, r.SupersededByLedger)
 	fmt.Fprintf(w, "duplicate sends: %d (events re-claimed after an unrecorded claim: at most sent twice)\n", r.DuplicateSends)
+	fmt.Fprintf(w, "acks beyond one per event: at least %d (queued rows sent again from a saved position)\n", r.ResentAtLeast)
 	fmt.Fprintf(w, "acks refused by fencing: %d\n", r.FencedAcks)
 	fmt.Fprintf(w, "replicas ran as %s (no permission errors: %t)\n", r.Roles.Runtime, r.PermissionErrors == 0)
 	for _, p := range r.Problems {

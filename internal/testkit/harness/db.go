@@ -153,8 +153,10 @@ func (db DB) Int(t testing.TB, sql string, args ...any) int {
 	return n
 }
 
-// Count is the number of outbox events matching where.
+// Count is the number of outbox events matching where, as the operator's
+// view shows them (outbox_event_states: a queued row's status is its
+// position's).
 func (db DB) Count(t testing.TB, where string, args ...any) int {
 	t.Helper()
-	return db.Int(t, `SELECT count(*) FROM outbox_events WHERE `+where, args...)
+	return db.Int(t, `SELECT count(*) FROM outbox_event_states WHERE `+where, args...)
 }

@@ -275,12 +275,21 @@ func WaitingForLocks(ctx context.Context, q Querier, prefix, election string) (L
 }
 
 // Backlog counts the outbox's pending and processing rows, each through
-// its partial index.
+// its partial index, and the queued rows no position has passed yet
+// (outbox_queue_backlog, from schema 17 on: a queued row is never updated
+// when it succeeds, so its status says nothing of it).
 func Backlog(ctx context.Context, q Querier) (int64, error) {
+	var queued bool
+	if err := q.QueryRow(ctx, `SELECT to_regclass('outbox_queue_backlog') IS NOT NULL`).Scan(&queued); err != nil {
+		return 0, fmt.Errorf("backlog: %w", err)
+	}
+	sql := `SELECT (SELECT count(*) FROM outbox_events WHERE status = 'pending')
+	             + (SELECT count(*) FROM outbox_events WHERE status = 'processing')`
+	if queued {
+		sql += ` + (SELECT count(*) FROM outbox_queue_backlog)`
+	}
 	var n int64
-	err := q.QueryRow(ctx, `SELECT (SELECT count(*) FROM outbox_events WHERE status = 'pending')
-	                             + (SELECT count(*) FROM outbox_events WHERE status = 'processing')`).Scan(&n)
-	if err != nil {
+	if err := q.QueryRow(ctx, sql).Scan(&n); err != nil {
 		return 0, fmt.Errorf("backlog: %w", err)
 	}
 	return n, nil

@@ -30,44 +30,11 @@ func ParseMetric(scrape, name string) (float64, bool, error) {
 // Prometheus histogram in scrape that holds quantile q of its observations
 // (0 when it has none), as histogram_quantile would bound it.
 func HistogramQuantile(scrape, name string, q float64) (float64, error) {
-	type bucket struct{ le, cum float64 }
-	var buckets []bucket
-	sc := bufio.NewScanner(strings.NewReader(scrape))
-	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), name+`_bucket{le="`)
-		if !ok {
-			continue
-		}
-		le, count, ok := strings.Cut(rest, `"} `)
-		if !ok {
-			return 0, fmt.Errorf("%s: malformed bucket %q", name, sc.Text())
-		}
-		bound, err := strconv.ParseFloat(strings.Replace(le, "+Inf", "Inf", 1), 64)
-		if err != nil {
-			return 0, fmt.Errorf("%s: %w", sc.Text(), err)
-		}
-		c, err := strconv.ParseFloat(count, 64)
-		if err != nil {
-			return 0, fmt.Errorf("%s: %w", sc.Text(), err)
-		}
-		buckets = append(buckets, bucket{bound, c})
-	}
-	if err := sc.Err(); err != nil {
+	h, err := ParseHistogram(scrape, name)
+	if err != nil {
 		return 0, err
 	}
-	if len(buckets) == 0 {
-		return 0, fmt.Errorf("no histogram %s in the scrape", name)
-	}
-	total := buckets[len(buckets)-1].cum
-	if total == 0 {
-		return 0, nil
-	}
-	for _, b := range buckets {
-		if b.cum >= q*total {
-			return b.le, nil
-		}
-	}
-	return buckets[len(buckets)-1].le, nil
+	return h.Quantile(q), nil
 }
 
 // Scrape is the replica's /metrics.

@@ -30,12 +30,15 @@ func Now(ctx context.Context, q Querier) (time.Time, error) {
 }
 
 // AckedAfter is the earliest processed_at of a row acked done after after,
-// by worker by (any if empty); false if there is none yet.
+// or of a position checkpoint that confirmed queued rows, by worker by (any
+// if empty); false if there is none yet.
 func AckedAfter(ctx context.Context, q Querier, after time.Time, by string) (time.Time, bool, error) {
 	var at *time.Time
 	err := q.QueryRow(ctx, `
-		SELECT min(processed_at) FROM outbox_events
-		 WHERE status = 'done' AND processed_at > $1 AND ($2 = '' OR locked_by = $2)`, after, by).Scan(&at)
+		SELECT least((SELECT min(processed_at) FROM outbox_events
+		               WHERE status = 'done' AND processed_at > $1 AND ($2 = '' OR locked_by = $2)),
+		             (SELECT min(confirmed_at) FROM outbox_positions
+		               WHERE confirmed_at > $1 AND ($2 = '' OR saved_by = $2)))`, after, by).Scan(&at)
 	if err != nil || at == nil {
 		return time.Time{}, false, err
 	}
@@ -58,13 +61,15 @@ func WaitFirstAck(ctx context.Context, timeout time.Duration, q Querier, after t
 	return at, err
 }
 
-// WaitDrained waits until no event is pending or processing. Two EXISTS,
-// not a count: cheap however long the backlog.
+// WaitDrained waits until no event is pending or processing: no claimed
+// row, nor a queued one no position has passed. Three EXISTS on indexes,
+// not a count or the view of every row: cheap however long the outbox.
 func WaitDrained(ctx context.Context, timeout time.Duration, q Querier) error {
 	return Poll(ctx, timeout, "every event done or failed", func(ctx context.Context) (bool, error) {
 		var busy bool
 		err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM outbox_events WHERE status = 'pending')
-		                            OR EXISTS (SELECT 1 FROM outbox_events WHERE status = 'processing')`).Scan(&busy)
+		                            OR EXISTS (SELECT 1 FROM outbox_events WHERE status = 'processing')
+		                            OR EXISTS (SELECT 1 FROM outbox_queue_backlog_rows(1))`).Scan(&busy)
 		return err == nil && !busy, err
 	})
 }

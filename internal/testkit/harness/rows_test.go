@@ -22,7 +22,8 @@ func TestColumnAndPairs(t *testing.T) {
 	require.Nil(t, Column[int64](t, db, `SELECT id FROM outbox_events`), "no rows: nil, as an appending loop gives")
 	require.Equal(t, map[string]int{}, Pairs[string, int](t, db, `SELECT status, count(*) FROM outbox_events GROUP BY status`))
 
-	db.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) SELECT 'book', g::text, 'upsert' FROM generate_series(1, 3) g`)
+	// Claimed rows (status given): a queued row's status never changes.
+	db.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, status) SELECT 'book', g::text, 'upsert', 'pending' FROM generate_series(1, 3) g`)
 	db.Exec(t, `UPDATE outbox_events SET status = 'done' WHERE id = 2`)
 	require.Equal(t, []int64{3, 2, 1}, Column[int64](t, db, `SELECT id FROM outbox_events ORDER BY id DESC`))
 	require.Equal(t, []string{"1", "3"}, Column[string](t, db, `SELECT entity_id FROM outbox_events WHERE status = $1 ORDER BY id`, "pending"))
@@ -35,7 +36,8 @@ func TestOutboxLeadMovesTheEpoch(t *testing.T) {
 	o := NewOutbox(t)
 	require.Zero(t, o.Int(t, `SELECT count(*) FROM outbox_leader`), "no one leads until Lead")
 	o.Lead(t, 1)
-	o.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', '1', 'upsert')`)
+	// A claimed row: the epoch fences the claim's acks.
+	o.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, status) VALUES ('book', '1', 'upsert', 'pending')`)
 	events, err := o.Store.Claim(context.Background(), 1, 10, time.Minute, nil)
 	require.NoError(t, err)
 	require.Len(t, events, 1, "w1 claims as the leader of epoch 1")

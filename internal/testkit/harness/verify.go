@@ -77,10 +77,10 @@ SELECT count(*), count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE
        count(*) FILTER (WHERE status = 'failed' AND coalesce(error_reason, '') = ''),
        count(*) FILTER (WHERE status = 'discarded'),
        count(*) FILTER (WHERE status IN ('pending', 'processing'))
-  FROM outbox_events WHERE projection = 'search'`
+  FROM outbox_event_states WHERE projection = 'search'`
 
 const verifyFailedSQL = `
-SELECT id, coalesce(error_reason, '') FROM outbox_events
+SELECT id, coalesce(error_reason, '') FROM outbox_event_states
  WHERE projection = 'search' AND status = 'failed' ORDER BY id`
 
 // Every document with an event is judged against its newest applicable
@@ -94,7 +94,7 @@ WITH docs AS (
   SELECT DISTINCT entity_type, entity_id FROM outbox_events WHERE projection = 'search'
 ), newest AS (
   SELECT DISTINCT ON (entity_type, entity_id) entity_type, entity_id, coalesce(event_version, id) AS version, op
-    FROM outbox_events
+    FROM outbox_event_states
    WHERE projection = 'search' AND status = 'done'
    ORDER BY entity_type, entity_id, coalesce(event_version, id) DESC, id DESC
 )

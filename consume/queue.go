@@ -1,0 +1,345 @@
+package consume
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/wlproj/wlproj/outbox"
+)
+
+// checkpointEvery bounds how often a projection's position is written: once
+// a second whatever the rate, so the position row keeps a few thousand
+// versions an hour while someone holds the horizon, and a new leader sends
+// again at most about a second of events (the engine's external versions
+// make that a no-op).
+const checkpointEvery = time.Second
+
+// queues follows each projection's position through the batches it has in
+// flight. The position saved is always a prefix: a batch confirmed before
+// an earlier one waits for it.
+type queues struct {
+	mu sync.Mutex
+	// origin is where a projection without a saved position starts; nil
+	// before migration 00018 (no row is queued then).
+	origin *outbox.Position
+	byName map[string]*queue
+	names  []string
+	next   int
+	// saving serializes checkpoints; savedAt is the last one's time.
+	saving  sync.Mutex
+	savedAt time.Time
+}
+
+// queue is one projection's position.
+type queue struct {
+	done, claimed outbox.Position
+	flights       []*queueFlight
+	// generation changes when the queue rewinds: flights of an earlier one
+	// confirm nothing.
+	generation int
+	doneEvents int64
+	dirty      bool
+}
+
+// queueFlight is one read in flight, known by its first event's id.
+type queueFlight struct {
+	first      int64
+	to         outbox.Position
+	since      time.Time
+	events     int
+	acked      bool
+	generation int
+}
+
+func newQueues(origin *outbox.Position, saved map[string]outbox.Position) *queues {
+	qs := &queues{origin: origin, byName: map[string]*queue{}}
+	for name, p := range saved {
+		qs.add(name, p)
+	}
+	return qs
+}
+
+// ready reports whether rows can be queued at all.
+func (qs *queues) ready() bool {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	return qs.origin != nil
+}
+
+// know adds a position at the origin for each name without one.
+func (qs *queues) know(names []string) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	for _, name := range names {
+		if qs.byName[name] == nil && qs.origin != nil {
+			qs.add(name, *qs.origin)
+		}
+	}
+}
+
+func (qs *queues) add(name string, p outbox.Position) {
+	qs.byName[name] = &queue{done: p, claimed: p}
+	qs.names = append(qs.names, name)
+	slices.Sort(qs.names)
+}
+
+// rotation is the names in the order the next read tries them, starting
+// after the one that last gave events.
+func (qs *queues) rotation() []string {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	n := len(qs.names)
+	out := make([]string, 0, n)
+	for i := range n {
+		out = append(out, qs.names[(qs.next+i)%n])
+	}
+	return out
+}
+
+// from is where the next read of name starts, with the queue's generation.
+func (qs *queues) from(name string) (outbox.Position, int) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	q := qs.byName[name]
+	return q.claimed, q.generation
+}
+
+// read records a read of name from generation gen that reached to with
+// these events. A read that found none ends its batch as if confirmed at
+// once; one that took a new snapshot and found nothing moves nothing, so
+// an idle leader writes no position (the next batch starts from the older
+// snapshot, which costs nothing: no row lies between).
+func (qs *queues) read(name string, gen int, to outbox.Position, events []outbox.Event, at time.Time) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	q := qs.byName[name]
+	if q.generation != gen || len(events) == 0 && q.claimed.Drained() == q.claimed {
+		return
+	}
+	q.claimed = to
+	if len(events) == 0 {
+		q.flights = append(q.flights, &queueFlight{to: to, acked: true, generation: gen})
+		q.settle()
+		return
+	}
+	qs.next = (slices.Index(qs.names, name) + 1) % len(qs.names)
+	q.flights = append(q.flights, &queueFlight{first: events[0].ID, to: to, since: at, events: len(events), generation: gen})
+}
+
+// confirm marks the flight of these events acked, and moves the confirmed
+// position over every acked flight at the front.
+func (qs *queues) confirm(events []outbox.Event) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	q := qs.byName[events[0].Projection]
+	if q == nil {
+		return
+	}
+	for _, f := range q.flights {
+		if f.first == events[0].ID && f.generation == q.generation {
+			f.acked = true
+		}
+	}
+	q.settle()
+}
+
+// settle moves done over the acked flights at the front.
+func (q *queue) settle() {
+	for len(q.flights) > 0 && q.flights[0].acked {
+		f := q.flights[0]
+		q.dirty = q.dirty || q.done != f.to
+		q.done, q.doneEvents = f.to, q.doneEvents+int64(f.events)
+		q.flights = q.flights[1:]
+	}
+}
+
+// rewindAll sends every projection's reads back to its confirmed
+// position: at the end of a drain, what is still unconfirmed is the next
+// leader's, and the last checkpoint must not show it in flight.
+func (qs *queues) rewindAll() {
+	qs.mu.Lock()
+	names := slices.Clone(qs.names)
+	qs.mu.Unlock()
+	for _, name := range names {
+		qs.rewind(name)
+	}
+}
+
+// rewind sends name's reads back to its confirmed position: a flight whose
+// ack failed is read again, and so is every flight after it (their events
+// go again; external versions make that a no-op).
+func (qs *queues) rewind(name string) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if q := qs.byName[name]; q != nil {
+		// A checkpoint may have shown the flights: the next one clears them.
+		q.dirty = q.dirty || len(q.flights) > 0
+		q.claimed, q.flights = q.done, nil
+		q.generation++
+	}
+}
+
+// checkpoints are the positions to save at now: those that moved or have
+// batches in flight, once the last save is older than checkpointEvery (at
+// once when force).
+func (qs *queues) checkpoints(now time.Time, force bool) []outbox.Checkpoint {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if !force && now.Sub(qs.savedAt) < checkpointEvery {
+		return nil
+	}
+	var cps []outbox.Checkpoint
+	for _, name := range qs.names {
+		q := qs.byName[name]
+		if !q.dirty && len(q.flights) == 0 {
+			continue
+		}
+		cp := outbox.Checkpoint{Projection: name, Done: q.done, Claimed: q.claimed, DoneEvents: q.doneEvents}
+		if len(q.flights) > 0 {
+			cp.InFlightSince = q.flights[0].since
+		}
+		cps = append(cps, cp)
+	}
+	return cps
+}
+
+// saved clears what cps wrote.
+func (qs *queues) saved(cps []outbox.Checkpoint, at time.Time) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	qs.savedAt = at
+	for _, cp := range cps {
+		q := qs.byName[cp.Projection]
+		q.doneEvents -= cp.DoneEvents
+		q.dirty = q.done != cp.Done
+	}
+}
+
+// checkpoint saves the positions that moved, once checkpointEvery has
+// passed (or at once when force). One save at a time; a save already
+// running covers this call's positions at the next one.
+func (l *Loop) checkpoint(ctx context.Context, epoch int64, force bool) {
+	qs := l.queues
+	if qs == nil || !qs.saving.TryLock() {
+		return
+	}
+	defer qs.saving.Unlock()
+	now := time.Now()
+	cps := qs.checkpoints(now, force)
+	if len(cps) == 0 {
+		return
+	}
+	if _, err := l.store.SaveCheckpoints(ctx, epoch, l.cfg.Lease, cps); err != nil {
+		countError(ctx, ackErrorsTotal, err)
+		l.log.Error().Err(err).Msg("saving positions failed; the next checkpoint saves them")
+		return
+	}
+	qs.saved(cps, now)
+}
+
+// refreshQueues loads the term's positions at its first claim, and finds
+// the origin (once migration 00018 ran) and projections producers started
+// naming every PollInterval. A failure leaves the queues as they were: the
+// next refresh tries again.
+func (l *Loop) refreshQueues(ctx context.Context) {
+	if l.queues == nil {
+		origin, err := l.store.Origin(ctx)
+		if l.queueError(ctx, err, "reading the queue's origin failed") {
+			return
+		}
+		saved, err := l.store.Positions(ctx)
+		if l.queueError(ctx, err, "reading positions failed") {
+			return
+		}
+		l.queues = newQueues(origin, saved)
+	}
+	if !l.queues.ready() {
+		origin, err := l.store.Origin(ctx)
+		if l.queueError(ctx, err, "reading the queue's origin failed") || origin == nil {
+			return
+		}
+		l.queues.setOrigin(*origin)
+	}
+	names, err := l.store.QueuedProjections(ctx)
+	if l.queueError(ctx, err, "listing queued projections failed") {
+		return
+	}
+	l.queues.know(append(names, l.names...))
+}
+
+// queueError counts and logs a failed read of the queue's state as a claim
+// error: queued rows go unread while it lasts (a missing grant, a schema
+// behind), and only the claim errors' alert would say so.
+func (l *Loop) queueError(ctx context.Context, err error, msg string) bool {
+	if err == nil {
+		return false
+	}
+	countError(ctx, claimErrorsTotal, err)
+	if ctx.Err() == nil {
+		l.log.Error().Err(err).Msg(msg)
+	}
+	return true
+}
+
+// readQueued reads the next queued rows of the first projection in
+// rotation that has some.
+func (l *Loop) readQueued(ctx context.Context, now time.Time) ([]outbox.Event, error) {
+	for _, name := range l.queues.rotation() {
+		from, gen := l.queues.from(name)
+		events, to, err := l.store.ReadQueued(ctx, name, from, l.cfg.BulkSize, l.latest[name])
+		countError(ctx, claimErrorsTotal, err)
+		if err != nil {
+			return nil, err
+		}
+		l.queues.read(name, gen, to, events, now)
+		if len(events) > 0 {
+			return events, nil
+		}
+	}
+	return nil, nil
+}
+
+func (qs *queues) setOrigin(origin outbox.Position) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	qs.origin = &origin
+}
+
+// settleQueued confirms a read of queued rows once its acks are written,
+// and saves positions when a checkpoint is due. A read whose ack failed is
+// read again, with every read after it; a fenced one is the next leader's.
+func (l *Loop) settleQueued(ctx context.Context, epoch int64, events []outbox.Event, res BatchResult) {
+	if res.AckErrors > 0 {
+		l.queues.rewind(events[0].Projection)
+		return
+	}
+	if res.Fenced > 0 {
+		return
+	}
+	l.queues.confirm(events)
+	l.checkpoint(ctx, epoch, false)
+}
+
+// idleFor is how long the loop waits for work: the poll interval, or
+// until the checkpoint it still owes is due, so that an idle leader saves
+// the position it reached within about a second.
+func (l *Loop) idleFor() time.Duration {
+	if l.queues == nil || !l.queues.unsaved() {
+		return l.cfg.PollInterval
+	}
+	return min(l.cfg.PollInterval, checkpointEvery)
+}
+
+// unsaved reports whether a position moved since the last checkpoint.
+func (qs *queues) unsaved() bool {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	for _, q := range qs.byName {
+		if q.dirty {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,343 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// Queued rows (status 'queued', the default since migration 00018) are read
+// by position, PgQ's way, and never updated when they succeed: the hot path
+// writes no row version per event. A projection's position moves through
+// batches, each the rows that became visible between two snapshots of the
+// leader (Position.Prev, Position.Cur), so a producer's transaction that
+// commits after a later one is read in the batch of the first snapshot that
+// sees it committed: it can never fall behind the position unread.
+
+// Position is where a projection's leader is among its queued rows: every
+// queued row visible in snapshot Prev, and those visible in Cur but not in
+// Prev up to (XID, ID) in (xid, id) order, are behind it. Snapshots are
+// pg_snapshot text.
+type Position struct {
+	Prev, Cur string
+	XID       uint64
+	ID        int64
+}
+
+// Drained is the position at the end of p's batch: the next read takes a
+// new snapshot.
+func (p Position) Drained() Position { return Position{Prev: p.Cur, Cur: p.Cur} }
+
+// ticks reports whether a read from p takes a new snapshot: p's batch is
+// drained (or p is an origin).
+func (p Position) ticks() bool { return p.Cur == "" || p.Cur == p.Prev }
+
+// Origin is the position every projection starts from, nil before
+// migration 00018 made rows queued (there are none to read then).
+func (s *Store) Origin(ctx context.Context) (*Position, error) {
+	var snap string
+	err := s.Pool.QueryRow(ctx, `SELECT snapshot::text FROM outbox_queue_origin`).Scan(&snap)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("queue origin: %w", err)
+	}
+	return &Position{Prev: snap, Cur: snap}, nil
+}
+
+// Positions is each projection's confirmed position, as the last leader
+// saved it.
+func (s *Store) Positions(ctx context.Context) (map[string]Position, error) {
+	rows, err := s.Pool.Query(ctx, `SELECT projection, done_prev::text, done_cur::text, done_xid, done_id FROM outbox_positions`)
+	if err != nil {
+		return nil, fmt.Errorf("positions: %w", err)
+	}
+	out := map[string]Position{}
+	for rows.Next() {
+		var name string
+		var p Position
+		if err := rows.Scan(&name, &p.Prev, &p.Cur, &p.XID, &p.ID); err != nil {
+			return nil, fmt.Errorf("positions: %w", err)
+		}
+		out[name] = p
+	}
+	return out, rows.Err()
+}
+
+// queuedProjectionsSQL lists the projections with queued rows, one probe
+// of outbox_events_queued_idx each. A queued row's entry never dies while
+// it is queued, so no held horizon makes this walk longer.
+const queuedProjectionsSQL = `
+WITH RECURSIVE p AS (
+    (SELECT projection FROM outbox_events WHERE status = 'queued' ORDER BY projection LIMIT 1)
+  UNION ALL
+    SELECT (SELECT n.projection FROM outbox_events n WHERE n.status = 'queued' AND n.projection > p.projection
+             ORDER BY n.projection LIMIT 1)
+      FROM p WHERE p.projection IS NOT NULL)
+SELECT projection FROM p WHERE projection IS NOT NULL`
+
+// QueuedProjections names the projections that have queued rows, read or
+// not: a projection producers name that no replica knows yet gets a
+// position too, and its rows fail as unknown_projection like claimed ones.
+func (s *Store) QueuedProjections(ctx context.Context) ([]string, error) {
+	rows, err := s.Pool.Query(ctx, queuedProjectionsSQL)
+	if err != nil {
+		return nil, fmt.Errorf("queued projections: %w", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("queued projections: %w", err)
+	}
+	return names, nil
+}
+
+// readQueuedSQL reads the next rows of a projection's batch past (xid, id):
+// those of transactions in progress at prev that cur sees committed (the
+// late ones, by their xid), then those of transactions that started
+// between the two snapshots and committed before cur. Both parts walk
+// outbox_events_queued_idx from the position, and a queued row that
+// succeeds never leaves it, so a held horizon adds no dead entry to skip.
+// When the batch is drained, cur is the statement's own snapshot: the rows
+// it reads are exactly the ones it sees committed. A paused projection
+// reads nothing, not even a snapshot.
+const readQueuedSQL = `
+WITH cur AS (SELECT CASE WHEN @tick THEN pg_current_snapshot() ELSE @cur::text::pg_snapshot END AS s
+              WHERE NOT EXISTS (SELECT 1 FROM outbox_projection_state WHERE projection = @projection AND paused)),
+late AS (SELECT coalesce(array_agg(x), '{}') AS xids FROM cur, pg_snapshot_xip(@prev::text::pg_snapshot) x
+          WHERE pg_visible_in_snapshot(x, cur.s))
+SELECT cur.s::text, c.* FROM cur LEFT JOIN LATERAL (
+  SELECT * FROM (
+    (SELECT e.id, e.xid, e.entity_type, e.entity_id, e.op, e.event_version, e.payload, e.scope_key,
+            e.attempts, e.created_at, e.repair, e.traceparent
+       FROM outbox_events e, late
+      WHERE e.status = 'queued' AND e.projection = @projection AND e.xid = ANY(late.xids)
+        AND (e.xid, e.id) > (@xid::xid8, @after_id::bigint)
+      ORDER BY e.xid, e.id LIMIT @limit)
+    UNION ALL
+    (SELECT e.id, e.xid, e.entity_type, e.entity_id, e.op, e.event_version, e.payload, e.scope_key,
+            e.attempts, e.created_at, e.repair, e.traceparent
+       FROM outbox_events e
+      WHERE e.status = 'queued' AND e.projection = @projection
+        AND e.xid >= pg_snapshot_xmax(@prev::text::pg_snapshot) AND e.xid < pg_snapshot_xmax(cur.s)
+        AND (e.xid, e.id) > (@xid::xid8, @after_id::bigint) AND pg_visible_in_snapshot(e.xid, cur.s)
+      ORDER BY e.xid, e.id LIMIT @limit)) u
+  ORDER BY u.xid, u.id LIMIT @limit) c ON true`
+
+// readQueuedLedgerSQL adds each row's ledger entry, for projections that
+// keep one.
+const readQueuedLedgerSQL = `
+SELECT r.*, (SELECT ARRAY[a.version, a.event_id, a.deleted::int] FROM outbox_applied a
+              WHERE a.projection = @projection AND a.entity_type = r.entity_type AND a.entity_id = r.entity_id)
+  FROM (` + readQueuedSQL + `) r`
+
+// queuedPlan keeps the read on the queued index whatever the statistics
+// say (see claimPlan), and JIT off.
+var queuedPlan = []string{"BEGIN",
+	"SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), set_config('jit', 'off', true)"}
+
+// ReadQueued reads up to limit queued rows of projection past from, in
+// (xid, id) order, each with its ledger entry when withLedger, and returns
+// the position past them: from's batch drained when fewer than limit came
+// back. Nothing is written: the rows become done when a saved position
+// passes them. A paused projection reads nothing and stays where it is.
+func (s *Store) ReadQueued(ctx context.Context, projection string, from Position, limit int, withLedger bool) ([]Event, Position, error) {
+	sql := readQueuedSQL
+	if withLedger {
+		sql = readQueuedLedgerSQL
+	}
+	args := pgx.NamedArgs{"projection": projection, "tick": from.ticks(), "cur": from.Cur, "prev": from.Cur,
+		"xid": from.XID, "after_id": from.ID, "limit": limit}
+	if !from.ticks() {
+		args["prev"] = from.Prev
+	}
+	br, err := s.sendAfter(ctx, queuedPlan, func(b *pgx.Batch) { b.Queue(sql, args); b.Queue("COMMIT") })
+	if err != nil {
+		return nil, from, fmt.Errorf("read queued: %w", err)
+	}
+	defer br.Close()
+	events, cur, err := scanQueued(br, projection, withLedger)
+	if err != nil {
+		return nil, from, err
+	}
+	if _, err := br.Exec(); err != nil {
+		return nil, from, fmt.Errorf("read queued: commit: %w", err)
+	}
+	return events, advance(from, cur, events, limit), nil
+}
+
+// advance is the position past events, read from from in the batch ending
+// at snapshot cur ("" when paused: nothing was read).
+func advance(from Position, cur string, events []Event, limit int) Position {
+	if cur == "" {
+		return from
+	}
+	batch := from
+	if from.ticks() {
+		batch = Position{Prev: from.Cur, Cur: cur}
+	}
+	if len(events) < limit {
+		return batch.Drained()
+	}
+	last := events[len(events)-1]
+	batch.XID, batch.ID = last.XID, last.ID
+	return batch
+}
+
+func scanQueued(br pgx.BatchResults, projection string, withLedger bool) ([]Event, string, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return nil, "", fmt.Errorf("read queued: %w", err)
+	}
+	defer rows.Close()
+	var events []Event
+	var cur string
+	for rows.Next() {
+		e, err := scanQueuedRow(rows, &cur, withLedger)
+		if err != nil {
+			return nil, "", fmt.Errorf("read queued: %w", err)
+		}
+		if e != nil {
+			e.Projection = projection
+			events = append(events, *e)
+		}
+	}
+	return events, cur, rows.Err()
+}
+
+// scanQueuedRow scans one row of the read; the row of an empty batch has
+// only the snapshot, and gives no event.
+func scanQueuedRow(rows pgx.Rows, cur *string, withLedger bool) (*Event, error) {
+	var e Event
+	var id, version pgtype.Int8
+	var xid8 pgtype.Uint64
+	var entityType, entityID, op, scopeKey, traceparent pgtype.Text
+	var attempts pgtype.Int4
+	var created pgtype.Timestamptz
+	var repair pgtype.Bool
+	var payload []byte
+	var applied []int64
+	dest := []any{cur, &id, &xid8, &entityType, &entityID, &op, &version, &payload, &scopeKey,
+		&attempts, &created, &repair, &traceparent}
+	if withLedger {
+		dest = append(dest, &applied)
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return nil, err
+	}
+	if !id.Valid {
+		return nil, nil
+	}
+	e.ID, e.XID, e.EntityType, e.EntityID, e.Op = id.Int64, xid8.Uint64, entityType.String, entityID.String, op.String
+	e.Payload, e.Attempts, e.CreatedAt, e.DueAt = payload, int(attempts.Int32), created.Time, created.Time
+	e.Repair, e.Traceparent, e.Queued = repair.Bool, traceparent.String, true
+	if version.Valid {
+		e.EventVersion = &version.Int64
+	}
+	if scopeKey.Valid {
+		e.ScopeKey = &scopeKey.String
+	}
+	if len(applied) == 3 {
+		e.Applied = &Applied{Version: applied[0], EventID: applied[1], Deleted: applied[2] == 1}
+	}
+	return &e, nil
+}
+
+// Checkpoint is what a leader saves of one projection's position: what it
+// confirmed, what it has read and holds in flight, and since when.
+type Checkpoint struct {
+	Projection string
+	Done       Position
+	Claimed    Position
+	// InFlightSince is when the oldest batch in flight was read; zero when
+	// none is.
+	InFlightSince time.Time
+	// DoneEvents counts the events confirmed since the last checkpoint.
+	DoneEvents int64
+}
+
+// saveSQL writes checkpoints under the leader's fencing guard: a deposed
+// leader's position moves nothing. One row per projection, updated in
+// place at most once a second (the loop's checkpointEvery) whatever the
+// rate, so a held horizon keeps a few thousand versions of it an hour.
+const saveSQL = `
+WITH saved AS (
+INSERT INTO outbox_positions AS p (projection, done_prev, done_cur, done_xid, done_id,
+       claimed_prev, claimed_cur, claimed_xid, claimed_id, locked_by, epoch, lease_until,
+       processing_started_at, done_events, confirmed_at, saved_by, updated_at)
+SELECT u.projection, u.done_prev::pg_snapshot, u.done_cur::pg_snapshot, u.done_xid, u.done_id,
+       u.claimed_prev::pg_snapshot, u.claimed_cur::pg_snapshot, u.claimed_xid, u.claimed_id,
+       CASE WHEN u.since IS NOT NULL THEN @owner::text END, @epoch::bigint,
+       CASE WHEN u.since IS NOT NULL THEN now() + make_interval(secs => @lease_secs) END,
+       u.since, u.done_events, CASE WHEN u.done_events > 0 THEN now() END, @owner::text, now()
+  FROM unnest(@projection::text[], @done_prev::text[], @done_cur::text[], @done_xid::xid8[], @done_id::bigint[],
+              @claimed_prev::text[], @claimed_cur::text[], @claimed_xid::xid8[], @claimed_id::bigint[],
+              @since::timestamptz[], @done_events::bigint[])
+       AS u(projection, done_prev, done_cur, done_xid, done_id, claimed_prev, claimed_cur, claimed_xid,
+            claimed_id, since, done_events)
+ WHERE ` + leaderGuard + `
+ON CONFLICT (projection) DO UPDATE
+   SET done_prev = excluded.done_prev, done_cur = excluded.done_cur, done_xid = excluded.done_xid,
+       done_id = excluded.done_id, claimed_prev = excluded.claimed_prev, claimed_cur = excluded.claimed_cur,
+       claimed_xid = excluded.claimed_xid, claimed_id = excluded.claimed_id, locked_by = excluded.locked_by,
+       epoch = excluded.epoch, lease_until = excluded.lease_until,
+       processing_started_at = excluded.processing_started_at,
+       done_events = p.done_events + excluded.done_events,
+       confirmed_at = coalesce(excluded.confirmed_at, p.confirmed_at), saved_by = excluded.saved_by,
+       updated_at = excluded.updated_at
+RETURNING projection
+), minute AS (
+INSERT INTO outbox_done_by_minute AS m (minute, projection, done)
+SELECT date_trunc('minute', now()), u.projection, u.done
+  FROM unnest(@projection::text[], @done_events::bigint[]) AS u(projection, done)
+ WHERE u.done > 0 AND u.projection IN (SELECT projection FROM saved)
+ON CONFLICT (minute, projection) DO UPDATE SET done = m.done + excluded.done
+)
+SELECT projection FROM saved`
+
+// SaveCheckpoints writes the projections' checkpoints in one statement and
+// reports how many the fencing guard let through (0 once deposed).
+func (s *Store) SaveCheckpoints(ctx context.Context, epoch int64, lease time.Duration, cps []Checkpoint) (int, error) {
+	if len(cps) == 0 {
+		return 0, nil
+	}
+	cols := checkpointColumns(cps)
+	cols["lease_secs"] = lease.Seconds()
+	ids, err := s.strings(ctx, saveSQL, s.args(epoch, cols))
+	if err != nil {
+		return 0, fmt.Errorf("save positions: %w", err)
+	}
+	return len(ids), nil
+}
+
+// checkpointColumns turns checkpoints into the arrays saveSQL unnests.
+func checkpointColumns(cps []Checkpoint) map[string]any {
+	n := len(cps)
+	name, dp, dc, cp, cc := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	dx, cx := make([]uint64, n), make([]uint64, n)
+	di, ci, de := make([]int64, n), make([]int64, n), make([]int64, n)
+	since := make([]pgtype.Timestamptz, n)
+	for i, c := range cps {
+		name[i], de[i] = c.Projection, c.DoneEvents
+		dp[i], dc[i], dx[i], di[i] = c.Done.Prev, c.Done.Cur, c.Done.XID, c.Done.ID
+		cp[i], cc[i], cx[i], ci[i] = c.Claimed.Prev, c.Claimed.Cur, c.Claimed.XID, c.Claimed.ID
+		since[i] = pgtype.Timestamptz{Time: c.InFlightSince, Valid: !c.InFlightSince.IsZero()}
+	}
+	return map[string]any{"projection": name, "done_prev": dp, "done_cur": dc, "done_xid": dx, "done_id": di,
+		"claimed_prev": cp, "claimed_cur": cc, "claimed_xid": cx, "claimed_id": ci, "since": since, "done_events": de}
+}
+
+func (s *Store) strings(ctx context.Context, sql string, args pgx.NamedArgs) ([]string, error) {
+	var out []string
+	err := s.byKey(ctx, sql, args, func(rows pgx.Rows) error {
+		var v string
+		err := rows.Scan(&v)
+		out = append(out, v)
+		return err
+	})
+	return out, err
+}
