@@ -149,7 +149,9 @@ func TestDeposedLeadersQueuedAcksAreFenced(t *testing.T) {
 	takeOver(t, b)
 	close(release)
 	require.Equal(t, BatchResult{Fenced: 2}, <-got)
-	require.Zero(t, b.Int(t, `SELECT count(*) FROM outbox_positions`), "the deposed leader saved no position")
+	// It may have saved its read as in flight before the takeover; it
+	// confirmed nothing after it.
+	require.Zero(t, b.Int(t, `SELECT count(*) FROM outbox_positions WHERE done_events > 0`), "the deposed leader confirmed nothing")
 	require.Zero(t, b.Count(t, `status = 'done'`))
 
 	var sent atomic.Int64
