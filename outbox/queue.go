@@ -69,17 +69,11 @@ func (s *Store) Positions(ctx context.Context) (map[string]Position, error) {
 	return out, rows.Err()
 }
 
-// queuedProjectionsSQL lists the projections with queued rows, one probe
-// of outbox_events_queued_idx each. A queued row's entry never dies while
-// it is queued, so no held horizon makes this walk longer.
-const queuedProjectionsSQL = `
-WITH RECURSIVE p AS (
-    (SELECT projection FROM outbox_events WHERE status = 'queued' ORDER BY projection LIMIT 1)
-  UNION ALL
-    SELECT (SELECT n.projection FROM outbox_events n WHERE n.status = 'queued' AND n.projection > p.projection
-             ORDER BY n.projection LIMIT 1)
-      FROM p WHERE p.projection IS NOT NULL)
-SELECT projection FROM p WHERE projection IS NOT NULL`
+// queuedProjectionsSQL lists the projections with queued rows through
+// outbox_queue_heads (one probe of outbox_events_queued_idx each; a queued
+// row's entry never dies while it is queued, so no held horizon makes the
+// walk longer).
+const queuedProjectionsSQL = `SELECT projection FROM outbox_queue_heads`
 
 // QueuedProjections names the projections that have queued rows, read or
 // not: a projection producers name that no replica knows yet gets a
@@ -235,15 +229,7 @@ func scanQueuedRow(rows pgx.Rows, cur *string, withLedger bool) (*Event, error) 
 	e.ID, e.XID, e.EntityType, e.EntityID, e.Op = id.Int64, xid8.Uint64, entityType.String, entityID.String, op.String
 	e.Payload, e.Attempts, e.CreatedAt, e.DueAt = payload, int(attempts.Int32), created.Time, created.Time
 	e.Repair, e.Traceparent, e.Queued = repair.Bool, traceparent.String, true
-	if version.Valid {
-		e.EventVersion = &version.Int64
-	}
-	if scopeKey.Valid {
-		e.ScopeKey = &scopeKey.String
-	}
-	if len(applied) == 3 {
-		e.Applied = &Applied{Version: applied[0], EventID: applied[1], Deleted: applied[2] == 1}
-	}
+	e.setNullable(version, scopeKey, applied)
 	return &e, nil
 }
 

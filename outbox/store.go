@@ -214,15 +214,7 @@ func scanClaimed(br pgx.BatchResults, claim int64) ([]Event, error) {
 			return nil, fmt.Errorf("claim: %w", err)
 		}
 		e.Payload, e.Claim, e.Traceparent = payload, claim, traceparent.String
-		if version.Valid {
-			e.EventVersion = &version.Int64
-		}
-		if scopeKey.Valid {
-			e.ScopeKey = &scopeKey.String
-		}
-		if len(applied) == 3 {
-			e.Applied = &Applied{Version: applied[0], EventID: applied[1], Deleted: applied[2] == 1}
-		}
+		e.setNullable(version, scopeKey, applied)
 		events = append(events, e)
 	}
 	if err := rows.Err(); err != nil {
@@ -230,6 +222,21 @@ func scanClaimed(br pgx.BatchResults, claim int64) ([]Event, error) {
 	}
 	slices.SortFunc(events, func(a, b Event) int { return int(a.ID - b.ID) })
 	return events, nil
+}
+
+// setNullable sets the event's nullable fields from what a claim or a read
+// of queued rows scanned: the producer's version and scope, and the
+// document's ledger entry (version, event id, deleted as 0/1).
+func (e *Event) setNullable(version pgtype.Int8, scopeKey pgtype.Text, applied []int64) {
+	if version.Valid {
+		e.EventVersion = &version.Int64
+	}
+	if scopeKey.Valid {
+		e.ScopeKey = &scopeKey.String
+	}
+	if len(applied) == 3 {
+		e.Applied = &Applied{Version: applied[0], EventID: applied[1], Deleted: applied[2] == 1}
+	}
 }
 
 // ackDoneSQL marks rows done and, in the same statement, moves the ledger
