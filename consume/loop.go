@@ -101,9 +101,6 @@ func (l *Loop) runOnce(ctx context.Context, epoch int64) (BatchResult, error) {
 		return BatchResult{}, err
 	}
 	res, err := l.handle(ctx, epoch, f)
-	if l.queues != nil {
-		l.queues.rewindAll()
-	}
 	l.checkpoint(ctx, epoch, true) // what Run does once a second, at once
 	return res, err
 }
