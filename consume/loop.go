@@ -228,23 +228,7 @@ func (l *Loop) Run(ctx context.Context, epoch int64, drain <-chan struct{}) {
 			if len(f.events) >= quietAfter {
 				listening.set(false) // claiming after each cooldown anyway
 			}
-			if len(slots) == cap(slots) {
-				l.signal(l.slotWait)
-			}
-			select {
-			case slots <- struct{}{}:
-			case <-ctx.Done():
-				continue // stops above; the next leader reclaims the batch
-			case <-drain:
-				continue // stops above; the drain releases the tracked batch
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { <-slots }()
-				_, _ = l.handle(workCtx, epoch, f) // the batch logs and counts its own result
-			}()
-			if len(f.events) < l.cfg.BulkSize {
+			if l.dispatch(ctx, workCtx, epoch, f, slots, &wg, drain) && len(f.events) < l.cfg.BulkSize {
 				l.cooldown(ctx, drain)
 			}
 			continue
@@ -256,6 +240,29 @@ func (l *Loop) Run(ctx context.Context, epoch int64, drain <-chan struct{}) {
 		l.checkpoint(ctx, epoch, false)
 		l.idle(ctx, poll, l.idleFor(), wake, drain)
 	}
+}
+
+// dispatch hands a claimed batch to a bulk slot once one is free, and
+// reports whether it did: at the end of the term or at a drain it does
+// not (the next leader reclaims the batch, or the drain releases it).
+func (l *Loop) dispatch(ctx, workCtx context.Context, epoch int64, f *flight, slots chan struct{}, wg *sync.WaitGroup, drain <-chan struct{}) bool {
+	if len(slots) == cap(slots) {
+		l.signal(l.slotWait)
+	}
+	select {
+	case slots <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	case <-drain:
+		return false
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer func() { <-slots }()
+		_, _ = l.handle(workCtx, epoch, f) // the batch logs and counts its own result
+	}()
+	return true
 }
 
 // signal tells a test's channel, if any, without ever blocking the loop.

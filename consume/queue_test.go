@@ -14,6 +14,14 @@ import (
 	"github.com/wlproj/wlproj/projection"
 )
 
+// counting is a projection that succeeds and counts what it was sent.
+func counting(sent *atomic.Int64) funcHandler {
+	return func(context.Context, outbox.Event) projection.Result {
+		sent.Add(1)
+		return projection.Result{}
+	}
+}
+
 // versions is each outbox row's tuple (ctid and xmin): an update, HOT or
 // not, gives a row a new one, and a delete removes it.
 func versions(t *testing.T, b bundle) map[int64]string {
@@ -28,10 +36,7 @@ func TestLoopDrainsQueuedRowsWithoutWritingThem(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var sent atomic.Int64
-	h := funcHandler(func(_ context.Context, e outbox.Event) projection.Result {
-		sent.Add(1)
-		return projection.Result{}
-	})
+	h := counting(&sent)
 	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op)
 	           SELECT 'book', g::text, 'upsert' FROM generate_series(1, 1000) g`)
 	before := versions(t, b)
@@ -81,10 +86,7 @@ func TestLoopResumesFromTheSavedPosition(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var sent atomic.Int64
-	h := funcHandler(func(_ context.Context, e outbox.Event) projection.Result {
-		sent.Add(1)
-		return projection.Result{}
-	})
+	h := counting(&sent)
 	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) SELECT 'book', g::text, 'upsert' FROM generate_series(1, 50) g`)
 	stop := start(t, b, Config{}, projection.Registry{"search": h})
 	harness.Drained(t, b.Pool, 10*time.Second)
@@ -156,10 +158,7 @@ func TestDeposedLeadersQueuedAcksAreFenced(t *testing.T) {
 
 	var sent atomic.Int64
 	next := &outbox.Store{Pool: b.Pool, Owner: "w2", LeaderName: "test"}
-	fresh, err := NewLoop(Config{}, next, projection.Registry{"search": funcHandler(func(context.Context, outbox.Event) projection.Result {
-		sent.Add(1)
-		return projection.Result{}
-	})}, zerolog.Nop())
+	fresh, err := NewLoop(Config{}, next, projection.Registry{"search": counting(&sent)}, zerolog.Nop())
 	require.NoError(t, err)
 	res, err := fresh.runOnce(context.Background(), 2)
 	require.NoError(t, err)
@@ -213,12 +212,12 @@ func TestIdleLeaderWritesNoPosition(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', '1', 'upsert')`)
-	start(t, b, Config{PollInterval: 20 * time.Millisecond}, projection.Registry{"search": funcHandler(func(context.Context, outbox.Event) projection.Result {
-		return projection.Result{}
-	})})
-	harness.Drained(t, b.Pool, 10*time.Second)
-	time.Sleep(1500 * time.Millisecond) // the last checkpoint is at most a second behind
+	var sent atomic.Int64
+	start(t, b, Config{PollInterval: 20 * time.Millisecond}, projection.Registry{"search": counting(&sent)})
+	harness.Eventually(t, 10*time.Second, "the position saved done, nothing in flight", func() bool {
+		return b.Int(t, `SELECT count(*) FROM outbox_positions WHERE done_events = 1 AND locked_by IS NULL`) == 1
+	})
 	saved := harness.Column[string](t, b.DB, `SELECT ctid::text FROM outbox_positions`)
-	time.Sleep(2 * time.Second) // a hundred polls
+	time.Sleep(2 * time.Second) // a hundred polls: what is checked is that nothing happens meanwhile
 	require.Equal(t, saved, harness.Column[string](t, b.DB, `SELECT ctid::text FROM outbox_positions`), "no new version of the position")
 }
