@@ -92,7 +92,9 @@ func (s *Store) QueuedProjections(ctx context.Context) ([]string, error) {
 
 // readQueuedSQL reads the next rows of a projection's batch past (xid, id):
 // those of transactions in progress at prev that cur sees committed (the
-// late ones, by their xid), then those of transactions that started
+// late ones, one index probe per such transaction: an array of them
+// compared with xid was a filter on a walk of every row past the position,
+// 2 M rows on a 2 M backlog), then those of transactions that started
 // between the two snapshots and committed before cur. Both parts walk
 // outbox_events_queued_idx from the position, and a queued row that
 // succeeds never leaves it, so a held horizon adds no dead entry to skip.
@@ -101,17 +103,18 @@ func (s *Store) QueuedProjections(ctx context.Context) ([]string, error) {
 // reads nothing, not even a snapshot.
 const readQueuedSQL = `
 WITH cur AS (SELECT CASE WHEN @tick THEN pg_current_snapshot() ELSE @cur::text::pg_snapshot END AS s
-              WHERE NOT EXISTS (SELECT 1 FROM outbox_projection_state WHERE projection = @projection AND paused)),
-late AS (SELECT coalesce(array_agg(x), '{}') AS xids FROM cur, pg_snapshot_xip(@prev::text::pg_snapshot) x
-          WHERE pg_visible_in_snapshot(x, cur.s))
+              WHERE NOT EXISTS (SELECT 1 FROM outbox_projection_state WHERE projection = @projection AND paused))
 SELECT cur.s::text, c.* FROM cur LEFT JOIN LATERAL (
   SELECT * FROM (
-    (SELECT e.id, e.xid, e.entity_type, e.entity_id, e.op, e.event_version, e.payload, e.scope_key,
-            e.attempts, e.created_at, e.repair, e.traceparent
-       FROM outbox_events e, late
-      WHERE e.status = 'queued' AND e.projection = @projection AND e.xid = ANY(late.xids)
-        AND (e.xid, e.id) > (@xid::xid8, @after_id::bigint)
-      ORDER BY e.xid, e.id LIMIT @limit)
+    (SELECT e.* FROM pg_snapshot_xip(@prev::text::pg_snapshot) x
+      CROSS JOIN LATERAL (
+        SELECT q.id, q.xid, q.entity_type, q.entity_id, q.op, q.event_version, q.payload, q.scope_key,
+               q.attempts, q.created_at, q.repair, q.traceparent
+          FROM outbox_events q
+         WHERE q.status = 'queued' AND q.projection = @projection AND q.xid = x
+           AND (q.xid, q.id) > (@xid::xid8, @after_id::bigint)
+         ORDER BY q.id LIMIT @limit) e
+      WHERE pg_visible_in_snapshot(x, cur.s))
     UNION ALL
     (SELECT e.id, e.xid, e.entity_type, e.entity_id, e.op, e.event_version, e.payload, e.scope_key,
             e.attempts, e.created_at, e.repair, e.traceparent

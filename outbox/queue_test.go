@@ -2,6 +2,8 @@ package outbox_test
 
 import (
 	"context"
+	"regexp"
+	"strconv"
 	"testing"
 	"time"
 
@@ -232,7 +234,7 @@ func TestReadQueuedPlanWalksOnlyWhatItReturns(t *testing.T) {
 		"limit": 500}}, outbox.QueuedPlan[1:])
 	require.Contains(t, plan, "outbox_events_queued_idx", plan)
 	require.NotContains(t, plan, "Seq Scan on outbox_events", plan)
-	require.Less(t, heapFetches(plan)+rowsRemoved(plan), 2_000, plan)
+	require.Less(t, heapFetches(plan)+rowsRemoved(plan)+joinRowsRemoved(plan), 2_000, plan)
 	require.Less(t, buffers, 5_000, plan)
 
 	// The backlog is a function (its plan settings hold inside it): what it
@@ -243,4 +245,18 @@ func TestReadQueuedPlanWalksOnlyWhatItReturns(t *testing.T) {
 	t.Logf("backlog of 10k past a position 40k rows in: %d buffers", backlogBuffers)
 	require.Less(t, backlogBuffers, 900, "the rows behind the position are not walked\n%s", backlog)
 	require.Equal(t, 10_000, b.Int(t, `SELECT count(*) FROM outbox_queue_backlog`))
+}
+
+var joinRowsRemovedLine = regexp.MustCompile(`Rows Removed by Join Filter: (\d+)`)
+
+// joinRowsRemoved sums the rows a plan's joins read and dropped: the late
+// transactions' rows compared with an array were dropped by a join filter
+// after a walk of the whole backlog past the position.
+func joinRowsRemoved(plan string) int {
+	n := 0
+	for _, m := range joinRowsRemovedLine.FindAllStringSubmatch(plan, -1) {
+		v, _ := strconv.Atoi(m[1])
+		n += v
+	}
+	return n
 }
