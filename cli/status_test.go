@@ -149,7 +149,7 @@ func TestOpsStatusShowsTheHorizon(t *testing.T) {
 	require.Contains(t, out, fmt.Sprintf(`horizon     session "app-report" (pid %d, idle in transaction), held `, holder.PID))
 	require.Regexp(t, `held [0-9.]+m?s, [1-9][0-9]* transactions ago\n`, out)
 	require.Regexp(t, `vacuum      outbox_events: [0-9]+ dead, [0-9]+ live, last autovacuum `, out)
-	require.Contains(t, out, "vacuum      outbox_applied: ")
+	require.Contains(t, out, "vacuum      outbox_ledger: ")
 
 	code, out, errOut = b.run(t, "status", "--json")
 	require.Zero(t, code, errOut)

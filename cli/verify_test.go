@@ -36,7 +36,7 @@ func verifySetupOn(t *testing.T, db harness.DB, books int) vfBundle {
 		version bigint NOT NULL, PRIMARY KEY (entity_type, entity_id))`)
 	b.db.Exec(t, `INSERT INTO search_index SELECT 'book', 'b' || g, jsonb_build_object('kind', 'book', 'title', 'Book ' || g), 1
 		FROM generate_series(1, $1) g`, books)
-	b.db.Exec(t, `INSERT INTO outbox_applied (projection, entity_type, entity_id, version, deleted, event_id)
+	b.db.Exec(t, `INSERT INTO outbox_ledger (projection, entity_type, entity_id, version, deleted, event_id)
 		SELECT 'search', 'book', 'b' || g, 1, false, g FROM generate_series(1, $1) g`, books)
 	var bulk strings.Builder
 	for g := 1; g <= books; g++ {
@@ -62,7 +62,7 @@ func (b vfBundle) plant(t *testing.T) {
 	b.db.Exec(t, `UPDATE search_index SET version = 5, doc = '{"kind": "book", "title": "Book 2, fifth"}' WHERE entity_id = 'b2'`)
 	b.es(t, http.MethodPut, "/"+b.index+"/_doc/book:x1?version=3&version_type=external_gte&refresh=true", `{"kind": "book", "title": "Stray"}`)
 	b.db.Exec(t, `DELETE FROM search_index WHERE entity_id = 'b3'`)
-	b.db.Exec(t, `UPDATE outbox_applied SET version = 2, deleted = true WHERE entity_id = 'b3'`)
+	b.db.Exec(t, `UPDATE outbox_ledger SET version = 2, deleted = true WHERE entity_id = 'b3'`)
 }
 
 // run runs wlproj verify in-process against this database and index.
@@ -215,7 +215,7 @@ func TestVerifyScheduledByTheLeaderAsTheRuntimeRole(t *testing.T) {
 	b := verifySetupOn(t, db, 50)
 	db.Exec(t, `GRANT SELECT ON search_index TO `+pgx.Identifier{runtime}.Sanitize())
 	db.Exec(t, `DELETE FROM search_index WHERE entity_id = 'b3'`)
-	db.Exec(t, `UPDATE outbox_applied SET version = 2, deleted = true WHERE entity_id = 'b3'`)
+	db.Exec(t, `UPDATE outbox_ledger SET version = 2, deleted = true WHERE entity_id = 'b3'`)
 
 	r := harness.StartReplica(t, "vf1", harness.ReplicaEnv(db.Login(t, runtime, harness.RuntimePassword), b.base, b.index,
 		append(harness.Quick, "OUTBOX_VERIFY_INTERVAL=1h", "OUTBOX_VERIFY_FROM_TABLE=search_index",

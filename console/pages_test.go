@@ -58,7 +58,7 @@ func TestOverviewShowsTheHorizon(t *testing.T) {
 	require.Contains(t, r.body, fmt.Sprintf(`<strong id="horizon-holder">session &#34;app-report&#34; (pid %d, idle in transaction)</strong>`, holder.PID))
 	require.Regexp(t, `</strong>,\nfor [0-9.]+m?s,\n[1-9][0-9]* transactions ago`, r.body)
 	require.Contains(t, r.body, "Something holds the vacuum horizon", "another's session points to the SOP")
-	for _, table := range []string{"outbox_events", "outbox_applied"} {
+	for _, table := range []string{"outbox_events", "outbox_ledger"} {
 		require.Regexp(t, `<tr id="vacuum-`+table+`"><td>`+table+`</td><td class="num">[0-9]+</td><td class="num">[0-9]+</td><td>`, r.body)
 	}
 

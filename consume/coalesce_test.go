@@ -26,7 +26,7 @@ func TestLoopDeleteSurvivesARefusedNewerEventInTheSameBatch(t *testing.T) {
 	require.False(t, f.present(t, "book:1"), "the delete is the newest event that could be applied")
 	require.Equal(t, []string{"mapping_error"}, harness.Column[string](t, f.DB, `SELECT error_reason FROM outbox_events WHERE event_version = 3`))
 	require.Equal(t, 1, f.Count(t, `status = 'done' AND event_version = 2`))
-	require.Equal(t, 2, f.Int(t, `SELECT version FROM outbox_applied WHERE entity_id = '1' AND deleted`),
+	require.Equal(t, 2, f.Int(t, `SELECT version FROM outbox_ledger_entries WHERE entity_id = '1' AND deleted`),
 		"the ledger holds the delete")
 }
 
@@ -48,7 +48,7 @@ func TestLoopRefusesAReusedVersion(t *testing.T) {
 		('book', '2', 'upsert', 7, '{"title": "A"}'), ('book', '2', 'upsert', 7, '{"title": "B"}')`)
 	require.Equal(t, BatchResult{Done: 1, Failed: 1}, f.round(t))
 	require.Equal(t, []string{"version_reused"}, harness.Column[string](t, f.DB, `SELECT error_reason FROM outbox_events WHERE payload->>'title' = 'B'`))
-	require.Equal(t, 7, f.Int(t, `SELECT version FROM outbox_applied WHERE entity_id = '2'`))
+	require.Equal(t, 7, f.Int(t, `SELECT version FROM outbox_ledger_entries WHERE entity_id = '2'`))
 }
 
 // A repair (wlproj verify --repair) of a document the ledger counts as
@@ -71,7 +71,7 @@ func TestLoopSendsARepairAtTheLedgersVersion(t *testing.T) {
 		('book', '1', 'upsert', 3, '{"title": "Dune"}', true)`)
 	require.Equal(t, BatchResult{Done: 2, Superseded: 1}, f.round(t), "the older repair is stale, the one at v3 is sent")
 	require.True(t, f.present(t, "book:1"), "the repair put the book back")
-	require.Equal(t, 3, f.Int(t, `SELECT version FROM outbox_applied WHERE entity_id = '1'`))
+	require.Equal(t, 3, f.Int(t, `SELECT version FROM outbox_ledger_entries WHERE entity_id = '1'`))
 }
 
 // The issue's interleaving at the point a repair is applied: book 1 deleted
@@ -105,7 +105,7 @@ func TestLoopNeverSendsARepairDeleteOfALiveDocument(t *testing.T) {
 	require.Equal(t, BatchResult{Done: 2, Superseded: 1}, f.round(t))
 	require.True(t, f.present(t, "book:2"), "the producer's upsert of the repair's version wins")
 	for id, want := range map[string]string{"1": "3 false", "2": "3 false"} {
-		require.Equal(t, want, harness.Column[string](t, f.DB, `SELECT version || ' ' || deleted FROM outbox_applied WHERE entity_id = $1`, id)[0],
+		require.Equal(t, want, harness.Column[string](t, f.DB, `SELECT version || ' ' || deleted FROM outbox_ledger_entries WHERE entity_id = $1`, id)[0],
 			"book %s: the ledger says live at v3", id)
 	}
 }

@@ -56,7 +56,7 @@ func (f engineFixture) search(t *testing.T) *projection.Search {
 func (f engineFixture) state(t *testing.T) []string {
 	t.Helper()
 	rows := harness.Column[string](t, f.DB, `SELECT e::text FROM outbox_events e ORDER BY id`)
-	ledger := harness.Column[string](t, f.DB, `SELECT a::text FROM outbox_applied a ORDER BY entity_id`)
+	ledger := harness.Column[string](t, f.DB, `SELECT a::text FROM outbox_ledger_entries a ORDER BY entity_id`)
 	f.es(t, http.MethodPost, "/"+f.index+"/_refresh", "")
 	var docs struct {
 		Hits struct {
@@ -124,7 +124,7 @@ func TestDeposedLeadersAcksAreFenced(t *testing.T) {
 	close(release)
 	require.Equal(t, BatchResult{Fenced: 2}, <-got, "the done and the failed ack are both refused")
 	require.Equal(t, before, f.state(t), "rows, ledger and index are untouched by the refused acks")
-	require.Equal(t, 1, f.Int(t, `SELECT version FROM outbox_applied WHERE entity_id = 'a'`), "the ledger did not move to v2")
+	require.Equal(t, 1, f.Int(t, `SELECT version FROM outbox_ledger_entries WHERE entity_id = 'a'`), "the ledger did not move to v2")
 
 	// The new leader takes the rows back and finishes them.
 	next := &outbox.Store{Pool: f.Pool, Owner: "w2", LeaderName: "test"}
@@ -176,5 +176,5 @@ func TestLostLeadershipTriesNoWriteAfterTheEpochMoved(t *testing.T) {
 	require.Zero(t, pool.Stat().CanceledAcquireCount(), "the deposed leader tried a statement after it lost the lead")
 	require.Equal(t, 1, b.Count(t, `status = 'processing' AND locked_by = 'w1' AND claim_token = 1 AND attempts = 0`),
 		"the row is left for the next leader's reclaim")
-	require.Zero(t, b.Int(t, `SELECT count(*) FROM outbox_applied`))
+	require.Zero(t, b.Int(t, `SELECT count(*) FROM outbox_ledger_entries`))
 }

@@ -68,6 +68,6 @@ func TestLedgerOnlyForLatestOnlyProjections(t *testing.T) {
 
 	require.Equal(t, []int64{1}, index.sent, "the older version never reaches the latest-only projection")
 	require.Equal(t, []int64{2, 4}, timeline.sent, "the timeline gets every event")
-	require.Equal(t, 1, b.Int(t, `SELECT count(*) FROM outbox_applied`))
-	require.Equal(t, 1, b.Int(t, `SELECT count(*) FROM outbox_applied WHERE projection = 'index' AND version = 2`))
+	require.Equal(t, 1, b.Int(t, `SELECT count(*) FROM outbox_ledger_entries`))
+	require.Equal(t, 1, b.Int(t, `SELECT count(*) FROM outbox_ledger_entries WHERE projection = 'index' AND version = 2`))
 }

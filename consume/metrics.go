@@ -20,9 +20,11 @@ var (
 	claimErrorsTotal   = metrics.NewCounter(`outbox_claim_errors_total`)
 	ackErrorsTotal     = metrics.NewCounter(`outbox_ack_errors_total`)
 	reclaimErrorsTotal = metrics.NewCounter(`outbox_reclaim_errors_total`)
-	// ledgerPrunedTotal counts ledger entries the pruner removed, tombstones and live ones.
-	ledgerPrunedTotal = metrics.NewCounter(`outbox_ledger_pruned_total`)
-	batchDuration     = promhist.New(`outbox_batch_duration_seconds`, promhist.LatencyBuckets)
+	// ledgerRotationsTotal counts the ledger's partitions the pruner
+	// reopened; ledgerCarriedTotal the entries it copied out of them first.
+	ledgerRotationsTotal = metrics.NewCounter(`outbox_ledger_rotations_total`)
+	ledgerCarriedTotal   = metrics.NewCounter(`outbox_ledger_carried_total`)
+	batchDuration        = promhist.New(`outbox_batch_duration_seconds`, promhist.LatencyBuckets)
 	// claimDuration is fine-grained below 5 ms: a claim's cost is what the
 	// application's database pays per batch.
 	claimDuration = promhist.New(`outbox_claim_duration_seconds`, []float64{
@@ -40,7 +42,8 @@ func init() {
 		"outbox_reclaimed_total":        "Stuck events returned by the reclaimer.",
 		"outbox_superseded_total":       "Events acked without effect: the ledger (never sent) or the projection had this version, a newer one, or this very event.",
 		"outbox_pruned_total":           "Done events deleted after the retention.",
-		"outbox_ledger_pruned_total":    "Ledger entries removed: tombstones past their retention, live entries past the retention.",
+		"outbox_ledger_rotations_total": "Ledger partitions reopened (TRUNCATE) once their entries were older than the retention.",
+		"outbox_ledger_carried_total":   "Ledger entries copied out of a partition before it was reopened, because they were still needed.",
 		"outbox_fenced_acks_total":      "Acks refused because the claim token was no longer current.",
 		"outbox_batch_duration_seconds": "Time to project and ack one claimed batch.",
 		"outbox_claim_duration_seconds": "Time of one claim statement, as the leader waits for it.",

@@ -532,19 +532,22 @@ func (m *model) discardSome(t *testing.T) {
 }
 
 // prune deletes every done row at once, as a retention that ran out would,
-// and every live ledger entry no event can reopen; tombstones stay, as
-// their own window (days) keeps them.
+// and rotates the ledger through all its partitions, so every live entry no
+// event can reopen goes; tombstones stay, as their own window (days) keeps
+// them.
 func (m *model) prune(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
 	n, err := m.b.Store.PruneDone(ctx, 0, 10_000)
 	require.NoError(t, err)
-	tombstones, err := m.b.Store.PruneTombstones(ctx, 24*time.Hour, 10_000)
-	require.NoError(t, err)
-	require.Zero(t, tombstones, "no tombstone is a day old")
-	live, err := m.b.Store.PruneLive(ctx, 0, 10_000)
-	require.NoError(t, err)
-	m.logf("pruned %v done rows, %d live ledger entries", n, live)
+	var carried int64
+	for range 3 {
+		r, err := m.b.Store.RotateLedger(ctx, m.epoch, 0, 24*time.Hour, 10_000)
+		require.NoError(t, err)
+		require.True(t, r.Rotated, "a retention of 0 rotates at once")
+		carried += r.Carried
+	}
+	m.logf("pruned %v done rows; the ledger rotated thrice, %d entries carried", n, carried)
 }
 
 // timePasses makes the engine forget its deletes, as gc_deletes does; never
@@ -670,7 +673,7 @@ func (m *model) documents(t *testing.T) map[string]mDoc {
 
 func (m *model) ledger(t *testing.T) map[string]outbox.Applied {
 	t.Helper()
-	rows, err := m.b.Pool.Query(context.Background(), `SELECT entity_id, version, event_id, deleted FROM outbox_applied`)
+	rows, err := m.b.Pool.Query(context.Background(), `SELECT entity_id, version, event_id, deleted FROM outbox_ledger_entries`)
 	require.NoError(t, err)
 	defer rows.Close()
 	out := map[string]outbox.Applied{}

@@ -71,10 +71,10 @@ func (c PrunerConfig) Validate() error {
 }
 
 // Pruner is the leader's service that keeps the outbox bounded: it deletes
-// done rows older than the retention, live documents' ledger entries older
-// than that, and deleted documents' entries older than the tombstone
-// retention, each entry only once no event of its document could still be
-// sent (see outbox.PruneTombstones and outbox.PruneLive).
+// done rows older than the retention, and rotates the ledger, whose entries
+// live at least the retention (deleted documents' the tombstone retention,
+// and any entry as long as an event of its document could still be sent:
+// see outbox.RotateLedger).
 type Pruner struct {
 	leader.Periodic
 	cfg   PrunerConfig
@@ -90,19 +90,20 @@ func NewPruner(cfg PrunerConfig, store *outbox.Store, log zerolog.Logger) (*Prun
 	}
 	p := &Pruner{cfg: cfg, store: store, log: log.With().Str("service", "prune").Logger()}
 	p.Periodic = leader.Periodic{ServiceName: "prune", Interval: cfg.Interval, Log: log,
-		Once: func(ctx context.Context, _ int64) error { _, err := p.runOnce(ctx); return err }}
+		Once: func(ctx context.Context, epoch int64) error { _, err := p.runOnce(ctx, epoch); return err }}
 	return p, nil
 }
 
-// PruneResult is what one round deleted: done rows, and ledger entries of
-// deleted and of live documents.
+// PruneResult is what one round did: the done rows it deleted, and the
+// ledger's rotation.
 type PruneResult struct {
-	Done, Tombstones, Live int
+	Done   int
+	Ledger outbox.LedgerRotation
 }
 
-// runOnce deletes done rows, then tombstones, then live entries, each in
-// batches until one comes back short.
-func (p *Pruner) runOnce(ctx context.Context) (PruneResult, error) {
+// runOnce deletes done rows in batches until one comes back short, then
+// rotates the ledger when its current partition is due.
+func (p *Pruner) runOnce(ctx context.Context, epoch int64) (PruneResult, error) {
 	var res PruneResult
 	var err error
 	res.Done, err = p.batches(ctx, func(ctx context.Context) (int, error) {
@@ -115,19 +116,16 @@ func (p *Pruner) runOnce(ctx context.Context) (PruneResult, error) {
 		return n, err
 	})
 	if err == nil {
-		res.Tombstones, err = p.batches(ctx, func(ctx context.Context) (int, error) {
-			return p.store.PruneTombstones(ctx, p.cfg.TombstoneRetention, p.cfg.Batch)
-		})
+		res.Ledger, err = p.store.RotateLedger(ctx, epoch, p.cfg.Retention, p.cfg.TombstoneRetention, p.cfg.Batch)
 	}
-	if err == nil {
-		res.Live, err = p.batches(ctx, func(ctx context.Context) (int, error) {
-			return p.store.PruneLive(ctx, p.cfg.Retention, p.cfg.Batch)
-		})
+	ledgerCarriedTotal.Add(int(res.Ledger.Carried))
+	if res.Ledger.Rotated {
+		ledgerRotationsTotal.Inc()
 	}
-	ledgerPrunedTotal.Add(res.Tombstones + res.Live)
-	if res.Done+res.Tombstones+res.Live > 0 {
-		p.log.Info().Int("done", res.Done).Int("tombstones", res.Tombstones).Int("live", res.Live).
-			Dur("retention", p.cfg.Retention).Dur("tombstone_retention", p.cfg.TombstoneRetention).Msg("pruned")
+	if res.Done > 0 || res.Ledger.Rotated {
+		p.log.Info().Int("done", res.Done).Bool("ledger_rotated", res.Ledger.Rotated).Int("ledger_slot", res.Ledger.Slot).
+			Int64("ledger_carried", res.Ledger.Carried).Dur("retention", p.cfg.Retention).
+			Dur("tombstone_retention", p.cfg.TombstoneRetention).Msg("pruned")
 	}
 	return res, err
 }

@@ -25,9 +25,10 @@ func TestPrunerDeletesOnlyOldDoneRowsInBatches(t *testing.T) {
 	p, err := NewPruner(PrunerConfig{Retention: time.Hour, Batch: 10, Pause: 1}, b.Store, zerolog.Nop())
 	require.NoError(t, err)
 
-	res, err := p.runOnce(context.Background())
+	res, err := p.runOnce(context.Background(), 1)
 	require.NoError(t, err)
 	require.Equal(t, 25, res.Done, "three batches of at most 10")
+	require.False(t, res.Ledger.Rotated, "the ledger's partition is younger than half the retention")
 	require.Zero(t, b.Count(t, `status = 'done' AND processed_at < now() - interval '1 hour'`))
 	require.Equal(t, 5, b.Count(t, `status = 'done'`), "young done rows stay")
 	require.Equal(t, 2, b.Count(t, `status IN ('failed', 'pending')`), "only done rows are pruned")
@@ -36,13 +37,30 @@ func TestPrunerDeletesOnlyOldDoneRowsInBatches(t *testing.T) {
 // ledgerEntry writes one search ledger entry of book id, applied age ago.
 func ledgerEntry(t *testing.T, b bundle, id string, deleted bool, age time.Duration) {
 	t.Helper()
-	b.Exec(t, `INSERT INTO outbox_applied (projection, entity_type, entity_id, version, deleted, event_id, applied_at)
+	b.Exec(t, `INSERT INTO outbox_ledger (projection, entity_type, entity_id, version, deleted, event_id, applied_at)
 		VALUES ('search', 'book', $1, 3, $2, 1, now() - make_interval(secs => $3))`, id, deleted, age.Seconds())
+}
+
+// rotateThrice runs the pruner thrice, each time once its ledger's current
+// partition has been written for half the retention: every entry written
+// before has then been judged once, and carried or dropped with its
+// partition. It returns how many were carried.
+func rotateThrice(t *testing.T, b bundle, p *Pruner) int64 {
+	t.Helper()
+	var carried int64
+	for range 3 {
+		b.Exec(t, `UPDATE outbox_ledger_rotation SET opened_at = opened_at - make_interval(secs => $1)`, p.cfg.Retention.Seconds()/2)
+		res, err := p.runOnce(context.Background(), 1)
+		require.NoError(t, err)
+		require.True(t, res.Ledger.Rotated)
+		carried += res.Ledger.Carried
+	}
+	return carried
 }
 
 func ledgerLeft(t *testing.T, b bundle) []string {
 	t.Helper()
-	return harness.Column[string](t, b.DB, `SELECT entity_id FROM outbox_applied ORDER BY entity_id`)
+	return harness.Column[string](t, b.DB, `SELECT entity_id FROM outbox_ledger_entries ORDER BY entity_id`)
 }
 
 // The issue's scenario under a short OUTBOX_RETENTION: upsert v5 and
@@ -63,13 +81,14 @@ func TestPrunerKeepsATombstoneForAnOlderUpsertWrittenAfterRetention(t *testing.T
 	require.Equal(t, 2, res.Done)
 	// Two hours pass.
 	b.Exec(t, `UPDATE outbox_events SET processed_at = processed_at - interval '2 hours', created_at = created_at - interval '2 hours'`)
-	b.Exec(t, `UPDATE outbox_applied SET applied_at = applied_at - interval '2 hours'`)
+	b.Exec(t, `UPDATE outbox_ledger SET applied_at = applied_at - interval '2 hours'`)
 
 	p, err := NewPruner(PrunerConfig{Retention: time.Hour}, b.Store, zerolog.Nop())
 	require.NoError(t, err)
-	pruned, err := p.runOnce(context.Background())
+	pruned, err := p.runOnce(context.Background(), 1)
 	require.NoError(t, err)
-	require.Equal(t, PruneResult{Done: 2}, pruned, "the done rows go, the tombstone stays")
+	require.Equal(t, 2, pruned.Done)
+	require.Equal(t, int64(1), rotateThrice(t, b, p), "the done rows go, the tombstone stays")
 
 	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version) VALUES ('book', '1', 'upsert', 4)`)
 	res, err = loop.runOnce(context.Background(), 1)
@@ -86,26 +105,23 @@ func TestPrunerRemovesTombstonesOnlyPastTheirOwnRetention(t *testing.T) {
 	p, err := NewPruner(PrunerConfig{Retention: time.Hour, TombstoneRetention: 3 * time.Hour}, b.Store, zerolog.Nop())
 	require.NoError(t, err)
 
-	res, err := p.runOnce(context.Background())
-	require.NoError(t, err)
-	require.Equal(t, PruneResult{Tombstones: 1}, res)
+	require.Equal(t, int64(1), rotateThrice(t, b, p))
 	require.Equal(t, []string{"deleted-2h"}, ledgerLeft(t, b), "past the retention but not the tombstone retention: kept")
 }
 
-func TestPrunerRemovesLiveEntriesPastRetentionInBatches(t *testing.T) {
+func TestPrunerRemovesLiveEntriesPastRetentionInPages(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.Exec(t, `INSERT INTO outbox_applied (projection, entity_type, entity_id, version, deleted, event_id, applied_at)
+	b.Exec(t, `INSERT INTO outbox_ledger (projection, entity_type, entity_id, version, deleted, event_id, applied_at)
 		SELECT 'search', 'book', 'old-' || g, 3, false, g, now() - interval '2 hours' FROM generate_series(1, 25) g`)
 	ledgerEntry(t, b, "young", false, 30*time.Minute)
 	p, err := NewPruner(PrunerConfig{Retention: time.Hour, TombstoneRetention: 3 * time.Hour, Batch: 10, Pause: 1},
 		b.Store, zerolog.Nop())
 	require.NoError(t, err)
 
-	res, err := p.runOnce(context.Background())
-	require.NoError(t, err)
-	require.Equal(t, PruneResult{Live: 25}, res, "three batches of at most 10")
+	require.Equal(t, int64(1), rotateThrice(t, b, p), "the carry reads pages of 10 documents")
 	require.Equal(t, []string{"young"}, ledgerLeft(t, b))
+	require.Zero(t, b.Int(t, `SELECT count(*) FROM outbox_ledger WHERE entity_id LIKE 'old-%'`))
 }
 
 // An entry stays, tombstone or live, while an event of its document could
@@ -139,9 +155,7 @@ func TestPrunerKeepsLedgerEntriesWhileAnEventCouldBeSent(t *testing.T) {
 			p, err := NewPruner(PrunerConfig{Retention: time.Hour, TombstoneRetention: 3 * time.Hour}, b.Store, zerolog.Nop())
 			require.NoError(t, err)
 
-			res, err := p.runOnce(context.Background())
-			require.NoError(t, err)
-			require.Equal(t, PruneResult{Tombstones: 1, Live: 1}, res)
+			require.Equal(t, int64(2), rotateThrice(t, b, p))
 			require.Equal(t, []string{"live", "tomb"}, ledgerLeft(t, b), "only the entries of documents without a %s event go", status)
 		})
 	}

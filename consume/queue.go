@@ -245,6 +245,9 @@ func (l *Loop) checkpoint(ctx context.Context, epoch int64, force bool) {
 // next refresh tries again.
 func (l *Loop) refreshQueues(ctx context.Context) {
 	if l.queues == nil {
+		if l.queueError(ctx, l.store.TakeLedger(ctx), "taking the ledger failed") {
+			return
+		}
 		origin, err := l.store.Origin(ctx)
 		if l.queueError(ctx, err, "reading the queue's origin failed") {
 			return

@@ -108,14 +108,14 @@ func TestQueuedAckFailureIsReadAgain(t *testing.T) {
 	require.NoError(t, err)
 	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version) VALUES ('book', '1', 'upsert', 1)`)
 	b.Exec(t, `CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$`)
-	b.Exec(t, `CREATE TRIGGER refuse BEFORE INSERT ON outbox_applied FOR EACH ROW EXECUTE FUNCTION refuse()`)
+	b.Exec(t, `CREATE TRIGGER refuse BEFORE INSERT ON outbox_ledger FOR EACH ROW EXECUTE FUNCTION refuse()`)
 
 	res, err := loop.runOnce(context.Background(), 1)
 	require.NoError(t, err)
 	require.Equal(t, BatchResult{AckErrors: 1}, res)
 	require.Equal(t, 1, b.Count(t, `status = 'pending'`), "not done: the position stayed")
 
-	b.Exec(t, `DROP TRIGGER refuse ON outbox_applied`)
+	b.Exec(t, `DROP TRIGGER refuse ON outbox_ledger`)
 	res, err = loop.runOnce(context.Background(), 1)
 	require.NoError(t, err)
 	require.Equal(t, BatchResult{Done: 1}, res, "read again")

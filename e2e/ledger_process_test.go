@@ -73,7 +73,7 @@ func TestLedgerKillsDeletesAndReplays(t *testing.T) {
 	// upsert where there was one, the replayed upsert dropped unsent; the
 	// replayed upsert itself where the book was left alone.
 	require.Equal(t, len(failed), c.db.Int(t, `
-		SELECT count(*) FROM outbox_applied a
+		SELECT count(*) FROM outbox_ledger_entries a
 		 WHERE a.entity_id IN (SELECT entity_id FROM outbox_events WHERE id = ANY($1))
 		   AND a.event_id = (SELECT max(id) FROM outbox_events e WHERE e.entity_id = a.entity_id)`, failed))
 }

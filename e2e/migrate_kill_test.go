@@ -333,6 +333,6 @@ func shape(t *testing.T, db harness.DB) []string {
 		  FROM pg_constraint WHERE connamespace = current_schema()::regnamespace
 		UNION ALL
 		SELECT format('ledger %s/%s/%s v=%s del=%s ev=%s at=%s', projection, entity_type, entity_id, version, deleted, event_id, applied_at)
-		  FROM outbox_applied
+		  FROM outbox_ledger_entries
 		ORDER BY 1`)
 }

@@ -1,13 +1,14 @@
 package e2e
 
-// The upgrade the runbook documents without a window, from a release
-// before 17 under a steady producer: `wlproj migrate --to 17` while the two
-// replicas of that release run on schema 15, the replicas restarted on this
-// binary (standby first), then `wlproj migrate` to head while they drain.
-// The first step builds 00016's and 00017's indexes CONCURRENTLY, and a
-// CONCURRENTLY build waits for every transaction and snapshot older than
-// itself: it finishes only if no replica holds one for long. The second
-// makes new rows queued under a leader of this binary.
+// The upgrade the runbook documents without a window, from the release
+// before this one under a steady producer: the two replicas of that release
+// (schema 18, whose ledger is outbox_applied) drain while `wlproj migrate`
+// brings the schema to head, copying a ledger of 100,000 entries into
+// outbox_ledger in pages while the old leader keeps writing outbox_applied
+// (its writes copied by the trigger); then the replicas are restarted on
+// this binary, standby first. Every document and ledger entry is checked
+// at the end. (From a release before 17, the upgrade goes through the
+// release of 18 first: its own two steps, `migrate --to 17` then `migrate`.)
 
 import (
 	"context"
@@ -41,21 +42,20 @@ const longestMigrateWait = 5 * time.Second
 // queued row's when the leader next saves its position (once a second).
 const ackShowsWithin = 2 * time.Second
 
-// queuedSchema is the first schema with queued rows and positions: a
-// release before it claims pending rows only, so the upgrade stops there.
-const queuedSchema = 17
+// ledgerSchema is the first schema whose ledger is outbox_ledger: the
+// release before it upserts outbox_applied.
+const ledgerSchema = 19
 
 func TestMigrateWhileReplicasDrain(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	old := binaryBeforeMigration(t, queuedSchema)
+	old := binaryBeforeMigration(t, ledgerSchema)
 	t.Logf("the running release: built from %s, schema %d", old.commit[:12], old.schema)
-	db := databaseAt(t, 15)
-	// An outbox with history, for the builds to read: the chronicle's done
-	// rows, which the replicas neither claim nor judge.
-	db.Exec(t, `INSERT INTO outbox_events (projection, entity_type, entity_id, op, event_version, payload, status, processed_at)
-		SELECT 'chronicle', 'book', (g % 20000)::text, 'upsert', g, '{"title": "t"}', 'done', now()
-		  FROM generate_series(1, 200000) g`)
+	db := databaseAt(t, old.schema)
+	// A ledger with history, for the copy to read: documents no event of
+	// this test touches.
+	db.Exec(t, `INSERT INTO outbox_applied (projection, entity_type, entity_id, version, deleted, event_id)
+		SELECT 'search', 'old', g::text, g, g % 3 = 0, g FROM generate_series(1, 100000) g`)
 	c := &cluster{t: t, db: db, index: harness.NewIndex(t)}
 	c.env = harness.ReplicaEnv(db.URL, harness.ElasticURL(t), c.index, harness.Quick...)
 	c.startBinary(old.path, "a")
@@ -66,27 +66,24 @@ func TestMigrateWhileReplicasDrain(t *testing.T) {
 
 	prod := harness.Produce(ctx, db.Pool, harness.ProducerConfig{Rate: 300, Next: liveBooks()})
 	defer prod.Stop()
-	// On outbox_events itself: schema 15 has no view of states.
 	harness.Eventually(t, 30*time.Second, "the leader draining", func() bool {
-		return db.Int(t, `SELECT count(*) FROM outbox_events WHERE projection = 'search' AND status = 'done'`) > 1000
+		return db.Int(t, `SELECT count(*) FROM outbox_event_states WHERE projection = 'search' AND status = 'done'`) > 1000
 	})
 
-	migrateLive(t, c, standby, "--to", strconv.Itoa(queuedSchema))
-	require.Equal(t, 1, db.Int(t, `SELECT count(*) FROM pg_index WHERE indexrelid = to_regclass($1) AND indisvalid`, dueIndex))
-	require.Equal(t, 1, db.Int(t, `SELECT count(*) FROM pg_index WHERE indexrelid = to_regclass('outbox_events_queued_idx') AND indisvalid`))
-	require.EqualValues(t, queuedSchema, version(t, db))
-
-	l, standby = rollReplicas(t, c, l, standby)
 	migrateLive(t, c, standby)
 	require.EqualValues(t, migrations.HeadVersion(), version(t, db))
-	harness.Eventually(t, 10*time.Second, "the producer's rows queued", func() bool {
-		return db.Int(t, `SELECT count(*) FROM outbox_events WHERE status = 'queued'`) > 100
+	require.Equal(t, 100000, db.Int(t, `SELECT count(*) FROM outbox_ledger_entries WHERE entity_type = 'old'`),
+		"the ledger's history copied")
+	harness.Eventually(t, 10*time.Second, "the old leader's ledger writes copied", func() bool {
+		return db.Int(t, `SELECT count(*) FROM outbox_ledger WHERE entity_type = 'book' AND applied_at > now() - interval '2 seconds'`) > 0
 	})
 
+	l, _ = rollReplicas(t, c, l, standby)
 	prod.Stop()
 	rep := c.settle(60 * time.Second)
 	require.EqualValues(t, prod.Committed(), rep.Done)
 	require.Equal(t, l.Name, positionSavedBy(t, c), "this binary's leader read the queued rows")
+	require.Equal(t, 1, db.Int(t, `SELECT count(*) FROM outbox_ledger_rotation WHERE log_only`), "the ledger is this binary's")
 }
 
 // liveBooks is the producer's events: each a new version of one of 200 books.

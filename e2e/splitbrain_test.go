@@ -116,7 +116,7 @@ func claimed(t *testing.T, db harness.DB) map[string]int {
 		                                claimed_id, epoch, saved_by, done_events), 1
 		  FROM outbox_positions
 		UNION ALL
-		SELECT 'ledger ' || coalesce(sum(version), 0) || ' ' || coalesce(sum(event_id), 0), count(*)::int FROM outbox_applied`)
+		SELECT 'ledger ' || coalesce(sum(version), 0) || ' ' || coalesce(sum(event_id), 0), count(*)::int FROM outbox_ledger_entries`)
 }
 
 func refused(r *harness.Replica, reason string) bool {

@@ -26,7 +26,7 @@ func (c *cluster) state() []string {
 	rows = append(rows, harness.Column[string](c.t, c.db, `
 		SELECT concat_ws(' ', projection, epoch, saved_by, done_events, confirmed_at)
 		  FROM outbox_positions ORDER BY projection`)...)
-	ledger := harness.Column[string](c.t, c.db, `SELECT a::text FROM outbox_applied a ORDER BY entity_type, entity_id`)
+	ledger := harness.Column[string](c.t, c.db, `SELECT a::text FROM outbox_ledger_entries a ORDER BY entity_type, entity_id`)
 	ctx, base := context.Background(), harness.ElasticURL(c.t)
 	require.NoError(c.t, harness.ES(ctx, base, http.MethodPost, "/"+c.index+"/_refresh", nil, nil))
 	var docs struct {

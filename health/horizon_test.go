@@ -65,7 +65,7 @@ func TestMetricsShowWhoHoldsTheHorizon(t *testing.T) {
 	})
 	require.Equal(t, []string{want}, holderLines(scrape), "one holder series")
 	require.GreaterOrEqual(t, sample(t, scrape, "outbox_db_horizon_age_seconds"), 0.0)
-	for _, table := range []string{"outbox_events", "outbox_applied"} {
+	for _, table := range []string{"outbox_events", "outbox_ledger"} {
 		for _, name := range []string{"outbox_table_dead_tuples", "outbox_table_live_tuples", "outbox_table_last_autovacuum_timestamp_seconds"} {
 			sample(t, scrape, name+`{table="`+table+`"}`)
 		}

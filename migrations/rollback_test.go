@@ -13,7 +13,7 @@ import (
 	"github.com/wlproj/wlproj/outbox"
 )
 
-// TestQueuedStorageRollsBack: undoing 00018 (the rollback path the runbook
+// TestQueuedStorageRollsBack: undoing 00018 (after 00019; the rollback path the runbook
 // gives until it is undone) makes new rows pending again and each queued
 // row what its position says: done behind it, pending past it; so a binary
 // of before 17 drains what is left, and applying 00018 again queues anew.
@@ -36,7 +36,7 @@ func TestQueuedStorageRollsBack(t *testing.T) {
 	defer db.Close()
 	p, err := goose.NewProvider(goose.DialectPostgres, db, os.DirFS("."))
 	require.NoError(t, err)
-	_, err = p.Down(ctx)
+	_, err = p.DownTo(ctx, 17)
 	require.NoError(t, err)
 	require.Equal(t, map[string]int{"done": 3, "pending": 2},
 		harness.Pairs[string, int](t, b.DB, `SELECT status, count(*) FROM outbox_events GROUP BY status`))
@@ -47,4 +47,53 @@ func TestQueuedStorageRollsBack(t *testing.T) {
 	require.NoError(t, err)
 	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', 'again', 'upsert')`)
 	require.Equal(t, 1, b.Count(t, `entity_id = 'again' AND queued`))
+}
+
+// TestLedgerRollsBack: undoing 00019 merges each document's newest ledger
+// entry, by (version, event_id), into outbox_applied, never moving an
+// entry there backwards; a binary of before 19 then judges by it.
+func TestLedgerRollsBack(t *testing.T) {
+	t.Parallel()
+	b := harness.NewOutbox(t)
+	b.Exec(t, `INSERT INTO outbox_applied (projection, entity_type, entity_id, version, deleted, event_id)
+	           VALUES ('search', 'book', 'old', 9, false, 90)`)
+	b.Exec(t, `INSERT INTO outbox_ledger (projection, entity_type, entity_id, version, deleted, event_id) VALUES
+	             ('search', 'book', 'a', 1, false, 10), ('search', 'book', 'a', 3, true, 30), ('search', 'book', 'a', 2, false, 20),
+	             ('search', 'book', 'b', 5, false, 50), ('search', 'book', 'b', 5, false, 51),
+	             ('search', 'book', 'old', 4, false, 40)`)
+	p := provider(t, b.URL)
+	_, err := p.DownTo(context.Background(), 18)
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"a": "3 t 30", "b": "5 f 51", "old": "9 f 90"},
+		harness.Pairs[string, string](t, b.DB, `SELECT entity_id, version || ' ' || left(deleted::text, 1) || ' ' || event_id
+		                                          FROM outbox_applied`))
+	require.Zero(t, b.Int(t, `SELECT count(*) FROM pg_class WHERE relname LIKE 'outbox_ledger%'`))
+}
+
+// TestLedgerTakesOlderBinariesWrites: on 19, what a binary of before it
+// writes to outbox_applied (its ack's upsert) lands in outbox_ledger too,
+// so the next leader judges by it; once a binary of 19 has led, those
+// writes are refused, so a binary that reads outbox_applied cannot ack.
+func TestLedgerTakesOlderBinariesWrites(t *testing.T) {
+	t.Parallel()
+	b := harness.NewOutbox(t)
+	upsert := `INSERT INTO outbox_applied AS a (projection, entity_type, entity_id, version, deleted, event_id)
+	           VALUES ('search', 'book', '1', $1, false, $1)
+	           ON CONFLICT (projection, entity_type, entity_id) DO UPDATE SET version = excluded.version, event_id = excluded.event_id`
+	b.Exec(t, upsert, 1)
+	b.Exec(t, upsert, 2)
+	require.Equal(t, 2, b.Int(t, `SELECT version FROM outbox_ledger_entry('search', 'book', '1')`))
+	require.NoError(t, b.Store.TakeLedger(context.Background()))
+	_, err := b.DB.Pool.Exec(context.Background(), upsert, 3)
+	require.ErrorContains(t, err, "a binary of 19 has led: upgrade this replica")
+	require.Equal(t, 2, b.Int(t, `SELECT version FROM outbox_ledger_entry('search', 'book', '1')`))
+}
+
+func provider(t *testing.T, url string) *goose.Provider {
+	db, err := goose.OpenDBWithDriver("pgx", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	p, err := goose.NewProvider(goose.DialectPostgres, db, os.DirFS("."))
+	require.NoError(t, err)
+	return p
 }

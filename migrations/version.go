@@ -15,13 +15,19 @@ import (
 // reports ready (health checks it), so it never claims on a schema its
 // statements would fail on.
 //
-// It is 17: the leader reads queued rows by position, which 00017 adds
-// (the xid column, outbox_positions, outbox_queue_origin). On 17 rows are
-// still inserted pending and this binary claims them as before; 00018 makes
-// new rows queued, once every replica runs a binary of 17 or newer (a
-// binary of before 17 claims pending rows only). The upgrade from a
-// release before 17 is therefore: migrate up to 17 (wlproj migrate --to
-// 17), restart the standby, then the leader, then migrate again.
+// It is 19: the ledger is outbox_ledger, which 00019 adds (and fills from
+// outbox_applied, whose writes by an older binary it copies while the
+// replicas are restarted). The upgrade from 17 or 18 is: migrate, then
+// restart the standby, then the leader. Once a binary of 19 has led, an
+// older one's ledger writes are refused (it would judge events by
+// outbox_applied, which no longer moves), so it cannot ack: roll back by
+// migrating down to 18 first (which merges the ledger back), then the
+// binaries.
+//
+// Before that, 17: the leader reads queued rows by position, which 00017
+// adds (the xid column, outbox_positions, outbox_queue_origin). The upgrade
+// from a release before 17 is: migrate up to 17 (wlproj migrate --to 17),
+// restart the standby, then the leader, then migrate again.
 //
 // Raise it when a migration adds something this binary's SQL uses, and
 // never for one it does not: migrations only add, so a binary keeps working
@@ -29,7 +35,7 @@ import (
 // then restart the standby, then the leader) relies on that.
 // TestRequiredVersionReviewed fails when a migration is added, until
 // someone has decided.
-const RequiredVersion int64 = 17
+const RequiredVersion int64 = 19
 
 // HeadVersion is the newest migration embedded in this binary: what
 // wlproj migrate brings a database to.

@@ -38,8 +38,7 @@ type Document struct {
 	Omitted int64 `json:"omitted"`
 }
 
-const docLedgerSQL = `SELECT version, event_id, deleted, applied_at FROM outbox_applied
- WHERE projection = $1 AND entity_type = $2 AND entity_id = $3`
+const docLedgerSQL = `SELECT version, event_id, deleted, applied_at FROM outbox_ledger_entry($1, $2, $3)`
 
 // docEventsMax is how many events ReadDocument lists at most.
 const docEventsMax = 50

@@ -42,7 +42,7 @@ type Event struct {
 	Applied *Applied
 }
 
-// Applied is what the ledger (outbox_applied) remembers of a document: the
+// Applied is what the ledger (outbox_ledger) remembers of a document: the
 // newest version its projection confirmed, by which event.
 type Applied struct {
 	Version int64

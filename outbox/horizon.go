@@ -104,7 +104,7 @@ type Horizon struct {
 	// Age is how long Holder has held it, on the basis AgeBasis says.
 	Age      time.Duration
 	AgeBasis string
-	// Tables are outbox_events and the ledger outbox_applied, those of
+	// Tables are outbox_events and the ledger outbox_ledger, those of
 	// them that exist.
 	Tables []TableVacuum
 	// TakenAt is the database's clock at the reading.
@@ -157,13 +157,17 @@ SELECT kind, pid, application, state, name, xid::text::bigint, age(xid), since, 
  LIMIT 1`
 
 // vacuumStatsSQL reads the statistics of the outbox and the ledger through
-// the functions behind pg_stat_user_tables, without its joins.
+// the functions behind pg_stat_user_tables, without its joins; the
+// ledger's are the sum of its partitions' (a partitioned table has none of
+// its own).
 const vacuumStatsSQL = `
-SELECT t.name, coalesce(pg_stat_get_live_tuples(t.oid), 0), coalesce(pg_stat_get_dead_tuples(t.oid), 0),
-       pg_stat_get_last_autovacuum_time(t.oid)
-  FROM (VALUES (1, 'outbox_events', to_regclass('outbox_events')),
-               (2, 'outbox_applied', to_regclass('outbox_applied'))) AS t(n, name, oid)
- WHERE t.oid IS NOT NULL
+SELECT t.name, sum(coalesce(pg_stat_get_live_tuples(r.oid), 0))::bigint,
+       sum(coalesce(pg_stat_get_dead_tuples(r.oid), 0))::bigint, max(pg_stat_get_last_autovacuum_time(r.oid))
+  FROM (VALUES (1, 'outbox_events', ARRAY['outbox_events']),
+               (2, 'outbox_ledger', ARRAY['outbox_ledger_0', 'outbox_ledger_1', 'outbox_ledger_2'])) AS t(n, name, rels)
+ CROSS JOIN LATERAL (SELECT to_regclass(rel) AS oid FROM unnest(t.rels) rel) r
+ WHERE r.oid IS NOT NULL
+ GROUP BY t.n, t.name
  ORDER BY t.n`
 
 // ReadHorizon reads the horizon of db's database. Its Age is Postgres's

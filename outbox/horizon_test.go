@@ -319,7 +319,7 @@ func TestHorizonReadsTheOutboxAndLedgerStatistics(t *testing.T) {
 		h = horizonNow(t, b.Pool)
 		return len(h.Tables) == 2 && h.Tables[0].Dead == 500
 	})
-	require.Equal(t, []string{"outbox_events", "outbox_applied"}, []string{h.Tables[0].Table, h.Tables[1].Table})
+	require.Equal(t, []string{"outbox_events", "outbox_ledger"}, []string{h.Tables[0].Table, h.Tables[1].Table})
 	require.Zero(t, h.Tables[0].Live)
 
 	holder.Release()

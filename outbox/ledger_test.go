@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wlproj/wlproj/internal/testkit/harness"
 	"github.com/wlproj/wlproj/outbox"
 )
 
@@ -17,7 +18,7 @@ import (
 func (b bundle) ledger(t *testing.T, entity string) *outbox.Applied {
 	t.Helper()
 	var a outbox.Applied
-	err := b.Pool.QueryRow(context.Background(), `SELECT version, event_id, deleted FROM outbox_applied
+	err := b.Pool.QueryRow(context.Background(), `SELECT version, event_id, deleted FROM outbox_ledger_entries
 		WHERE projection = 'search' AND entity_type = 'book' AND entity_id = $1`, entity).Scan(&a.Version, &a.EventID, &a.Deleted)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil
@@ -61,7 +62,7 @@ func TestClaimReadsTheLedgerOnlyForLatestOnlyProjections(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.Lead(t, 1)
-	b.Exec(t, `INSERT INTO outbox_applied (projection, entity_type, entity_id, version, deleted, event_id, applied_at) VALUES
+	b.Exec(t, `INSERT INTO outbox_ledger (projection, entity_type, entity_id, version, deleted, event_id, applied_at) VALUES
 		('search', 'book', 'r1', 7, false, 1, now()), ('chronicle', 'book', 'r1', 7, false, 1, now())`)
 	b.Exec(t, `INSERT INTO outbox_events (projection, entity_type, entity_id, op, event_version) VALUES
 		('search', 'book', 'r1', 'upsert', 3), ('chronicle', 'book', 'r1', 'upsert', 3)`)
@@ -106,10 +107,10 @@ func TestStaleOrdersByVersionThenOutboxID(t *testing.T) {
 	}
 }
 
-// The ledger pruner runs every 10 s next to millions of done rows: each
-// batch must read the backlog through outbox_events' partial indexes (one
-// per status), never the done rows.
-func TestLedgerPrunePlansReadOnlyTheBacklog(t *testing.T) {
+// The ledger's rotation carries its needed entries next to millions of done
+// rows: each page must read the backlog through outbox_events' partial
+// indexes (one per status), never the done rows, and the ledger by key.
+func TestLedgerCarryPlansReadOnlyTheBacklog(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, status, processed_at)
@@ -117,21 +118,111 @@ func TestLedgerPrunePlansReadOnlyTheBacklog(t *testing.T) {
 	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, status)
 		SELECT 'book', (g * 7)::text, 'upsert', 200000 + g, s
 		  FROM generate_series(1, 200) g, unnest(ARRAY['pending', 'processing', 'failed', 'discarded']) s`)
-	b.Exec(t, `INSERT INTO outbox_applied (projection, entity_type, entity_id, version, deleted, event_id, applied_at)
-		SELECT 'search', 'book', g::text, g, g % 2 = 0, g, now() - interval '2 hours' FROM generate_series(0, 19999) g`)
+	b.Exec(t, `INSERT INTO outbox_ledger (slot, projection, entity_type, entity_id, version, deleted, event_id, applied_at)
+		SELECT g % 3, 'search', 'book', (g % 20000)::text, g, g % 2 = 0, g, now() - interval '2 hours' FROM generate_series(0, 59999) g`)
 	b.Exec(t, `ANALYZE outbox_events`)
-	b.Exec(t, `ANALYZE outbox_applied`)
-	for name, sql := range map[string]string{"tombstones": outbox.PruneTombstonesSQL, "live": outbox.PruneLiveSQL} {
-		rows, err := b.Pool.Query(context.Background(), "EXPLAIN "+sql, pgx.NamedArgs{"retention_secs": 3600.0, "batch": 1000})
+	b.Exec(t, `ANALYZE outbox_ledger`)
+	for name, sql := range map[string]string{"carry-out-of-0": outbox.CarryLedgerSQL(0), "carry-out-of-1": outbox.CarryLedgerSQL(1)} {
+		tx, err := b.Pool.Begin(context.Background())
+		require.NoError(t, err)
+		_, err = tx.Exec(context.Background(), outbox.CarryPlan[0])
+		require.NoError(t, err)
+		rows, err := tx.Query(context.Background(), "EXPLAIN "+sql, carryArgs)
 		require.NoError(t, err)
 		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		require.NoError(t, err)
+		require.NoError(t, tx.Rollback(context.Background()))
 		plan := strings.Join(lines, "\n")
 		require.NotContains(t, plan, "Seq Scan on outbox_events", "%s: the done rows are read\n%s", name, plan)
-		require.NotContains(t, plan, "Seq Scan on outbox_applied", "%s: the whole ledger is read\n%s", name, plan)
+		require.NotContains(t, plan, "Seq Scan on outbox_ledger", "%s: the whole ledger is read\n%s", name, plan)
 		for _, idx := range []string{"processing", "discarded"} {
 			require.Contains(t, plan, "outbox_events_"+idx+"_idx", "%s\n%s", name, plan)
 		}
 		require.Regexp(t, `outbox_events_(pending|due)_idx`, plan, "%s: the pending rows' index", name)
 	}
+}
+
+// carryArgs are the carry's arguments from the first key on, slot 2
+// current and slot 0 carried, with a retention of an hour and tombstones
+// kept three.
+var carryArgs = pgx.NamedArgs{"cur": 2, "next": 0, "page": 1000, "p": "", "t": "", "i": "",
+	"retention_secs": 3600.0, "tombstone_secs": 10800.0}
+
+// rotationDue makes the ledger's current partition slot, written for a
+// day.
+func (b bundle) rotationDue(t *testing.T, slot int) {
+	t.Helper()
+	b.Exec(t, `UPDATE outbox_ledger_rotation SET slot = $1, opened_at = now() - interval '1 day'`, slot)
+}
+
+// TestLedgerRotationCarriesOnlyTheNewestNeededEntries: reopening partition
+// 0 keeps a young tombstone there (copied into the current partition), but
+// not an entry another partition has a newer one of, nor an old live one;
+// each document's entry is then what it was, or none.
+func TestLedgerRotationCarriesOnlyTheNewestNeededEntries(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.Lead(t, 1)
+	b.Exec(t, `INSERT INTO outbox_ledger (slot, projection, entity_type, entity_id, version, deleted, event_id, applied_at) VALUES
+		(0, 'search', 'book', 'superseded', 1, true, 1, now() - interval '10 minutes'),
+		(2, 'search', 'book', 'superseded', 2, false, 2, now() - interval '1 minute'),
+		(0, 'search', 'book', 'tombstone', 5, true, 5, now() - interval '2 hours'),
+		(0, 'search', 'book', 'tombstone', 4, false, 4, now() - interval '3 hours'),
+		(0, 'search', 'book', 'old-live', 7, false, 7, now() - interval '2 hours')`)
+	b.rotationDue(t, 2)
+	r, err := b.Store.RotateLedger(context.Background(), 1, time.Hour, 3*time.Hour, 1)
+	require.NoError(t, err)
+	require.Equal(t, outbox.LedgerRotation{Rotated: true, Slot: 0, Carried: 1}, r)
+	require.Equal(t, &outbox.Applied{Version: 2, EventID: 2}, b.ledger(t, "superseded"))
+	require.Equal(t, &outbox.Applied{Version: 5, EventID: 5, Deleted: true}, b.ledger(t, "tombstone"))
+	require.Nil(t, b.ledger(t, "old-live"), "a live entry past the retention with no event left goes")
+	require.Equal(t, []string{"2 superseded", "2 tombstone"}, harness.Column[string](t, b.DB,
+		`SELECT slot || ' ' || entity_id FROM outbox_ledger ORDER BY entity_id`), "partition 0 was emptied, the carried row is in 2")
+	require.Equal(t, 0, b.Int(t, `SELECT slot FROM outbox_ledger_rotation`))
+	b.Exec(t, `INSERT INTO outbox_ledger (projection, entity_type, entity_id, version, deleted, event_id) VALUES ('search', 'book', 'new', 1, false, 9)`)
+	require.Equal(t, 1, b.Int(t, `SELECT count(*) FROM outbox_ledger_0 WHERE entity_id = 'new'`), "new entries go to the reopened partition")
+}
+
+// TestLedgerRotationOfADeposedLeaderChangesNothing: a leader deposed while
+// it carried reopens no partition (its carried copies are the same entries
+// again, which change no document's entry).
+func TestLedgerRotationOfADeposedLeaderChangesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.Lead(t, 1)
+	b.Exec(t, `INSERT INTO outbox_ledger (slot, projection, entity_type, entity_id, version, deleted, event_id, applied_at)
+		VALUES (0, 'search', 'book', 'old-live', 7, false, 7, now() - interval '2 hours')`)
+	b.rotationDue(t, 2)
+	b.Lead(t, 2)
+	r, err := b.Store.RotateLedger(context.Background(), 1, time.Hour, 3*time.Hour, 100)
+	require.NoError(t, err)
+	require.False(t, r.Rotated)
+	require.Equal(t, 2, b.Int(t, `SELECT slot FROM outbox_ledger_rotation`))
+	require.Equal(t, &outbox.Applied{Version: 7, EventID: 7}, b.ledger(t, "old-live"), "partition 0 was not emptied")
+}
+
+// TestLedgerRotationWaitsForItsPartitionAtMostASecond: a session reading
+// the partition to be reopened (a long lookup, an operator's query) holds
+// its lock: the TRUNCATE gives up after lock_timeout instead of queueing
+// every lookup behind it, and the next round reopens it.
+func TestLedgerRotationWaitsForItsPartitionAtMostASecond(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.Lead(t, 1)
+	b.rotationDue(t, 2)
+	ctx := context.Background()
+	tx, err := b.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck
+	_, err = tx.Exec(ctx, `SELECT count(*) FROM outbox_ledger_0`)
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = b.Store.RotateLedger(ctx, 1, time.Hour, 3*time.Hour, 100)
+	require.ErrorContains(t, err, "lock timeout")
+	require.Less(t, time.Since(start), 3*time.Second)
+	require.Equal(t, 2, b.Int(t, `SELECT slot FROM outbox_ledger_rotation`), "nothing changed")
+	require.NoError(t, tx.Rollback(ctx))
+	r, err := b.Store.RotateLedger(ctx, 1, time.Hour, 3*time.Hour, 100)
+	require.NoError(t, err)
+	require.True(t, r.Rotated)
 }

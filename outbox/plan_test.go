@@ -40,10 +40,11 @@ func TestClaimPlanDoesNotDependOnStatistics(t *testing.T) {
 		require.NotContains(t, plan, "Hash Join", "%s\n%s", name, plan)
 		require.NotContains(t, plan, "Hash Semi Join", "%s\n%s", name, plan)
 		// 500 rows claimed and updated (~15 pages each: heap, primary key
-		// and processing index, before and after), not a read of the 50k
+		// and processing index, before and after; and ~3 more for the
+		// ledger's three partitions probed), not a read of the 50k
 		// pending; the collapse read all of them to lock each candidate.
 		_, buffers := planBuffers(t, strings.Split(plan, "\n"))
-		require.Less(t, buffers, 10_000, "%s\n%s", name, plan)
+		require.Less(t, buffers, 12_000, "%s\n%s", name, plan)
 		require.Less(t, heapFetches(plan)+rowsRemoved(plan), 5_000, "%s\n%s", name, plan)
 	}
 }
@@ -281,15 +282,15 @@ func cachedOnEmpty(t *testing.T, table, sql string, args pgx.NamedArgs, settings
 // claim). Here the plan is made on an empty ledger and run on a full one.
 func TestClaimReadsTheLedgerByKeyWhateverItsStatistics(t *testing.T) {
 	t.Parallel()
-	b, explain := cachedOnEmpty(t, "outbox_applied", outbox.ClaimSQL, pgx.NamedArgs{"owner": "w1", "epoch": 1, "leader": "test",
+	b, explain := cachedOnEmpty(t, "outbox_ledger", outbox.ClaimSQL, pgx.NamedArgs{"owner": "w1", "epoch": 1, "leader": "test",
 		"limit": 500, "lease_secs": 30.0, "claim": 1, "latest": []string{"search"}}, outbox.ClaimPlan)
 
-	b.Exec(t, `INSERT INTO outbox_applied (projection, entity_type, entity_id, version, deleted, event_id)
+	b.Exec(t, `INSERT INTO outbox_ledger (projection, entity_type, entity_id, version, deleted, event_id)
 		SELECT 'search', 'book', g::text, 1, false, g FROM generate_series(1, 30000) g`)
 	b.insert(t, 500)
 	plan := explain()
 	require.Contains(t, plan, "rows=500 loops=1", "the claim took the 500 rows\n%s", plan)
-	require.NotContains(t, plan, "Seq Scan on outbox_applied", "each event's ledger entry is read by its key\n%s", plan)
+	require.NotContains(t, plan, "Seq Scan on outbox_ledger", "each event's ledger entry is read by its key\n%s", plan)
 	require.NotContains(t, plan, "Seq Scan on outbox_events", "the candidates are read through the indexes\n%s", plan)
 }
 

@@ -128,8 +128,7 @@ SELECT cur.s::text, c.* FROM cur LEFT JOIN LATERAL (
 // readQueuedLedgerSQL adds each row's ledger entry, for projections that
 // keep one.
 const readQueuedLedgerSQL = `
-SELECT r.*, (SELECT ARRAY[a.version, a.event_id, a.deleted::int] FROM outbox_applied a
-              WHERE a.projection = @projection AND a.entity_type = r.entity_type AND a.entity_id = r.entity_id)
+SELECT r.*, (SELECT ARRAY[a.version, a.event_id, a.deleted::int] FROM outbox_ledger_entry(@projection, r.entity_type, r.entity_id) a)
   FROM (` + readQueuedSQL + `) r`
 
 // queuedPlan keeps the read on the queued index whatever the statistics

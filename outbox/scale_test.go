@@ -45,8 +45,8 @@ func TestStatementsAtScaleReadNoTableWhole(t *testing.T) {
 		SELECT 'book', (g % ($1 / 5))::text, 'upsert', g, 'done',
 		       now() - make_interval(secs => ($1 - g) * 172800.0 / $1), now() - make_interval(secs => ($1 - g) * 172800.0 / $1)
 		  FROM generate_series(1, $1) g`, n)
-	b.Exec(t, `INSERT INTO outbox_applied (projection, entity_type, entity_id, version, deleted, event_id, applied_at)
-		SELECT 'search', 'book', g::text, g, g % 2 = 0, g, now() - make_interval(secs => (($1 / 5) - g) * 172800.0 / ($1 / 5))
+	b.Exec(t, `INSERT INTO outbox_ledger (slot, projection, entity_type, entity_id, version, deleted, event_id, applied_at)
+		SELECT g % 3, 'search', 'book', g::text, g, g % 2 = 0, g, now() - make_interval(secs => (($1 / 5) - g) * 172800.0 / ($1 / 5))
 		  FROM generate_series(0, $1 / 5 - 1) g`, n)
 	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, status, error_class, error_reason, updated_at)
 		SELECT 'book', 'f' || g, 'upsert', 1, 'failed', 'deterministic', CASE WHEN g % 2 = 0 THEN 'mapping_error' ELSE 'stuck' END,
@@ -58,7 +58,7 @@ func TestStatementsAtScaleReadNoTableWhole(t *testing.T) {
 		SELECT 'book', 'r' || g, 'upsert', 1, 2, now() + interval '1 hour' FROM generate_series(1, 1000) g`)
 	b.insert(t, 5_000)
 	b.Exec(t, `VACUUM ANALYZE outbox_events`)
-	b.Exec(t, `VACUUM ANALYZE outbox_applied`)
+	b.Exec(t, `VACUUM ANALYZE outbox_ledger`)
 	t.Logf("scale: %d done rows, %d ledger entries, loaded in %s", n, n/5, time.Since(start).Round(time.Second))
 
 	claimed := b.claim(t, 1, 500)
@@ -105,8 +105,7 @@ func TestStatementsAtScaleReadNoTableWhole(t *testing.T) {
 		{"reclaim", outbox.ReclaimSQL, []any{fenced(pgx.NamedArgs{"max_attempts": 10, "max_processing_secs": 300.0,
 			"keep": outbox.HistoryKeep})}, nil},
 		{"prune-done", outbox.PruneDoneSQL, []any{pgx.NamedArgs{"retention_secs": 86400.0, "batch": 1000}}, nil},
-		{"prune-tombstones", outbox.PruneTombstonesSQL, []any{pgx.NamedArgs{"retention_secs": 86400.0, "batch": 1000}}, nil},
-		{"prune-live", outbox.PruneLiveSQL, []any{pgx.NamedArgs{"retention_secs": 86400.0, "batch": 1000}}, nil},
+		{"ledger-carry", outbox.CarryLedgerSQL(0), []any{carryArgs}, outbox.CarryPlan},
 		{"gauges", outbox.GaugesSQL, []any{300.0, outbox.GaugeCountCap}, nil},
 		{"projection-states", outbox.StatesSQL, nil, nil},
 		{"rebuild-writes", outbox.RebuildWritesSQL, nil, nil},
@@ -115,7 +114,7 @@ func TestStatementsAtScaleReadNoTableWhole(t *testing.T) {
 		plan, ms, buffers := explainAnalyze(t, b, st.sql, st.args, st.plan)
 		t.Logf("scale: %s %.3f ms %d buffers", st.name, ms, buffers)
 		require.NotContains(t, plan, "JIT:", "%s is compiled on every run\n%s", st.name, plan)
-		for _, table := range []string{"outbox_events", "outbox_applied"} {
+		for _, table := range []string{"outbox_events", "outbox_ledger"} {
 			require.NotContains(t, plan, "Seq Scan on "+table, "%s reads %s whole\n%s", st.name, table, plan)
 		}
 	}

@@ -97,8 +97,7 @@ UPDATE outbox_events e
 RETURNING e.id, e.projection, e.entity_type, e.entity_id, e.op, e.event_version,
           e.payload, e.scope_key, e.attempts, e.created_at, e.repair, e.traceparent, e.next_retry_at,
           CASE WHEN e.projection = ANY(@latest::text[]) THEN
-            (SELECT ARRAY[a.version, a.event_id, a.deleted::int] FROM outbox_applied a
-              WHERE a.projection = e.projection AND a.entity_type = e.entity_type AND a.entity_id = e.entity_id)
+            (SELECT ARRAY[a.version, a.event_id, a.deleted::int] FROM outbox_ledger_entry(e.projection, e.entity_type, e.entity_id) a)
           END`
 
 // claimStatement is the claim past after, of the named projections, or
@@ -240,8 +239,11 @@ func (e *Event) setNullable(version pgtype.Int8, scopeKey pgtype.Text, applied [
 }
 
 // ackDoneSQL marks rows done and, in the same statement, moves the ledger
-// forward for the applied ones: the newest (version, id) per document, and
-// never backwards. A fenced ack changes no row, so it moves no ledger entry.
+// forward for the applied ones: it inserts the newest (version, id) per
+// document, and a document's entry is its row of highest (version, id)
+// (see outbox_ledger_entry), so an older one never moves it back. Nothing is
+// updated: no dead version is left for a held horizon to keep. A fenced
+// ack changes no row, so it moves no ledger entry.
 // A done row's error columns are cleared, so that a query for rows failing
 // with a reason finds no done ones; error_history keeps what happened.
 const ackDoneSQL = `
@@ -272,12 +274,8 @@ const ackLedgerSQL = `), newest AS (
     FROM acked WHERE id = ANY(@applied)
    ORDER BY projection, entity_type, entity_id, version DESC, id DESC
 ), ledger AS (
-  INSERT INTO outbox_applied AS a (projection, entity_type, entity_id, version, deleted, event_id, applied_at)
+  INSERT INTO outbox_ledger (projection, entity_type, entity_id, version, deleted, event_id, applied_at)
   SELECT projection, entity_type, entity_id, version, op = 'delete', id, now() FROM newest
-  ON CONFLICT (projection, entity_type, entity_id) DO UPDATE
-     SET version = excluded.version, deleted = excluded.deleted, event_id = excluded.event_id,
-         applied_at = excluded.applied_at
-   WHERE (excluded.version, excluded.event_id) > (a.version, a.event_id)
 )
 SELECT id, secs FROM acked`
 

@@ -238,7 +238,7 @@ func TestAckOfAnEarlierClaimInTheSameTermIsFenced(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, changed, "the first flight's failure ack is fenced")
 	require.Equal(t, map[string]int{"processing": 2}, b.statuses(t))
-	require.Zero(t, b.Int(t, `SELECT count(*) FROM outbox_applied`), "a fenced ack moves no ledger entry")
+	require.Zero(t, b.Int(t, `SELECT count(*) FROM outbox_ledger_entries`), "a fenced ack moves no ledger entry")
 
 	acked, err = b.Store.AckDone(ctx, 1, second[0].Claim, ids, ids)
 	require.NoError(t, err)

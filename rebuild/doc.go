@@ -50,7 +50,7 @@
 // SHARE, so no new epoch begins before the swap is recorded.
 //
 // Both paths carry the same external versions (external_gte), so which one
-// reaches the engine first does not matter. The ledger (outbox_applied)
+// reaches the engine first does not matter. The ledger (outbox_ledger)
 // stays the judge of staleness: the loader drops source rows that the
 // ledger already holds a delete of (at their version or newer), because
 // the engine forgets a delete after index.gc_deletes and a long load could

@@ -42,7 +42,7 @@ func (e *emitter) label() string { return "rebuild:" + strconv.FormatInt(e.row.I
 const emitPageSQL = `
 WITH src AS (SELECT entity_type, entity_id, version FROM %s%s ORDER BY entity_type, entity_id LIMIT $3)
 SELECT s.entity_type, s.entity_id, coalesce(s.version, -1), coalesce(a.version, -1), coalesce(a.deleted, false)
-  FROM src s LEFT JOIN outbox_applied a ON a.projection = $4 AND a.entity_type = s.entity_type AND a.entity_id = s.entity_id
+  FROM src s LEFT JOIN LATERAL outbox_ledger_entry($4, s.entity_type, s.entity_id) a ON true
  ORDER BY s.entity_type, s.entity_id`
 
 // emitSQL enqueues the rows of a page, up to its last key ($3, $4), with
@@ -60,7 +60,7 @@ WITH src AS (
 ), judged AS (
   SELECT s.*, coalesce(s.version IS NOT NULL AND a.version >= s.version AND (a.deleted OR a.version > s.version), false) AS newer,
          coalesce(a.deleted, false) AS deleted
-    FROM src s LEFT JOIN outbox_applied a ON a.projection = $5 AND a.entity_type = s.entity_type AND a.entity_id = s.entity_id
+    FROM src s LEFT JOIN LATERAL outbox_ledger_entry($5, s.entity_type, s.entity_id) a ON true
 ), copies AS (
   SELECT c.* FROM unnest($8::text[], $9::text[], $10::bigint[], $11::text[]) AS c(entity_type, entity_id, version, doc)
     JOIN judged j USING (entity_type, entity_id) WHERE j.newer AND NOT j.deleted

@@ -207,7 +207,7 @@ func (l *loader) send(ctx context.Context, c *chunk, inFlight chan struct{}) {
 const ledgerSQL = `
 SELECT u.i, a.version, a.deleted
   FROM unnest($2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS u(entity_type, entity_id, version, i)
-  JOIN outbox_applied a ON a.projection = $1 AND a.entity_type = u.entity_type AND a.entity_id = u.entity_id
+  CROSS JOIN LATERAL outbox_ledger_entry($1, u.entity_type, u.entity_id) a
  WHERE a.version > u.version OR (a.deleted AND a.version >= u.version)`
 
 // fresh turns the rows into the events the search handler takes (version:

@@ -533,7 +533,7 @@ func TestRebuildBadInput(t *testing.T) {
 func TestLoaderDropsWhatTheLedgerHasNewer(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 0)
-	b.db.Exec(t, `INSERT INTO outbox_applied (projection, entity_type, entity_id, version, deleted, event_id) VALUES
+	b.db.Exec(t, `INSERT INTO outbox_ledger (projection, entity_type, entity_id, version, deleted, event_id) VALUES
 		('search', 'book', 'newer', 5, false, 1), ('search', 'book', 'deleted', 3, true, 2),
 		('search', 'book', 'older', 1, false, 3), ('chronicle', 'book', 'other', 9, false, 4)`)
 	l := &loader{cfg: Config{Projection: projection.SearchName}, pool: b.db.Pool}
@@ -682,7 +682,7 @@ func (b bundle) indexedWithB7Behind(t *testing.T) {
 	b.db.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload)
 		VALUES ('book', 'b7', 'upsert', 5, '{"kind": "book", "title": "Book 7, fifth"}')`)
 	harness.Drained(t, b.db.Pool, 30*time.Second)
-	require.Equal(t, 20, b.db.Int(t, `SELECT count(*) FROM outbox_applied`))
+	require.Equal(t, 20, b.db.Int(t, `SELECT count(*) FROM outbox_ledger_entries`))
 }
 
 // TestRebuildKeepsWhatTheSourceIsBehindOn: every document changed before

@@ -36,7 +36,7 @@ const lookupSQL = `
 SELECT c.i, c.entity_type, c.entity_id, %[1]s, a.version, a.deleted
   FROM unnest($1::int[], $2::text[], $3::text[]) AS c(i, entity_type, entity_id)
   %[2]s
-  LEFT JOIN outbox_applied a ON a.projection = $4 AND a.entity_type = c.entity_type AND a.entity_id = c.entity_id`
+  LEFT JOIN LATERAL outbox_ledger_entry($4, c.entity_type, c.entity_id) a ON true`
 
 // sourceColumns and sourceJoin read the source row; noColumns stands in
 // for them without a table.
@@ -131,7 +131,7 @@ func (db database) keys(ctx context.Context, after *key, n int) ([]keyRow, error
 	if after != nil {
 		args = append(args, after.Type, after.ID)
 	}
-	table := "outbox_applied"
+	table := "outbox_ledger_entries"
 	if db.table != "" {
 		table = db.table
 	}
@@ -178,7 +178,7 @@ SELECT c.entity_type, c.entity_id, %[1]s, CASE WHEN $4 THEN %[3]s END, a.version
        EXISTS (SELECT 1 FROM busy b WHERE b.entity_type = c.entity_type AND b.entity_id = c.entity_id)
   FROM c
   %[2]s
-  LEFT JOIN outbox_applied a ON a.projection = $3 AND a.entity_type = c.entity_type AND a.entity_id = c.entity_id`
+  LEFT JOIN LATERAL outbox_ledger_entry($3, c.entity_type, c.entity_id) a ON true`
 
 // current reads the keys' documents as they are now.
 func (db database) current(ctx context.Context, keys []key, docs bool) (map[key]current, error) {

@@ -95,7 +95,7 @@ func TestVerifyRepairPutsEveryKindRight(t *testing.T) {
 	f.drain(t)
 	again := f.verify(t, cfg)
 	require.Zero(t, again.Drift(), "%+v", again.Samples)
-	require.Equal(t, 1, f.Int(t, `SELECT count(*) FROM outbox_applied WHERE entity_id = 'x1' AND deleted AND version = 3`),
+	require.Equal(t, 1, f.Int(t, `SELECT count(*) FROM outbox_ledger_entries WHERE entity_id = 'x1' AND deleted AND version = 3`),
 		"the stray document's delete is in the ledger")
 }
 

@@ -160,7 +160,7 @@ func TestVerifyAgainstTheLedgerAlone(t *testing.T) {
 	t.Parallel()
 	f := setup(t, 200)
 	f.plant(t)
-	f.Exec(t, `UPDATE outbox_applied SET version = 9 WHERE entity_id = 'b4'`)
+	f.Exec(t, `UPDATE outbox_ledger SET version = 9 WHERE entity_id = 'b4'`)
 
 	rep := f.verify(t, f.config(""))
 	require.Equal(t, counts(1, 1, 0, 1), rep.Counts)

@@ -95,14 +95,20 @@ SELECT format('ALTER %s %s OWNER TO %I', CASE c.relkind WHEN 'v' THEN 'VIEW' ELS
                  to_regclass('public.outbox_verify_runs'), to_regclass('public.outbox_positions'),
                  to_regclass('public.outbox_queue_origin'), to_regclass('public.outbox_done_by_minute'),
                  to_regclass('public.outbox_event_states'), to_regclass('public.outbox_queue_heads'),
-                 to_regclass('public.outbox_queue_backlog'))
+                 to_regclass('public.outbox_queue_backlog'), to_regclass('public.outbox_ledger'),
+                 to_regclass('public.outbox_ledger_0'), to_regclass('public.outbox_ledger_1'),
+                 to_regclass('public.outbox_ledger_2'), to_regclass('public.outbox_ledger_rotation'),
+                 to_regclass('public.outbox_ledger_entries'))
    AND c.relowner <> (SELECT oid FROM pg_roles WHERE rolname = :'owner_role') \gexec
 SELECT format('ALTER FUNCTION %s OWNER TO %I', p.oid::regprocedure, :'owner_role')
   FROM pg_proc p
  WHERE p.oid IN (to_regprocedure('public.outbox_append_error(jsonb, jsonb, integer)'),
                  to_regprocedure('public.outbox_events_notify()'),
                  to_regprocedure('public.outbox_behind(xid8, bigint, pg_snapshot, pg_snapshot, xid8, bigint)'),
-                 to_regprocedure('public.outbox_queue_backlog_rows(bigint)'))
+                 to_regprocedure('public.outbox_queue_backlog_rows(bigint)'),
+                 to_regprocedure('public.outbox_ledger_slot()'),
+                 to_regprocedure('public.outbox_ledger_entry(text, text, text)'),
+                 to_regprocedure('public.outbox_applied_to_ledger()'))
    AND p.proowner <> (SELECT oid FROM pg_roles WHERE rolname = :'owner_role') \gexec
 
 SELECT to_regclass('public.outbox_events') IS NOT NULL
@@ -125,11 +131,16 @@ SELECT to_regclass('public.outbox_events') IS NOT NULL
                       to_regclass('public.outbox_verify_runs'), to_regclass('public.outbox_positions'),
                       to_regclass('public.outbox_queue_origin'), to_regclass('public.outbox_done_by_minute'),
                       to_regclass('public.outbox_event_states'), to_regclass('public.outbox_queue_heads'),
-                      to_regclass('public.outbox_queue_backlog')]) AS t
+                      to_regclass('public.outbox_queue_backlog'), to_regclass('public.outbox_ledger'),
+                      to_regclass('public.outbox_ledger_0'), to_regclass('public.outbox_ledger_1'),
+                      to_regclass('public.outbox_ledger_2'), to_regclass('public.outbox_ledger_rotation'),
+                      to_regclass('public.outbox_ledger_entries')]) AS t
    WHERE t IS NOT NULL \gexec
   SELECT format('REVOKE ALL ON FUNCTION %s FROM %I', f, :'runtime_role')
     FROM unnest(ARRAY[to_regprocedure('public.outbox_behind(xid8, bigint, pg_snapshot, pg_snapshot, xid8, bigint)'),
-                      to_regprocedure('public.outbox_queue_backlog_rows(bigint)')]) AS f
+                      to_regprocedure('public.outbox_queue_backlog_rows(bigint)'),
+                      to_regprocedure('public.outbox_ledger_slot()'),
+                      to_regprocedure('public.outbox_ledger_entry(text, text, text)')]) AS f
    WHERE f IS NOT NULL \gexec
 
   -- Claim, ack, retry, reclaim, release and replay read the rows and change
@@ -142,10 +153,22 @@ SELECT to_regclass('public.outbox_events') IS NOT NULL
   -- The leader's pruner deletes done rows, and an archive deletes the rows
   -- it moves to the dead letter. Events are never inserted by this role.
   GRANT DELETE ON public.outbox_events TO :"runtime_role";
-  -- The claim reads the applied-version ledger, the ack moves it forward,
-  -- the pruner trims it.
+  -- The ledger of before schema 19: a binary of before 19 reads it, its ack
+  -- moves it forward and its pruner trims it, until a binary of 19 leads.
   SELECT format('GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO %I', t, :'runtime_role')
     FROM to_regclass('public.outbox_applied') AS t WHERE t IS NOT NULL \gexec
+  -- The ledger (19): the claim reads it, the ack and the rotation's carry
+  -- insert into it (never an UPDATE or a DELETE), and the rotation empties a
+  -- partition with TRUNCATE and moves the rotation's row; the first leader
+  -- of 19 sets log_only.
+  SELECT format('GRANT SELECT, INSERT ON %s TO %I', t, :'runtime_role')
+    FROM to_regclass('public.outbox_ledger') AS t WHERE t IS NOT NULL \gexec
+  SELECT format('GRANT TRUNCATE ON %s TO %I', t, :'runtime_role')
+    FROM unnest(ARRAY[to_regclass('public.outbox_ledger_0'), to_regclass('public.outbox_ledger_1'),
+                      to_regclass('public.outbox_ledger_2')]) AS t
+   WHERE t IS NOT NULL \gexec
+  SELECT format('GRANT SELECT, UPDATE (slot, opened_at, log_only) ON %s TO %I', t, :'runtime_role')
+    FROM to_regclass('public.outbox_ledger_rotation') AS t WHERE t IS NOT NULL \gexec
   -- An archive inserts into the dead letter, a restore deletes from it, the
   -- ledger pruner reads it. Its rows are never updated: no UPDATE.
   SELECT format('GRANT SELECT, INSERT, DELETE ON %s TO %I', t, :'runtime_role')
@@ -191,7 +214,7 @@ SELECT to_regclass('public.outbox_events') IS NOT NULL
   -- read queued rows' state and backlog through these views.
   SELECT format('GRANT SELECT ON %s TO %I', t, :'runtime_role')
     FROM unnest(ARRAY[to_regclass('public.outbox_event_states'), to_regclass('public.outbox_queue_heads'),
-                      to_regclass('public.outbox_queue_backlog')]) AS t
+                      to_regclass('public.outbox_queue_backlog'), to_regclass('public.outbox_ledger_entries')]) AS t
    WHERE t IS NOT NULL \gexec
   -- The views call these, and a view's caller needs EXECUTE on what it
   -- calls; the gauges call the backlog function directly. Granted to the
@@ -200,7 +223,9 @@ SELECT to_regclass('public.outbox_events') IS NOT NULL
   -- caller, what the caller may read already.
   SELECT format('GRANT EXECUTE ON FUNCTION %s TO %I', f, :'runtime_role')
     FROM unnest(ARRAY[to_regprocedure('public.outbox_behind(xid8, bigint, pg_snapshot, pg_snapshot, xid8, bigint)'),
-                      to_regprocedure('public.outbox_queue_backlog_rows(bigint)')]) AS f
+                      to_regprocedure('public.outbox_queue_backlog_rows(bigint)'),
+                      to_regprocedure('public.outbox_ledger_slot()'),
+                      to_regprocedure('public.outbox_ledger_entry(text, text, text)')]) AS f
    WHERE f IS NOT NULL \gexec
   -- Every replica reads the schema version, and neither leads nor reports
   -- ready while it is older than its binary needs. Only wlproj migrate, as

@@ -438,7 +438,8 @@ func (b *bench) quiesce(ctx context.Context) error {
 // outbox, the leader, the audit, and whatever a later migration adds beside
 // them (a ledger left full would make the next step's events no-ops). The
 // queue's origin stays: migration 00018 wrote it once, no queued row is
-// visible in it, and a leader reads no queued row without it. The outbox
+// visible in it, and a leader reads no queued row without it; so does the
+// ledger's rotation, whose one row names the partition entries go to. The outbox
 // is locked first: a reader of it and the positions (the health sampler's
 // backlog, through outbox_queue_backlog) locks it first too, and a
 // TRUNCATE that held the positions while waiting for it deadlocked with
@@ -449,7 +450,7 @@ func (b *bench) reset(ctx context.Context) error {
 		  EXECUTE (SELECT 'TRUNCATE ' || string_agg(format('%I', tablename), ', '
 		                                            ORDER BY tablename <> 'outbox_events', tablename) || ' RESTART IDENTITY'
 		             FROM pg_tables WHERE schemaname = current_schema()
-		              AND tablename NOT IN ('goose_db_version', 'outbox_queue_origin'));
+		              AND tablename NOT IN ('goose_db_version', 'outbox_queue_origin', 'outbox_ledger_rotation'));
 		END $$`)
 	return err
 }

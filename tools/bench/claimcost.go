@@ -160,7 +160,7 @@ func (b *bench) loadHistory(ctx context.Context) (ledger int64, err error) {
 	// comes with one per document applied, as the ledger's backfill writes
 	// them (the claimed documents are new: no entry, in both table states).
 	tag, err := b.pool.Exec(ctx, `
-		INSERT INTO outbox_applied (projection, entity_type, entity_id, version, deleted, event_id, applied_at)
+		INSERT INTO outbox_ledger (projection, entity_type, entity_id, version, deleted, event_id, applied_at)
 		SELECT projection, entity_type, entity_id, coalesce(event_version, id), op = 'delete', id, processed_at
 		  FROM outbox_events WHERE status = 'done'`)
 	return tag.RowsAffected(), err

@@ -31,7 +31,7 @@ const (
 	// The tables that churn with every event: the outbox (an insert, a
 	// claim and an ack each) and the ledger (an update per document).
 	outboxTable = "outbox_events"
-	ledgerTable = "outbox_applied"
+	ledgerTable = "outbox_ledger"
 )
 
 // StepHealth is the database during one step.

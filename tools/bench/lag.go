@@ -238,7 +238,7 @@ func (b *bench) lastAck(ctx context.Context) (time.Time, error) {
 	var at *time.Time
 	err := b.pool.QueryRow(ctx, `
 		SELECT coalesce(greatest((SELECT max(processed_at) FROM outbox_events WHERE status = 'done'),
-		                         (SELECT max(applied_at) FROM outbox_applied)),
+		                         (SELECT max(applied_at) FROM outbox_ledger)),
 		                (SELECT max(confirmed_at) FROM outbox_positions))`).Scan(&at)
 	if err != nil || at == nil {
 		return time.Time{}, err

@@ -111,7 +111,7 @@ func (b *bench) pgRun(ctx context.Context, variant string, batch int) (*Throughp
 		return nil, fmt.Errorf("%s, batch %d: %w", variant, batch, err)
 	}
 	var entries int
-	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_applied`).Scan(&entries); err != nil {
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_ledger_entries`).Scan(&entries); err != nil {
 		return nil, err
 	}
 	if want := map[bool]int{true: b.cfg.Docs, false: 0}[variant == pgLedger]; entries != want {

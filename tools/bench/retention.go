@@ -168,7 +168,8 @@ func (b *bench) retentionSample(ctx context.Context, r *harness.Replica) (s Rete
 		SELECT count(*), count(*) FILTER (WHERE status IN ('done', 'queued')) - (SELECT n FROM queued),
 		       count(*) FILTER (WHERE status IN ('pending', 'processing')) + (SELECT n FROM queued),
 		       pg_total_relation_size('outbox_events'),
-		       (SELECT count(*) FROM outbox_applied), pg_total_relation_size('outbox_applied'),
+		       (SELECT count(*) FROM outbox_ledger_entries),
+		       (SELECT sum(pg_total_relation_size(relid))::bigint FROM pg_partition_tree('outbox_ledger')),
 		       (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'outbox_events'::regclass),
 		       (SELECT autovacuum_count FROM pg_stat_user_tables WHERE relid = 'outbox_events'::regclass),
 		       clock_timestamp()

@@ -340,8 +340,12 @@ func (b *bench) soakMark(ctx context.Context) (m soakMark, err error) {
 		return m, err
 	}
 	rows, err := b.pool.Query(ctx, `
-		SELECT relname, n_tup_upd, n_tup_hot_upd, n_tup_del, n_dead_tup FROM pg_stat_user_tables
-		 WHERE relid IN (SELECT to_regclass(n) FROM unnest($1::text[]) n)`, []string{outboxTable, ledgerTable})
+		SELECT n, sum(s.n_tup_upd)::bigint, sum(s.n_tup_hot_upd)::bigint, sum(s.n_tup_del)::bigint, sum(s.n_dead_tup)::bigint
+		  FROM unnest($1::text[]) n
+		 CROSS JOIN LATERAL (SELECT to_regclass(n) AS relid
+		                     UNION SELECT relid FROM pg_partition_tree(to_regclass(n)) WHERE isleaf) p
+		  JOIN pg_stat_user_tables s ON s.relid = p.relid
+		 GROUP BY n`, []string{outboxTable, ledgerTable})
 	if err != nil {
 		return m, err
 	}

@@ -22,7 +22,7 @@ import (
 type SQLScale struct {
 	Rows int `json:"rows"`
 	// NoTableScan is whether the test passed: no statement reads
-	// outbox_events or outbox_applied whole, none is JIT-compiled.
+	// outbox_events or outbox_ledger whole, none is JIT-compiled.
 	NoTableScan bool             `json:"no_table_scan"`
 	Statements  []ScaleStatement `json:"statements"`
 	Output      string           `json:"output,omitempty"`

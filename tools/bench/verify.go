@@ -200,12 +200,12 @@ func (b *bench) verifyLoad(ctx context.Context, n int) error {
 		return err
 	}
 	_, err = b.pool.Exec(ctx, `
-		INSERT INTO outbox_applied (projection, entity_type, entity_id, version, deleted, event_id)
+		INSERT INTO outbox_ledger (projection, entity_type, entity_id, version, deleted, event_id)
 		SELECT 'search', 'book', g::text, 1, false, g + 1 FROM generate_series(0, $1 - 1) g`, n)
 	if err != nil {
 		return err
 	}
-	if _, err := b.pool.Exec(ctx, `ANALYZE `+verifySource+`; ANALYZE outbox_applied`); err != nil {
+	if _, err := b.pool.Exec(ctx, `ANALYZE `+verifySource+`; ANALYZE outbox_ledger`); err != nil {
 		return err
 	}
 	client, err := projection.NewElasticClient(projection.ElasticOptions{URL: b.cfg.ElasticURL})

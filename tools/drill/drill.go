@@ -596,7 +596,7 @@ func (d *drill) waitLeader(ctx context.Context, minEpoch int64) (*slot, int64, e
 // rows, the backlog.
 func (d *drill) healthConfig() harness.HealthConfig {
 	return harness.HealthConfig{Prefix: "wlproj", Election: leader.LockSessionName(""),
-		Tables: []string{"outbox_events", "outbox_applied"}, Backlog: true, Every: healthEvery}
+		Tables: []string{"outbox_events", "outbox_ledger"}, Backlog: true, Every: healthEvery}
 }
 
 // waitStandby waits until the slot's replica is a ready standby.

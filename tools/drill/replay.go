@@ -264,8 +264,7 @@ func (d *drill) checkSeedLedger(ctx context.Context) error {
 	rows, err := d.s.DB.Pool.Query(ctx, `
 		SELECT s.entity_id, s.event_id, coalesce(a.event_id, 0)
 		  FROM unnest($1::text[], $2::bigint[]) AS s(entity_id, event_id)
-		  LEFT JOIN outbox_applied a
-		    ON a.projection = 'search' AND a.entity_type = 'book' AND a.entity_id = s.entity_id
+		  LEFT JOIN LATERAL outbox_ledger_entry('search', 'book', s.entity_id) a ON true
 		 WHERE a.event_id IS DISTINCT FROM s.event_id`, books, want)
 	if err != nil {
 		return err

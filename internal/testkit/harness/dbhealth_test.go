@@ -112,14 +112,14 @@ func TestWatchHealthSamplesTheOutbox(t *testing.T) {
 	db := NewDatabase(t)
 	require.NoError(t, Insert(context.Background(), db.Pool, books(new(int))(3)))
 	w := WatchHealth(db.Pool, HealthConfig{Prefix: "wlproj", Election: "wlproj-leader:",
-		Tables: []string{"outbox_events", "outbox_applied"}, Backlog: true, Every: 20 * time.Millisecond})
+		Tables: []string{"outbox_events", "outbox_ledger"}, Backlog: true, Every: 20 * time.Millisecond})
 	Eventually(t, 10*time.Second, "two samples", func() bool { return len(w.Samples()) >= 2 })
 	samples := w.Stop()
 	for _, s := range samples {
 		require.NoError(t, s.Err)
 		require.EqualValues(t, 3, s.Backlog)
 		require.Contains(t, s.Tables, "outbox_events")
-		require.Contains(t, s.Tables, "outbox_applied")
+		require.Contains(t, s.Tables, "outbox_ledger")
 	}
 	require.Len(t, w.Samples(), len(samples), "nothing sampled after Stop")
 }

@@ -227,13 +227,20 @@ type TableStats struct {
 }
 
 // Tables returns the statistics of the tables named, as the search path
-// finds them, by name; a table that does not exist is left out.
+// finds them, by name, a partitioned table's as the sum of its
+// partitions'; a table that does not exist is left out.
 func Tables(ctx context.Context, q Querier, names ...string) (map[string]TableStats, error) {
 	var raw []byte
 	err := q.QueryRow(ctx, `
-		SELECT coalesce(json_object_agg(relname, json_build_object('live', n_live_tup, 'dead', n_dead_tup,
-		                'autovacuums', autovacuum_count, 'vacuums', vacuum_count)), '{}')
-		  FROM pg_stat_user_tables WHERE relid IN (SELECT to_regclass(n) FROM unnest($1::text[]) n)`, names).Scan(&raw)
+		SELECT coalesce(json_object_agg(n, json_build_object('live', live, 'dead', dead,
+		                'autovacuums', autovacuums, 'vacuums', vacuums)), '{}')
+		  FROM (SELECT n, sum(s.n_live_tup) AS live, sum(s.n_dead_tup) AS dead,
+		               sum(s.autovacuum_count) AS autovacuums, sum(s.vacuum_count) AS vacuums
+		          FROM unnest($1::text[]) n
+		         CROSS JOIN LATERAL (SELECT to_regclass(n) AS relid
+		                             UNION SELECT relid FROM pg_partition_tree(to_regclass(n)) WHERE isleaf) p
+		          JOIN pg_stat_user_tables s ON s.relid = p.relid
+		         GROUP BY n) t`, names).Scan(&raw)
 	if err != nil {
 		return nil, fmt.Errorf("table statistics: %w", err)
 	}

@@ -101,8 +101,7 @@ WITH docs AS (
 SELECT d.entity_type || ':' || d.entity_id, n.version, n.op, a.version, a.deleted
   FROM docs d
   LEFT JOIN newest n ON n.entity_type = d.entity_type AND n.entity_id = d.entity_id
-  LEFT JOIN outbox_applied a
-    ON a.projection = 'search' AND a.entity_type = d.entity_type AND a.entity_id = d.entity_id`
+  LEFT JOIN LATERAL outbox_ledger_entry('search', d.entity_type, d.entity_id) a ON true`
 
 // Verify compares the search projection's events in pool's database with
 // the documents of index and the ledger: no event pending or processing,

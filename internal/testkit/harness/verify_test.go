@@ -36,7 +36,7 @@ func (c verifyCase) event(t *testing.T, id string, op string, version int64, sta
 func (c verifyCase) ledger(t *testing.T, id string, version int64, deleted bool) {
 	t.Helper()
 	c.db.Exec(t, `
-		INSERT INTO outbox_applied (projection, entity_type, entity_id, version, deleted, event_id)
+		INSERT INTO outbox_ledger (projection, entity_type, entity_id, version, deleted, event_id)
 		SELECT 'search', 'book', $1, $2, $3, coalesce(max(id), 0) FROM outbox_events WHERE entity_id = $1`, id, version, deleted)
 }
 

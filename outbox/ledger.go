@@ -1,0 +1,188 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The ledger (outbox_ledger, migration 00019) is insert-only: an ack
+// inserts its documents' new entries, and a document's entry is its row of
+// highest (version, event_id). Space comes back by rotation over three
+// partitions, never by a row's DELETE, so a held vacuum horizon leaves no
+// dead version for a lookup to walk.
+const ledgerSlots = 3
+
+// TakeLedger records that a binary which writes outbox_ledger only has
+// led: from then on the writes of a binary of before it to outbox_applied
+// are refused (see migration 00019), so such a binary never judges events
+// by the entries it would no longer see. Idempotent: it writes once per
+// database, not once per term.
+func (s *Store) TakeLedger(ctx context.Context) error {
+	if _, err := s.Pool.Exec(ctx, `UPDATE outbox_ledger_rotation SET log_only = true WHERE NOT log_only`); err != nil {
+		return fmt.Errorf("take the ledger: %w", err)
+	}
+	return nil
+}
+
+// LedgerRotation is what one RotateLedger did.
+type LedgerRotation struct {
+	// Rotated is whether a partition was opened again.
+	Rotated bool
+	// Slot is the partition current afterwards.
+	Slot int
+	// Carried counts the entries copied out of the reopened partition
+	// because they were still needed.
+	Carried int64
+}
+
+// RotateLedger opens the ledger's oldest partition again once the current
+// one has been written for half the retention or longer: a partition is
+// current for half the retention, then kept for as long again before it is
+// reopened, so an entry lives at least the retention. Before the TRUNCATE,
+// the entries of that partition still needed (carryLedgerSQL) are copied
+// into the current one, in pages of one short transaction each.
+func (s *Store) RotateLedger(ctx context.Context, epoch int64, retention, tombstoneRetention time.Duration, page int) (LedgerRotation, error) {
+	var slot int
+	var due bool
+	err := s.Pool.QueryRow(ctx, `SELECT slot, opened_at <= now() - make_interval(secs => $1) FROM outbox_ledger_rotation`,
+		retention.Seconds()/2).Scan(&slot, &due)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return LedgerRotation{}, errors.New("the ledger's rotation has no row (outbox_ledger_rotation was emptied): " +
+			"INSERT INTO outbox_ledger_rotation (slot) VALUES (0) as the owner; entries go to partition 0 meanwhile")
+	}
+	if err != nil {
+		return LedgerRotation{}, fmt.Errorf("read the ledger's rotation: %w", err)
+	}
+	if !due {
+		return LedgerRotation{Slot: slot}, nil
+	}
+	next := (slot + 1) % ledgerSlots
+	carried, err := s.carryLedger(ctx, slot, next, retention, tombstoneRetention, page)
+	if err != nil {
+		return LedgerRotation{Slot: slot, Carried: carried}, err
+	}
+	err = s.reopenLedgerSlot(ctx, epoch, slot, next)
+	if errors.Is(err, errNotReopened) {
+		return LedgerRotation{Slot: slot, Carried: carried}, nil
+	}
+	if err != nil {
+		return LedgerRotation{Slot: slot, Carried: carried}, err
+	}
+	return LedgerRotation{Rotated: true, Slot: next, Carried: carried}, nil
+}
+
+// carryLedgerSQL copies one page of a partition's documents (%s), those
+// past a key, into the current partition (@cur) when their entry there is
+// still their newest one (no row of another partition is as new) and still
+// needed: a tombstone younger than the tombstone retention (it refuses an
+// older upsert written after the delete, which the engine has forgotten),
+// a live entry younger than the retention, or any entry of a document an
+// event could still be sent for (pending, processing, failed, discarded,
+// queued and not passed, archived in the dead letter): the leader judges
+// that event by it. It returns the page's last key and how many it copied.
+const carryLedgerSQL = `
+WITH page AS (
+  SELECT DISTINCT ON (projection, entity_type, entity_id) * FROM %s
+   WHERE (projection, entity_type, entity_id) > (@p, @t, @i)
+   ORDER BY projection, entity_type, entity_id, version DESC, event_id DESC
+   LIMIT @page
+), backlog AS MATERIALIZED (
+  SELECT DISTINCT b.projection, b.entity_type, b.entity_id FROM outbox_queue_backlog b
+), kept AS (
+  INSERT INTO outbox_ledger (slot, projection, entity_type, entity_id, version, deleted, event_id, applied_at)
+  SELECT @cur, a.projection, a.entity_type, a.entity_id, a.version, a.deleted, a.event_id, a.applied_at
+    FROM page a
+   WHERE NOT EXISTS (SELECT 1 FROM outbox_ledger n
+                      WHERE n.slot <> @next AND n.projection = a.projection AND n.entity_type = a.entity_type
+                        AND n.entity_id = a.entity_id AND (n.version, n.event_id) >= (a.version, a.event_id))
+     AND ((a.deleted AND a.applied_at >= now() - make_interval(secs => @tombstone_secs))
+       OR (NOT a.deleted AND a.applied_at >= now() - make_interval(secs => @retention_secs))
+       OR EXISTS (SELECT 1 FROM outbox_events e
+                   WHERE (e.status = 'pending' OR e.status = 'processing' OR e.status = 'failed' OR e.status = 'discarded')
+                     AND e.projection = a.projection AND e.entity_type = a.entity_type AND e.entity_id = a.entity_id)
+       OR EXISTS (SELECT 1 FROM backlog b
+                   WHERE b.projection = a.projection AND b.entity_type = a.entity_type AND b.entity_id = a.entity_id)
+       OR EXISTS (SELECT 1 FROM outbox_dead_letter d
+                   WHERE d.projection = a.projection AND d.entity_type = a.entity_type AND d.entity_id = a.entity_id))
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM kept), l.projection, l.entity_type, l.entity_id
+  FROM (SELECT projection, entity_type, entity_id FROM page
+         ORDER BY projection DESC, entity_type DESC, entity_id DESC LIMIT 1) l`
+
+// carryPlan keeps the carry on the ledger's index whatever the statistics
+// say (a partition emptied by the last rotation is analyzed as empty, and a
+// sequential scan of it planned then reads it whole once it has filled), and
+// JIT off: compiling the statement cost 500 ms a page.
+var carryPlan = []string{"SELECT set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)"}
+
+// carryLedger runs carryLedgerSQL over partition next, page after page,
+// until a page comes back empty.
+func (s *Store) carryLedger(ctx context.Context, cur, next int, retention, tombstoneRetention time.Duration, page int) (int64, error) {
+	sql := fmt.Sprintf(carryLedgerSQL, ledgerPartition(next))
+	args := pgx.NamedArgs{"cur": cur, "next": next, "page": page, "p": "", "t": "", "i": "",
+		"retention_secs": retention.Seconds(), "tombstone_secs": tombstoneRetention.Seconds()}
+	var total int64
+	for {
+		n, p, t, i, err := s.carryPage(ctx, sql, args)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return total, nil
+		}
+		if err != nil {
+			return total, fmt.Errorf("carry the ledger's needed entries out of %s: %w", ledgerPartition(next), err)
+		}
+		total += n
+		args["p"], args["t"], args["i"] = p, t, i
+	}
+}
+
+// carryPage runs one page of the carry after carryPlan, in one round trip
+// and one implicit transaction (the settings end with it).
+func (s *Store) carryPage(ctx context.Context, sql string, args pgx.NamedArgs) (n int64, p, t, i string, err error) {
+	br, err := s.sendAfter(ctx, carryPlan, func(b *pgx.Batch) { b.Queue(sql, args) })
+	if err != nil {
+		return 0, "", "", "", err
+	}
+	defer br.Close()
+	err = br.QueryRow().Scan(&n, &p, &t, &i)
+	return n, p, t, i, err
+}
+
+// errNotReopened rolls back a reopening that its guard refused.
+var errNotReopened = errors.New("the ledger's rotation moved or the leader was deposed")
+
+// reopenLedgerSlot empties partition next and makes it current, in one
+// transaction under the leader's fencing guard and only if cur is still
+// current: a deposed leader's rotation, or a second one racing it, changes
+// nothing (errNotReopened). The TRUNCATE waits at most a second for the lookups that read
+// the partition (lock_timeout): a rotation that times out is tried again
+// at the next round.
+func (s *Store) reopenLedgerSlot(ctx context.Context, epoch int64, cur, next int) error {
+	return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '1s'`); err != nil {
+			return fmt.Errorf("reopen the ledger's partition: %w", err)
+		}
+		tag, err := tx.Exec(ctx, `UPDATE outbox_ledger_rotation SET slot = @next, opened_at = now()
+		  WHERE slot = @cur AND `+leaderGuard, s.args(epoch, pgx.NamedArgs{"cur": cur, "next": next}))
+		if err != nil {
+			return fmt.Errorf("reopen the ledger's partition: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return errNotReopened
+		}
+		if _, err := tx.Exec(ctx, `TRUNCATE `+ledgerPartition(next)); err != nil {
+			return fmt.Errorf("reopen the ledger's partition %s: %w", ledgerPartition(next), err)
+		}
+		return nil
+	})
+}
+
+// ledgerPartition is the name of the ledger's partition of slot.
+func ledgerPartition(slot int) string {
+	return "outbox_ledger_" + strconv.Itoa(slot)
+}
