@@ -40,17 +40,22 @@ type LedgerRotation struct {
 	Carried int64
 }
 
+// ledgerRotateAtMost bounds the time a partition is current: only a
+// document's newest entry matters, so the superseded rest is space held for
+// nothing, and a day of it is enough to carry each rotation's needed
+// entries (at most one per document applied within the retention).
+const ledgerRotateAtMost = 24 * time.Hour
+
 // RotateLedger opens the ledger's oldest partition again once the current
-// one has been written for half the retention or longer: a partition is
-// current for half the retention, then kept for as long again before it is
-// reopened, so an entry lives at least the retention. Before the TRUNCATE,
-// the entries of that partition still needed (carryLedgerSQL) are copied
-// into the current one, in pages of one short transaction each.
+// one has been written for half the retention (a day at most) or longer.
+// Before the TRUNCATE, the entries of that partition still needed
+// (carryLedgerSQL, which judges by age, not by the rotation's pace) are
+// copied into the current one, in pages of one short transaction each.
 func (s *Store) RotateLedger(ctx context.Context, epoch int64, retention, tombstoneRetention time.Duration, page int) (LedgerRotation, error) {
 	var slot int
 	var due bool
 	err := s.Pool.QueryRow(ctx, `SELECT slot, opened_at <= now() - make_interval(secs => $1) FROM outbox_ledger_rotation`,
-		retention.Seconds()/2).Scan(&slot, &due)
+		min(retention/2, ledgerRotateAtMost).Seconds()).Scan(&slot, &due)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return LedgerRotation{}, errors.New("the ledger's rotation has no row (outbox_ledger_rotation was emptied): " +
 			"INSERT INTO outbox_ledger_rotation (slot) VALUES (0) as the owner; entries go to partition 0 meanwhile")
