@@ -13,6 +13,7 @@ var (
 	PruneQueuedSQL      = pruneQueuedSQL
 
 	AckDoneSQL       = ackDoneSQL
+	AckQueuedSQL     = ackQueuedSQL
 	AckFailedSQL     = ackFailedSQL
 	ReleaseSQL       = releaseSQL
 	ReclaimSQL       = reclaimSQL

@@ -226,3 +226,51 @@ func TestLedgerRotationWaitsForItsPartitionAtMostASecond(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, r.Rotated)
 }
+
+// TestAckReadsTheLedgerPartitionOnce: the ack names the partition of its
+// entries once per statement, not once per row through the column's
+// default, and the partition's lookup is by key under the ack's own
+// settings (sequential scans off): a disabled scan's cost JIT-compiled it
+// on every call, 15 ms a row, and the drill's soak fell behind.
+func TestAckReadsTheLedgerPartitionOnce(t *testing.T) {
+	t.Parallel()
+	b, origin := queuedBundle(t)
+	ctx := context.Background()
+	b.insert(t, 50)
+	events, _ := b.read(t, origin, 50)
+	ids := make([]int64, len(events))
+	for i, e := range events {
+		ids[i] = e.ID
+	}
+	tx, err := b.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck
+	_, err = tx.Exec(ctx, `SET LOCAL track_functions = 'all'`)
+	require.NoError(t, err)
+	for _, s := range outbox.ByKeyPlan {
+		_, err := tx.Exec(ctx, s)
+		require.NoError(t, err)
+	}
+	rows, err := tx.Query(ctx, outbox.AckQueuedSQL, pgx.NamedArgs{"ids": ids, "applied": ids, "owner": b.Store.Owner,
+		"epoch": 1, "leader": b.Store.LeaderName})
+	require.NoError(t, err)
+	acked, err := pgx.CollectRows(rows, pgx.RowToMap)
+	require.NoError(t, err)
+	require.Len(t, acked, 50)
+	var calls int
+	require.NoError(t, tx.QueryRow(ctx, `SELECT calls FROM pg_stat_xact_user_functions WHERE funcname = 'outbox_ledger_slot'`).Scan(&calls))
+	require.Equal(t, 1, calls, "50 entries, one read of the partition")
+
+	var body string
+	require.NoError(t, tx.QueryRow(ctx, `SELECT prosrc FROM pg_proc WHERE proname = 'outbox_ledger_slot'`).Scan(&body))
+	plan, err := pgx.CollectRows(must(tx.Query(ctx, "EXPLAIN "+body)), pgx.RowTo[string])
+	require.NoError(t, err)
+	require.NotContains(t, strings.Join(plan, "\n"), "Seq Scan", "the rotation's row is read by its key")
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}

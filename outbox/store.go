@@ -268,14 +268,16 @@ WITH acked AS (
    WHERE id = ANY(@ids) AND status = 'queued' AND ` + leaderGuard + `
 ` + ackLedgerSQL
 
-// ackLedgerSQL moves the ledger for the acked rows named in @applied.
+// ackLedgerSQL moves the ledger for the acked rows named in @applied. The
+// partition is read once per statement (an InitPlan), not per row as the
+// column's default would.
 const ackLedgerSQL = `), newest AS (
   SELECT DISTINCT ON (projection, entity_type, entity_id) projection, entity_type, entity_id, version, op, id
     FROM acked WHERE id = ANY(@applied)
    ORDER BY projection, entity_type, entity_id, version DESC, id DESC
 ), ledger AS (
-  INSERT INTO outbox_ledger (projection, entity_type, entity_id, version, deleted, event_id, applied_at)
-  SELECT projection, entity_type, entity_id, version, op = 'delete', id, now() FROM newest
+  INSERT INTO outbox_ledger (slot, projection, entity_type, entity_id, version, deleted, event_id, applied_at)
+  SELECT (SELECT outbox_ledger_slot()), projection, entity_type, entity_id, version, op = 'delete', id, now() FROM newest
 )
 SELECT id, secs FROM acked`
 
@@ -337,7 +339,9 @@ func (s *Store) sendAfter(ctx context.Context, plan []string, queue func(*pgx.Ba
 // byKeyPlan turns sequential scans off for one statement that finds its rows
 // by key (ids): its plan, cached on the connection, may have been made when
 // the outbox was empty, and would then read the whole outbox for each ack.
-var byKeyPlan = []string{"SELECT set_config('enable_seqscan', 'off', true)"}
+// JIT goes off with them: a plan that had to keep a disabled scan (a table
+// without a usable index) costs enough to be compiled on every run.
+var byKeyPlan = []string{"SELECT set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)"}
 
 // byKey runs sql after byKeyPlan, in one round trip and one implicit
 // transaction (the setting ends with it), and calls each for every row.
