@@ -8,6 +8,7 @@ var (
 	ClaimStatement = claimStatement
 	GaugesSQL      = gaugesSQL
 
+	ReadQueuedSQL       = readQueuedSQL
 	ReadQueuedLedgerSQL = readQueuedLedgerSQL
 	QueuedPlan          = queuedPlan
 	PruneQueuedSQL      = pruneQueuedSQL

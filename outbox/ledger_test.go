@@ -238,10 +238,7 @@ func TestAckReadsTheLedgerPartitionOnce(t *testing.T) {
 	ctx := context.Background()
 	b.insert(t, 50)
 	events, _ := b.read(t, origin, 50)
-	ids := make([]int64, len(events))
-	for i, e := range events {
-		ids[i] = e.ID
-	}
+	ids := claimedIDs(events)
 	tx, err := b.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx) //nolint:errcheck
