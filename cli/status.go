@@ -16,7 +16,7 @@ import (
 type statusCmd struct {
 	dbFlags
 	MaxProcessingSeconds float64       `name:"max-processing-seconds" help:"A processing event older than this counts as stuck, even with a live lease." env:"OUTBOX_MAX_PROCESSING_SECONDS" default:"${max_processing}"`
-	Retention            time.Duration `help:"The leader's retention of done rows: status counts the done rows older than this." env:"OUTBOX_RETENTION" default:"${retention}"`
+	Retention            time.Duration `help:"The leader's retention of events: status counts the done rows older than one and a half times this (the rotation is late on them)." env:"OUTBOX_RETENTION" default:"${retention}"`
 	Exact                bool          `help:"Count done events exactly; this reads the whole table. Without it the done count is an estimate."`
 	JSON                 bool          `name:"json" help:"Print one JSON object."`
 }
@@ -122,7 +122,7 @@ func (c *statusCmd) Run(g *globals) error {
 		}
 		maxProcessing := seconds(c.MaxProcessingSeconds)
 		s, err := outbox.TakeSnapshotWith(ctx, conn, outbox.SnapshotOptions{
-			MaxProcessing: maxProcessing, ExactDone: c.Exact, Retention: c.Retention, Projections: replica.ProjectionNames(),
+			MaxProcessing: maxProcessing, ExactDone: c.Exact, Retention: rotationLate(c.Retention), Projections: replica.ProjectionNames(),
 			Rebuilds: true})
 		if err != nil {
 			return err
@@ -173,8 +173,9 @@ func writeStatus(w io.Writer, s outbox.Snapshot, h outbox.Horizon, maxProcessing
 	fmt.Fprintf(tw, "lag\t%d pending, %s\n", s.Lag, oldest)
 	fmt.Fprintf(tw, "in flight\t%d\n", s.InFlight)
 	fmt.Fprintf(tw, "stuck\t%d (lease expired or processing longer than %s)\n", s.Stuck, maxProcessing)
-	fmt.Fprintf(tw, "retention\t%s: %d done older, oldest done %s (the leader prunes them)\n",
-		durationText(retention), s.DoneOverRetention, formatAge(s.OldestDoneAge))
+	fmt.Fprintf(tw, "retention\t%s: rows go with their partition within %s; %d done older than that "+
+		"(the rotation is late: see its log), oldest done %s\n",
+		durationText(retention), durationText(rotationLate(retention)), s.DoneOverRetention, formatAge(s.OldestDoneAge))
 	switch l := s.Leader; {
 	case l == nil:
 		fmt.Fprintf(tw, "leader\tnone has ever led\n")
@@ -324,4 +325,12 @@ func vacuumJSON(tables []outbox.TableVacuum) []tableVacuumJSON {
 		out = append(out, j)
 	}
 	return out
+}
+
+// rotationLate is the age past which a done row shows the outbox's
+// rotation is late: a partition goes once its rows are older than the
+// retention, and the partitions rotate every half of it, so a row lives
+// up to one and a half retentions.
+func rotationLate(retention time.Duration) time.Duration {
+	return retention * 3 / 2
 }

@@ -24,6 +24,11 @@ var (
 	// reopened; ledgerCarriedTotal the entries it copied out of them first.
 	ledgerRotationsTotal = metrics.NewCounter(`outbox_ledger_rotations_total`)
 	ledgerCarriedTotal   = metrics.NewCounter(`outbox_ledger_carried_total`)
+	// The outbox's partitions reopened, the rows moved out of them first,
+	// and whether a due rotation waits for a row still needed.
+	eventsRotationsTotal = metrics.NewCounter(`outbox_events_rotations_total`)
+	eventsCarriedTotal   = metrics.NewCounter(`outbox_events_carried_total`)
+	eventsRotationHeld   = metrics.NewGauge(`outbox_events_rotation_held`, nil)
 	batchDuration        = promhist.New(`outbox_batch_duration_seconds`, promhist.LatencyBuckets)
 	// claimDuration is fine-grained below 5 ms: a claim's cost is what the
 	// application's database pays per batch.
@@ -41,7 +46,9 @@ func init() {
 		"outbox_terminal_failed_total":  "Events that reached the terminal failed state.",
 		"outbox_reclaimed_total":        "Stuck events returned by the reclaimer.",
 		"outbox_superseded_total":       "Events acked without effect: the ledger (never sent) or the projection had this version, a newer one, or this very event.",
-		"outbox_pruned_total":           "Done events deleted after the retention.",
+		"outbox_events_rotations_total": "Outbox partitions reopened (TRUNCATE) once their rows were older than the retention and passed by every projection.",
+		"outbox_events_carried_total":   "Outbox rows moved out of a partition before it was reopened, because they were still needed (retrying, failed, discarded, done within the retention).",
+		"outbox_events_rotation_held":   "1 while the outbox's oldest partition is due but still holds an event in flight or one a projection has not passed (a paused projection): its rotation waits.",
 		"outbox_ledger_rotations_total": "Ledger partitions reopened (TRUNCATE) once their entries were older than the retention.",
 		"outbox_ledger_carried_total":   "Ledger entries copied out of a partition before it was reopened, because they were still needed.",
 		"outbox_fenced_acks_total":      "Acks refused because the claim token was no longer current.",
@@ -69,7 +76,6 @@ func initCounters(projections []string) {
 		processedTotal(p)
 		supersededTotal(p, causeLedger)
 		supersededTotal(p, causeProjection)
-		prunedTotal(p)
 		for _, r := range classify.Reasons {
 			failedTotal(p, r)
 			terminalFailedTotal(p, r)
@@ -98,8 +104,4 @@ func terminalFailedTotal(projection, reason string) *metrics.Counter {
 
 func supersededTotal(projection, cause string) *metrics.Counter {
 	return metrics.GetOrCreateCounter(fmt.Sprintf(`outbox_superseded_total{projection=%q,cause=%q}`, projection, cause))
-}
-
-func prunedTotal(projection string) *metrics.Counter {
-	return metrics.GetOrCreateCounter(fmt.Sprintf(`outbox_pruned_total{projection=%q}`, projection))
 }

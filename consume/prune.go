@@ -8,7 +8,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/wlproj/wlproj/internal/bounds"
-	"github.com/wlproj/wlproj/internal/serviceutil"
 	"github.com/wlproj/wlproj/leader"
 	"github.com/wlproj/wlproj/outbox"
 )
@@ -20,8 +19,6 @@ const (
 	TombstoneRetentionDefault = 90 * 24 * time.Hour
 	pruneIntervalDefault      = 10 * time.Second
 	pruneBatchDefault         = 1000
-	prunePauseDefault         = 50 * time.Millisecond
-	pruneMaxBatchesPerRun     = 1000
 )
 
 // RetentionRange and TombstoneRetentionRange are what PrunerConfig.Retention
@@ -33,9 +30,11 @@ var (
 
 // PrunerConfig configures the Pruner.
 type PrunerConfig struct {
-	// Retention is how long done rows are kept after their ack, and how long
-	// a live document's ledger entry outlives its last applied event.
-	// Defaults to 168h.
+	// Retention is how long an event's row is kept at least (done rows
+	// after their ack, queued ones after their insert; the outbox's
+	// partitions rotate every half of it, so rows live up to 1.5 times it),
+	// and how long a live document's ledger entry outlives its last applied
+	// event. Defaults to 168h.
 	Retention time.Duration
 	// TombstoneRetention is how long a deleted document's ledger entry
 	// outlives its delete: the window in which an older upsert written
@@ -44,11 +43,10 @@ type PrunerConfig struct {
 	TombstoneRetention time.Duration
 	// Interval is the pause between two rounds. Defaults to 10s.
 	Interval time.Duration
-	// Batch is the most rows one statement deletes, so no statement holds
-	// many locks or runs long next to the claim. Defaults to 1000.
+	// Batch is the most rows one statement of a rotation's carry moves, so
+	// no statement holds many locks or runs long next to the claim.
+	// Defaults to 1000.
 	Batch int
-	// Pause is the rest between two batches of a round. Defaults to 50ms.
-	Pause time.Duration
 }
 
 func (c PrunerConfig) withDefaults() PrunerConfig {
@@ -56,7 +54,6 @@ func (c PrunerConfig) withDefaults() PrunerConfig {
 	c.TombstoneRetention = cmp.Or(c.TombstoneRetention, TombstoneRetentionDefault)
 	c.Interval = cmp.Or(c.Interval, pruneIntervalDefault)
 	c.Batch = cmp.Or(c.Batch, pruneBatchDefault)
-	c.Pause = cmp.Or(c.Pause, prunePauseDefault)
 	return c
 }
 
@@ -70,8 +67,8 @@ func (c PrunerConfig) Validate() error {
 	)
 }
 
-// Pruner is the leader's service that keeps the outbox bounded: it deletes
-// done rows older than the retention, and rotates the ledger, whose entries
+// Pruner is the leader's service that keeps the outbox bounded: it rotates
+// the outbox's partitions (see outbox.RotateEvents), and the ledger's, whose entries
 // live at least the retention (deleted documents' the tombstone retention,
 // and any entry as long as an event of its document could still be sent:
 // see outbox.RotateLedger).
@@ -80,6 +77,7 @@ type Pruner struct {
 	cfg   PrunerConfig
 	store *outbox.Store
 	log   zerolog.Logger
+	held  string // what held the outbox's last due rotation, if anything
 }
 
 // NewPruner validates cfg (after defaults) and builds the service.
@@ -94,55 +92,48 @@ func NewPruner(cfg PrunerConfig, store *outbox.Store, log zerolog.Logger) (*Prun
 	return p, nil
 }
 
-// PruneResult is what one round did: the done rows it deleted, and the
-// ledger's rotation.
+// PruneResult is what one round did: the outbox's rotation and the
+// ledger's.
 type PruneResult struct {
-	Done   int
+	Events outbox.EventsRotation
 	Ledger outbox.LedgerRotation
 }
 
-// runOnce deletes done rows in batches until one comes back short, then
-// rotates the ledger when its current partition is due.
+// runOnce rotates the outbox, then the ledger, each when its current
+// partition is due, and drops the activity counts past the retention.
 func (p *Pruner) runOnce(ctx context.Context, epoch int64) (PruneResult, error) {
 	var res PruneResult
-	var err error
-	res.Done, err = p.batches(ctx, func(ctx context.Context) (int, error) {
-		byProjection, err := p.store.PruneDone(ctx, p.cfg.Retention, p.cfg.Batch)
-		n := 0
-		for projection, count := range byProjection {
-			prunedTotal(projection).Add(count)
-			n += count
-		}
-		return n, err
-	})
-	if err == nil {
-		res.Ledger, err = p.store.RotateLedger(ctx, epoch, p.cfg.Retention, p.cfg.TombstoneRetention, p.cfg.Batch)
+	if err := p.store.PruneActivity(ctx, p.cfg.Retention); err != nil {
+		return res, err
 	}
+	var err error
+	res.Events, err = p.store.RotateEvents(ctx, epoch, p.cfg.Retention, p.cfg.Batch)
+	p.recordEvents(res.Events)
+	if err != nil {
+		return res, err
+	}
+	res.Ledger, err = p.store.RotateLedger(ctx, epoch, p.cfg.Retention, p.cfg.TombstoneRetention, p.cfg.Batch)
 	ledgerCarriedTotal.Add(int(res.Ledger.Carried))
 	if res.Ledger.Rotated {
 		ledgerRotationsTotal.Inc()
-	}
-	if res.Done > 0 || res.Ledger.Rotated {
-		p.log.Info().Int("done", res.Done).Bool("ledger_rotated", res.Ledger.Rotated).Int("ledger_slot", res.Ledger.Slot).
-			Int64("ledger_carried", res.Ledger.Carried).Dur("retention", p.cfg.Retention).
-			Dur("tombstone_retention", p.cfg.TombstoneRetention).Msg("pruned")
+		p.log.Info().Int("ledger_slot", res.Ledger.Slot).Int64("ledger_carried", res.Ledger.Carried).
+			Dur("retention", p.cfg.Retention).Dur("tombstone_retention", p.cfg.TombstoneRetention).Msg("ledger rotated")
 	}
 	return res, err
 }
 
-// batches calls prune until a batch comes back short, resting between two,
-// and returns how many rows it deleted.
-func (p *Pruner) batches(ctx context.Context, prune func(context.Context) (int, error)) (int, error) {
-	total := 0
-	for range pruneMaxBatchesPerRun {
-		n, err := prune(ctx)
-		total += n
-		if err != nil {
-			return total, err
-		}
-		if n < p.cfg.Batch || serviceutil.Sleep(ctx, p.cfg.Pause) != nil {
-			break
-		}
+// recordEvents counts and logs what the outbox's rotation did; a held
+// rotation is logged when what holds it changes, not every round.
+func (p *Pruner) recordEvents(r outbox.EventsRotation) {
+	eventsCarriedTotal.Add(int(r.Carried))
+	if r.Rotated {
+		eventsRotationsTotal.Inc()
+		p.log.Info().Int("slot", r.Slot).Int64("carried", r.Carried).Dur("retention", p.cfg.Retention).Msg("outbox rotated")
 	}
-	return total, nil
+	if r.Held != "" && r.Held != p.held {
+		p.log.Warn().Str("held_by", r.Held).Int64("carried", r.Carried).Dur("retention", p.cfg.Retention).
+			Msg("the outbox's oldest partition is due but still needed: its rotation waits (a paused projection holds it until it resumes)")
+	}
+	p.held = r.Held
+	eventsRotationHeld.Set(map[bool]float64{true: 1, false: 0}[r.Held != ""])
 }

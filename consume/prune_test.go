@@ -12,26 +12,87 @@ import (
 	"github.com/wlproj/wlproj/projection"
 )
 
-func TestPrunerDeletesOnlyOldDoneRowsInBatches(t *testing.T) {
+// The outbox rotates as its retention passes: the partition the rows were
+// written to goes whole, by TRUNCATE, once two half-retentions later it is
+// the oldest, and the rows still needed move out of it first, in pages:
+// retrying, failed, discarded, and done within the retention.
+func TestPrunerRotatesTheOutboxKeepingWhatIsNeeded(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, status, processed_at)
-		SELECT 'book', g::text, 'upsert', 'done', now() - interval '2 hours' FROM generate_series(1, 25) g`)
-	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, status, processed_at)
-		SELECT 'book', g::text, 'upsert', 'done', now() - interval '10 minutes' FROM generate_series(1, 5) g`)
-	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, status, updated_at, error_reason)
-		VALUES ('book', 'f', 'upsert', 'failed', now() - interval '2 hours', 'mapping_error'),
-		       ('book', 'p', 'upsert', 'pending', now() - interval '2 hours', NULL)`)
-	p, err := NewPruner(PrunerConfig{Retention: time.Hour, Batch: 10, Pause: 1}, b.Store, zerolog.Nop())
+	old := `now() - interval '2 hours'`
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, status, processed_at, created_at)
+		SELECT 'book', g::text, 'upsert', 'done', `+old+`, `+old+` FROM generate_series(1, 25) g`)
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, status, processed_at, created_at)
+		SELECT 'book', 'y' || g, 'upsert', 'done', now() - interval '10 minutes', `+old+` FROM generate_series(1, 12) g`)
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, status, updated_at, error_reason, created_at) VALUES
+		('book', 'f', 'upsert', 'failed', `+old+`, 'mapping_error', `+old+`),
+		('book', 'p', 'upsert', 'pending', `+old+`, NULL, `+old+`),
+		('book', 'd', 'upsert', 'discarded', `+old+`, 'mapping_error', `+old+`)`)
+	before := harness.Pairs[int64, string](t, b.DB, `SELECT id, row_to_json(e)::jsonb - 'slot' FROM outbox_events e WHERE status <> 'done' OR entity_id LIKE 'y%'`)
+	p, err := NewPruner(PrunerConfig{Retention: time.Hour, Batch: 10}, b.Store, zerolog.Nop())
 	require.NoError(t, err)
-
 	res, err := p.runOnce(context.Background(), 1)
 	require.NoError(t, err)
-	require.Equal(t, 25, res.Done, "three batches of at most 10")
-	require.False(t, res.Ledger.Rotated, "the ledger's partition is younger than half the retention")
-	require.Zero(t, b.Count(t, `status = 'done' AND processed_at < now() - interval '1 hour'`))
-	require.Equal(t, 5, b.Count(t, `status = 'done'`), "young done rows stay")
-	require.Equal(t, 2, b.Count(t, `status IN ('failed', 'pending')`), "only done rows are pruned")
+	require.False(t, res.Events.Rotated, "the current partition is younger than half the retention")
+
+	var moved int64
+	for i := range 3 {
+		res := ageAndRun(t, b, p)
+		require.True(t, res.Events.Rotated, "rotation %d", i)
+		require.Equal(t, (2+i)%3, res.Events.Slot)
+		moved += res.Events.Carried
+	}
+	require.Equal(t, int64(15), moved, "two pages of 10")
+	require.Zero(t, b.Int(t, `SELECT count(*) FROM outbox_events WHERE status = 'done' AND processed_at < now() - interval '1 hour'`))
+	after := harness.Pairs[int64, string](t, b.DB, `SELECT id, row_to_json(e)::jsonb - 'slot' FROM outbox_events e`)
+	require.Equal(t, before, after, "the rows still needed are moved as they were, ids included")
+	require.Equal(t, map[int]int{0: 15}, harness.Pairs[int, int](t, b.DB, `SELECT slot, count(*) FROM outbox_events GROUP BY slot`))
+}
+
+// A due partition waits while it holds an event in flight or one a
+// projection has not passed (here one no leader has read: a paused
+// projection's), and goes once they are done.
+func TestPrunerRotationWaitsForEventsNotPassed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, created_at)
+		SELECT 'book', g::text, 'upsert', now() - interval '2 hours' FROM generate_series(1, 5) g`)
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, status, created_at, lease_until)
+		VALUES ('book', 'c', 'upsert', 'processing', now() - interval '2 hours', now() + interval '1 minute')`)
+	p, err := NewPruner(PrunerConfig{Retention: time.Hour}, b.Store, zerolog.Nop())
+	require.NoError(t, err)
+	ageAndRun(t, b, p)
+	ageAndRun(t, b, p)
+	res := ageAndRun(t, b, p)
+	require.False(t, res.Events.Rotated)
+	require.Regexp(t, `^event \d+, processing$`, res.Events.Held)
+	b.Exec(t, `UPDATE outbox_events SET status = 'done', processed_at = now() - interval '2 hours' WHERE entity_id = 'c'`)
+
+	res = ageAndRun(t, b, p)
+	require.False(t, res.Events.Rotated)
+	require.Regexp(t, `^event \d+, which projection search has not passed yet$`, res.Events.Held)
+	require.Equal(t, 5, b.Count(t, `status = 'pending'`), "nothing went")
+
+	loop, err := NewLoop(Config{}, b.Store, projection.Registry{"search": latestRecorder{&recorder{}}}, zerolog.Nop())
+	require.NoError(t, err)
+	done, err := loop.runOnce(context.Background(), 1)
+	require.NoError(t, err)
+	require.Equal(t, 5, done.Done)
+	res = ageAndRun(t, b, p)
+	require.True(t, res.Events.Rotated, "passed: the partition goes")
+	require.Zero(t, b.Int(t, `SELECT count(*) FROM outbox_events`))
+}
+
+// ageAndRun makes both rotations' current partitions half a retention
+// older, and runs one round of the pruner.
+func ageAndRun(t *testing.T, b bundle, p *Pruner) PruneResult {
+	t.Helper()
+	for _, table := range []string{"outbox_events_rotation", "outbox_ledger_rotation"} {
+		b.Exec(t, `UPDATE `+table+` SET opened_at = opened_at - make_interval(secs => $1)`, p.cfg.Retention.Seconds()/2)
+	}
+	res, err := p.runOnce(context.Background(), 1)
+	require.NoError(t, err)
+	return res
 }
 
 // ledgerEntry writes one search ledger entry of book id, applied age ago.
@@ -49,9 +110,7 @@ func rotateThrice(t *testing.T, b bundle, p *Pruner) int64 {
 	t.Helper()
 	var carried int64
 	for range 3 {
-		b.Exec(t, `UPDATE outbox_ledger_rotation SET opened_at = opened_at - make_interval(secs => $1)`, p.cfg.Retention.Seconds()/2)
-		res, err := p.runOnce(context.Background(), 1)
-		require.NoError(t, err)
+		res := ageAndRun(t, b, p)
 		require.True(t, res.Ledger.Rotated)
 		carried += res.Ledger.Carried
 	}
@@ -85,10 +144,8 @@ func TestPrunerKeepsATombstoneForAnOlderUpsertWrittenAfterRetention(t *testing.T
 
 	p, err := NewPruner(PrunerConfig{Retention: time.Hour}, b.Store, zerolog.Nop())
 	require.NoError(t, err)
-	pruned, err := p.runOnce(context.Background(), 1)
-	require.NoError(t, err)
-	require.Equal(t, 2, pruned.Done)
 	require.Equal(t, int64(1), rotateThrice(t, b, p), "the done rows go, the tombstone stays")
+	require.Zero(t, b.Int(t, `SELECT count(*) FROM outbox_events`), "the done rows went with their partition")
 
 	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version) VALUES ('book', '1', 'upsert', 4)`)
 	res, err = loop.runOnce(context.Background(), 1)
@@ -115,7 +172,7 @@ func TestPrunerRemovesLiveEntriesPastRetentionInPages(t *testing.T) {
 	b.Exec(t, `INSERT INTO outbox_ledger (projection, entity_type, entity_id, version, deleted, event_id, applied_at)
 		SELECT 'search', 'book', 'old-' || g, 3, false, g, now() - interval '2 hours' FROM generate_series(1, 25) g`)
 	ledgerEntry(t, b, "young", false, 30*time.Minute)
-	p, err := NewPruner(PrunerConfig{Retention: time.Hour, TombstoneRetention: 3 * time.Hour, Batch: 10, Pause: 1},
+	p, err := NewPruner(PrunerConfig{Retention: time.Hour, TombstoneRetention: 3 * time.Hour, Batch: 10},
 		b.Store, zerolog.Nop())
 	require.NoError(t, err)
 
@@ -177,4 +234,43 @@ func TestPrunerConfigRefusesAZeroRetention(t *testing.T) {
 	t.Parallel()
 	_, err := NewPruner(PrunerConfig{Retention: -1}, nil, zerolog.Nop())
 	require.ErrorContains(t, err, "Retention=-1ns is out of range")
+}
+
+// A row another transaction is changing (an operator's replay holding it
+// FOR UPDATE) is not moved under it: the carry passes over it, and the
+// partition is not emptied while that transaction holds it (the rotation
+// waits for the next round). Once the replay commits, the next round moves
+// the row as the replay left it, and empties the partition.
+func TestPrunerRotationPassesOverARowBeingChanged(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, status, error_reason, created_at, updated_at)
+		VALUES ('book', 'f', 'upsert', 'failed', 'mapping_error', now() - interval '2 hours', now() - interval '2 hours')`)
+	p, err := NewPruner(PrunerConfig{Retention: time.Hour}, b.Store, zerolog.Nop())
+	require.NoError(t, err)
+	ageAndRun(t, b, p)
+	ageAndRun(t, b, p)
+
+	replay, err := b.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer replay.Rollback(ctx) //nolint:errcheck
+	_, err = replay.Exec(ctx, `SELECT id FROM outbox_events WHERE entity_id = 'f' FOR UPDATE`)
+	require.NoError(t, err)
+	b.Exec(t, `UPDATE outbox_events_rotation SET opened_at = opened_at - interval '30 minutes'`)
+	res, err := p.runOnce(ctx, 1)
+	require.NoError(t, err)
+	require.False(t, res.Events.Rotated)
+	require.Contains(t, res.Events.Held, "a lock another session holds on outbox_events_1")
+	require.Zero(t, res.Events.Carried, "the row being changed is passed over")
+	require.Equal(t, 1, b.Int(t, `SELECT count(*) FROM outbox_events WHERE entity_id = 'f' AND status = 'failed' AND slot = 1`))
+
+	_, err = replay.Exec(ctx, `UPDATE outbox_events SET status = 'pending', error_reason = NULL WHERE entity_id = 'f'`)
+	require.NoError(t, err)
+	require.NoError(t, replay.Commit(ctx))
+	res = ageAndRun(t, b, p)
+	require.True(t, res.Events.Rotated)
+	require.Equal(t, int64(1), res.Events.Carried)
+	require.Equal(t, 1, b.Int(t, `SELECT count(*) FROM outbox_events WHERE entity_id = 'f' AND status = 'pending' AND slot = 0`),
+		"moved as the replay left it")
 }

@@ -67,6 +67,7 @@ var allowedMetrics = map[string]bool{
 	"outbox_claim_errors_total":                      true,
 	"outbox_ack_errors_total":                        true,
 	"outbox_reclaim_errors_total":                    true,
+	"outbox_events_rotation_held":                    true,
 	"wlproj_build_info":                              true,
 	"up":                                             true,
 }
@@ -184,6 +185,7 @@ func readYAML(t *testing.T, path string, v any) {
 }
 
 var wantAlerts = []string{
+	"OutboxRotationHeld",
 	"OutboxOldestPendingWarning",
 	"OutboxOldestPendingCritical",
 	"OutboxStuckProcessing",

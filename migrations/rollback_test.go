@@ -97,3 +97,38 @@ func provider(t *testing.T, url string) *goose.Provider {
 	require.NoError(t, err)
 	return p
 }
+
+// TestEventsRotationRollsBack: undoing 00021 makes partition 0 the one
+// table outbox_events again, with every row of every partition in it, its
+// own indexes' names, its trigger and the views over it; applying it again
+// partitions it again, and new rows go to the current partition.
+func TestEventsRotationRollsBack(t *testing.T) {
+	t.Parallel()
+	b := harness.NewOutbox(t)
+	insert := `INSERT INTO outbox_events (entity_type, entity_id, op) SELECT 'book', g::text, 'upsert' FROM generate_series(1, 3) g`
+	b.Exec(t, insert)
+	b.Exec(t, `UPDATE outbox_events_rotation SET slot = 2`)
+	b.Exec(t, insert)
+	b.Exec(t, `UPDATE outbox_events SET status = 'failed', error_reason = 'r', last_error = 'boom'
+	            WHERE id = (SELECT max(id) FROM outbox_events)`)
+	require.Equal(t, map[int]int{1: 3, 2: 3}, harness.Pairs[int, int](t, b.DB, `SELECT slot, count(*) FROM outbox_events GROUP BY slot`))
+	p := provider(t, b.URL)
+	_, err := p.DownTo(context.Background(), 20)
+	require.NoError(t, err)
+
+	require.Zero(t, b.Int(t, `SELECT count(*) FROM pg_class WHERE relname ~ '^outbox_events_[0-9]|^outbox_events_rotation$'`))
+	require.Zero(t, b.Int(t, `SELECT count(*) FROM pg_partitioned_table WHERE partrelid = 'outbox_events'::regclass`), "outbox_events is one table again")
+	require.Equal(t, 6, b.Int(t, `SELECT count(*) FROM outbox_events`))
+	require.Equal(t, 1, b.Count(t, `status = 'failed' AND last_error = 'boom'`), "the views read the table")
+	require.Equal(t, 1, b.Int(t, `SELECT count(*) FROM pg_indexes WHERE tablename = 'outbox_events' AND indexname = 'outbox_events_queued_idx'`))
+	require.Equal(t, 1, b.Int(t, `SELECT count(*) FROM pg_trigger WHERE tgrelid = 'outbox_events'::regclass AND tgname = 'outbox_events_notify'`))
+	b.Exec(t, insert)
+	require.Equal(t, 8, b.Count(t, `queued`))
+
+	_, err = p.Up(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, map[int]int{0: 9}, harness.Pairs[int, int](t, b.DB, `SELECT slot, count(*) FROM outbox_events GROUP BY slot`))
+	b.Exec(t, insert)
+	require.Equal(t, map[int]int{0: 9, 1: 3}, harness.Pairs[int, int](t, b.DB, `SELECT slot, count(*) FROM outbox_events GROUP BY slot`))
+	require.Equal(t, 12, b.Count(t, `true`), "the views read every partition")
+}

@@ -15,7 +15,13 @@ import (
 // reports ready (health checks it), so it never claims on a schema its
 // statements would fail on.
 //
-// It is 19: the ledger is outbox_ledger, which 00019 adds (and fills from
+// It is 21: the leader's pruner rotates outbox_events, which 00021
+// partitions (outbox_events_rotation, outbox_events_0 to _2). A binary of
+// 19 or 20 runs on 21 unchanged (it deletes done rows row by row, as
+// before): the upgrade is the usual one, migrate, then restart the standby,
+// then the leader.
+//
+// Before that, 19: the ledger is outbox_ledger, which 00019 adds (and fills from
 // outbox_applied, whose writes by an older binary it copies while the
 // replicas are restarted). The upgrade from 17 or 18 is: migrate, then
 // restart the standby, then the leader. Once a binary of 19 has led, an
@@ -35,7 +41,7 @@ import (
 // then restart the standby, then the leader) relies on that.
 // TestRequiredVersionReviewed fails when a migration is added, until
 // someone has decided.
-const RequiredVersion int64 = 19
+const RequiredVersion int64 = 21
 
 // HeadVersion is the newest migration embedded in this binary: what
 // wlproj migrate brings a database to.

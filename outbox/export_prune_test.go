@@ -8,3 +8,17 @@ func CarryLedgerSQL(slot int) string { return fmt.Sprintf(carryLedgerSQL, ledger
 
 // CarryPlan is the carry's settings.
 var CarryPlan = carryPlan
+
+// CarryEventsSQL, EventsHeldSQL and YoungEventsSQL are the outbox
+// rotation's statements over partition slot, for the plan tests.
+func CarryEventsSQL(slot int) string {
+	return fmt.Sprintf(carryEventsSQL, eventsRotated.partitionOf(slot), eventsRotated.partitionOf((slot+2)%rotationSlots))
+}
+
+func EventsHeldSQL(slot int) string {
+	return fmt.Sprintf(eventsHeldSQL, eventsRotated.partitionOf(slot))
+}
+
+func YoungEventsSQL(slot int) string {
+	return fmt.Sprintf(youngEventsSQL, eventsRotated.partitionOf(slot))
+}

@@ -11,14 +11,12 @@ var (
 	ReadQueuedSQL       = readQueuedSQL
 	ReadQueuedLedgerSQL = readQueuedLedgerSQL
 	QueuedPlan          = queuedPlan
-	PruneQueuedSQL      = pruneQueuedSQL
 
 	AckDoneSQL       = ackDoneSQL
 	AckQueuedSQL     = ackQueuedSQL
 	AckFailedSQL     = ackFailedSQL
 	ReleaseSQL       = releaseSQL
 	ReclaimSQL       = reclaimSQL
-	PruneDoneSQL     = pruneDoneSQL
 	StatesSQL        = statesSQL
 	RebuildWritesSQL = rebuildWritesSQL
 	LeaderSQL        = leaderSQL

@@ -159,11 +159,11 @@ SELECT kind, pid, application, state, name, xid::text::bigint, age(xid), since, 
 // vacuumStatsSQL reads the statistics of the outbox and the ledger through
 // the functions behind pg_stat_user_tables, without its joins; the
 // ledger's are the sum of its partitions' (a partitioned table has none of
-// its own).
+// its own), and so are the outbox's.
 const vacuumStatsSQL = `
 SELECT t.name, sum(coalesce(pg_stat_get_live_tuples(r.oid), 0))::bigint,
        sum(coalesce(pg_stat_get_dead_tuples(r.oid), 0))::bigint, max(pg_stat_get_last_autovacuum_time(r.oid))
-  FROM (VALUES (1, 'outbox_events', ARRAY['outbox_events']),
+  FROM (VALUES (1, 'outbox_events', ARRAY['outbox_events', 'outbox_events_0', 'outbox_events_1', 'outbox_events_2']),
                (2, 'outbox_ledger', ARRAY['outbox_ledger_0', 'outbox_ledger_1', 'outbox_ledger_2'])) AS t(n, name, rels)
  CROSS JOIN LATERAL (SELECT to_regclass(rel) AS oid FROM unnest(t.rels) rel) r
  WHERE r.oid IS NOT NULL

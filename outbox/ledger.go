@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,7 +14,6 @@ import (
 // highest (version, event_id). Space comes back by rotation over three
 // partitions, never by a row's DELETE, so a held vacuum horizon leaves no
 // dead version for a lookup to walk.
-const ledgerSlots = 3
 
 // TakeLedger records that a binary which writes outbox_ledger only has
 // led: from then on the writes of a binary of before it to outbox_applied
@@ -38,6 +36,9 @@ type LedgerRotation struct {
 	// Carried counts the entries copied out of the reopened partition
 	// because they were still needed.
 	Carried int64
+	// Held names what kept a due partition from being opened again: a lock
+	// another session holds on it.
+	Held string
 }
 
 // ledgerRotateAtMost bounds the time a partition is current: only a
@@ -52,26 +53,20 @@ const ledgerRotateAtMost = 24 * time.Hour
 // (carryLedgerSQL, which judges by age, not by the rotation's pace) are
 // copied into the current one, in pages of one short transaction each.
 func (s *Store) RotateLedger(ctx context.Context, epoch int64, retention, tombstoneRetention time.Duration, page int) (LedgerRotation, error) {
-	var slot int
-	var due bool
-	err := s.Pool.QueryRow(ctx, `SELECT slot, opened_at <= now() - make_interval(secs => $1) FROM outbox_ledger_rotation`,
-		min(retention/2, ledgerRotateAtMost).Seconds()).Scan(&slot, &due)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return LedgerRotation{}, errors.New("the ledger's rotation has no row (outbox_ledger_rotation was emptied): " +
-			"INSERT INTO outbox_ledger_rotation (slot) VALUES (0) as the owner; entries go to partition 0 meanwhile")
+	slot, due, err := s.current(ctx, ledgerRotated, min(retention/2, ledgerRotateAtMost))
+	if err != nil || !due {
+		return LedgerRotation{Slot: slot}, err
 	}
-	if err != nil {
-		return LedgerRotation{}, fmt.Errorf("read the ledger's rotation: %w", err)
-	}
-	if !due {
-		return LedgerRotation{Slot: slot}, nil
-	}
-	next := (slot + 1) % ledgerSlots
+	next := (slot + 1) % rotationSlots
 	carried, err := s.carryLedger(ctx, slot, next, retention, tombstoneRetention, page)
 	if err != nil {
 		return LedgerRotation{Slot: slot, Carried: carried}, err
 	}
-	err = s.reopenLedgerSlot(ctx, epoch, slot, next)
+	err = s.reopen(ctx, epoch, ledgerRotated, slot, next, nil)
+	var held *HeldError
+	if errors.As(err, &held) {
+		return LedgerRotation{Slot: slot, Carried: carried, Held: held.Reason}, nil
+	}
 	if errors.Is(err, errNotReopened) {
 		return LedgerRotation{Slot: slot, Carried: carried}, nil
 	}
@@ -158,36 +153,7 @@ func (s *Store) carryPage(ctx context.Context, sql string, args pgx.NamedArgs) (
 	return n, p, t, i, err
 }
 
-// errNotReopened rolls back a reopening that its guard refused.
-var errNotReopened = errors.New("the ledger's rotation moved or the leader was deposed")
-
-// reopenLedgerSlot empties partition next and makes it current, in one
-// transaction under the leader's fencing guard and only if cur is still
-// current: a deposed leader's rotation, or a second one racing it, changes
-// nothing (errNotReopened). The TRUNCATE waits at most a second for the lookups that read
-// the partition (lock_timeout): a rotation that times out is tried again
-// at the next round.
-func (s *Store) reopenLedgerSlot(ctx context.Context, epoch int64, cur, next int) error {
-	return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '1s'`); err != nil {
-			return fmt.Errorf("reopen the ledger's partition: %w", err)
-		}
-		tag, err := tx.Exec(ctx, `UPDATE outbox_ledger_rotation SET slot = @next, opened_at = now()
-		  WHERE slot = @cur AND `+leaderGuard, s.args(epoch, pgx.NamedArgs{"cur": cur, "next": next}))
-		if err != nil {
-			return fmt.Errorf("reopen the ledger's partition: %w", err)
-		}
-		if tag.RowsAffected() == 0 {
-			return errNotReopened
-		}
-		if _, err := tx.Exec(ctx, `TRUNCATE `+ledgerPartition(next)); err != nil {
-			return fmt.Errorf("reopen the ledger's partition %s: %w", ledgerPartition(next), err)
-		}
-		return nil
-	})
-}
-
 // ledgerPartition is the name of the ledger's partition of slot.
 func ledgerPartition(slot int) string {
-	return "outbox_ledger_" + strconv.Itoa(slot)
+	return ledgerRotated.partitionOf(slot)
 }

@@ -133,12 +133,11 @@ func TestLedgerCarryPlansReadOnlyTheBacklog(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, tx.Rollback(context.Background()))
 		plan := strings.Join(lines, "\n")
-		require.NotContains(t, plan, "Seq Scan on outbox_events", "%s: the done rows are read\n%s", name, plan)
-		require.NotContains(t, plan, "Seq Scan on outbox_ledger", "%s: the whole ledger is read\n%s", name, plan)
+		requireNoSeqScan(t, b, plan, "%s: the done rows or the whole ledger are read", name)
 		for _, idx := range []string{"processing", "discarded"} {
-			require.Contains(t, plan, "outbox_events_"+idx+"_idx", "%s\n%s", name, plan)
+			require.Regexp(t, `outbox_events_\d_`+idx+`_idx`, plan, name)
 		}
-		require.Regexp(t, `outbox_events_(pending|due)_idx`, plan, "%s: the pending rows' index", name)
+		require.Regexp(t, `outbox_events_\d_(pending|due)_idx`, plan, "%s: the pending rows' index", name)
 	}
 }
 
@@ -201,11 +200,11 @@ func TestLedgerRotationOfADeposedLeaderChangesNothing(t *testing.T) {
 	require.Equal(t, &outbox.Applied{Version: 7, EventID: 7}, b.ledger(t, "old-live"), "partition 0 was not emptied")
 }
 
-// TestLedgerRotationWaitsForItsPartitionAtMostASecond: a session reading
-// the partition to be reopened (a long lookup, an operator's query) holds
-// its lock: the TRUNCATE gives up after lock_timeout instead of queueing
-// every lookup behind it, and the next round reopens it.
-func TestLedgerRotationWaitsForItsPartitionAtMostASecond(t *testing.T) {
+// TestLedgerRotationNeverQueuesBehindAReader: a session reading the
+// partition to be reopened (a long lookup, an operator's query, a dump)
+// holds its lock: the rotation gives up at once instead of queueing every
+// lookup behind its request, and the next round reopens it.
+func TestLedgerRotationNeverQueuesBehindAReader(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.Lead(t, 1)
@@ -217,12 +216,14 @@ func TestLedgerRotationWaitsForItsPartitionAtMostASecond(t *testing.T) {
 	_, err = tx.Exec(ctx, `SELECT count(*) FROM outbox_ledger_0`)
 	require.NoError(t, err)
 	start := time.Now()
-	_, err = b.Store.RotateLedger(ctx, 1, time.Hour, 3*time.Hour, 100)
-	require.ErrorContains(t, err, "lock timeout")
-	require.Less(t, time.Since(start), 3*time.Second)
+	r, err := b.Store.RotateLedger(ctx, 1, time.Hour, 3*time.Hour, 100)
+	require.NoError(t, err)
+	require.False(t, r.Rotated)
+	require.Contains(t, r.Held, "a lock another session holds on outbox_ledger_0")
+	require.Less(t, time.Since(start), 500*time.Millisecond, "no wait for the lock")
 	require.Equal(t, 2, b.Int(t, `SELECT slot FROM outbox_ledger_rotation`), "nothing changed")
 	require.NoError(t, tx.Rollback(ctx))
-	r, err := b.Store.RotateLedger(ctx, 1, time.Hour, 3*time.Hour, 100)
+	r, err = b.Store.RotateLedger(ctx, 1, time.Hour, 3*time.Hour, 100)
 	require.NoError(t, err)
 	require.True(t, r.Rotated)
 }

@@ -30,22 +30,41 @@ func TestClaimPlanDoesNotDependOnStatistics(t *testing.T) {
 
 	for name, after := range map[string]*outbox.Cursor{"from the head": nil, "past a cursor": {ID: 0}} {
 		plan := b.explainClaimAfter(t, after)
-		require.Contains(t, plan, "using outbox_events_due_idx", "%s\n%s", name, plan)
+		require.Regexp(t, `using outbox_events_\d_due_idx`, plan, "%s", name)
 		// Each candidate is locked through the primary key: a partial index
 		// of the pending rows, which empty statistics price as low, is
 		// walked whole when its key is not the id.
-		require.Contains(t, plan, "Index Scan using outbox_events_pkey on outbox_events o", "%s\n%s", name, plan)
+		require.Regexp(t, `Index Scan using outbox_events_\d_pkey on outbox_events_\d o`, plan, "%s", name)
 		require.NotContains(t, plan, "Bitmap", "%s\n%s", name, plan)
-		require.NotContains(t, plan, "Seq Scan on outbox_events", "%s\n%s", name, plan)
+		requireNoSeqScan(t, b, plan, "%s", name)
 		require.NotContains(t, plan, "Hash Join", "%s\n%s", name, plan)
 		require.NotContains(t, plan, "Hash Semi Join", "%s\n%s", name, plan)
 		// 500 rows claimed and updated (~15 pages each: heap, primary key
-		// and processing index, before and after; and ~3 more for the
-		// ledger's three partitions probed), not a read of the 50k
-		// pending; the collapse read all of them to lock each candidate.
+		// and processing index, before and after; ~3 more for the ledger's
+		// three partitions probed, and ~6 for the outbox's: each id is
+		// looked up in each partition's primary key, to lock it and to
+		// update it), not a read of the 50k pending; the collapse read all
+		// of them to lock each candidate.
 		_, buffers := planBuffers(t, strings.Split(plan, "\n"))
-		require.Less(t, buffers, 12_000, "%s\n%s", name, plan)
+		require.Less(t, buffers, 17_000, "%s\n%s", name, plan)
 		require.Less(t, heapFetches(plan)+rowsRemoved(plan), 5_000, "%s\n%s", name, plan)
+	}
+}
+
+// seqScanOfOutbox is a plan's sequential scan of a partition of the
+// outbox or the ledger (or of the table, before it was partitioned).
+var seqScanOfOutbox = regexp.MustCompile(`Seq Scan on ((outbox_events|outbox_ledger)(_\d)?)\b`)
+
+// requireNoSeqScan fails when plan reads a partition of the outbox or the
+// ledger that holds rows sequentially. An empty one (the outbox's and the
+// ledger's are until they are current) costs nothing to scan, and the
+// planner rightly scans it when its statistics say so.
+func requireNoSeqScan(t *testing.T, b bundle, plan string, msgAndArgs ...any) {
+	t.Helper()
+	for _, m := range seqScanOfOutbox.FindAllStringSubmatch(plan, -1) {
+		if b.Int(t, `SELECT count(*) FROM (SELECT 1 FROM `+m[1]+` LIMIT 1) x`) > 0 {
+			require.Fail(t, "a sequential scan of "+m[1]+", which holds rows\n"+plan, msgAndArgs...)
+		}
 	}
 }
 
@@ -291,7 +310,7 @@ func TestClaimReadsTheLedgerByKeyWhateverItsStatistics(t *testing.T) {
 	plan := explain()
 	require.Contains(t, plan, "rows=500 loops=1", "the claim took the 500 rows\n%s", plan)
 	require.NotContains(t, plan, "Seq Scan on outbox_ledger", "each event's ledger entry is read by its key\n%s", plan)
-	require.NotContains(t, plan, "Seq Scan on outbox_events", "the candidates are read through the indexes\n%s", plan)
+	requireNoSeqScan(t, b, plan, "the candidates are read through the indexes")
 }
 
 // The ack, planned likewise on an empty outbox, finds its rows by key once
@@ -303,5 +322,5 @@ func TestAckFindsItsRowsByKeyWhateverTheStatistics(t *testing.T) {
 
 	b.insert(t, 30000)
 	plan := explain()
-	require.NotContains(t, plan, "Seq Scan on outbox_events", "the acked rows are read by their ids\n%s", plan)
+	requireNoSeqScan(t, b, plan, "the acked rows are read by their ids")
 }

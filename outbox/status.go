@@ -58,7 +58,7 @@ type Snapshot struct {
 	// leader's pruner keeps it near the retention.
 	OldestDoneAge time.Duration
 	// DoneOverRetention counts done rows older than SnapshotOptions.Retention
-	// (not counted when that is zero): what the pruner has yet to delete.
+	// (not counted when that is zero): what the rotation is late on.
 	DoneOverRetention int64
 	// Leader is the newest leader record, nil if no replica ever led.
 	Leader *LeaderInfo

@@ -98,7 +98,9 @@ SELECT format('ALTER %s %s OWNER TO %I', CASE c.relkind WHEN 'v' THEN 'VIEW' ELS
                  to_regclass('public.outbox_queue_backlog'), to_regclass('public.outbox_ledger'),
                  to_regclass('public.outbox_ledger_0'), to_regclass('public.outbox_ledger_1'),
                  to_regclass('public.outbox_ledger_2'), to_regclass('public.outbox_ledger_rotation'),
-                 to_regclass('public.outbox_ledger_entries'))
+                 to_regclass('public.outbox_ledger_entries'), to_regclass('public.outbox_events_0'),
+                 to_regclass('public.outbox_events_1'), to_regclass('public.outbox_events_2'),
+                 to_regclass('public.outbox_events_rotation'))
    AND c.relowner <> (SELECT oid FROM pg_roles WHERE rolname = :'owner_role') \gexec
 SELECT format('ALTER FUNCTION %s OWNER TO %I', p.oid::regprocedure, :'owner_role')
   FROM pg_proc p
@@ -108,7 +110,8 @@ SELECT format('ALTER FUNCTION %s OWNER TO %I', p.oid::regprocedure, :'owner_role
                  to_regprocedure('public.outbox_queue_backlog_rows(bigint)'),
                  to_regprocedure('public.outbox_ledger_slot()'),
                  to_regprocedure('public.outbox_ledger_entry(text, text, text)'),
-                 to_regprocedure('public.outbox_applied_to_ledger()'))
+                 to_regprocedure('public.outbox_applied_to_ledger()'),
+                 to_regprocedure('public.outbox_events_slot()'))
    AND p.proowner <> (SELECT oid FROM pg_roles WHERE rolname = :'owner_role') \gexec
 
 SELECT to_regclass('public.outbox_events') IS NOT NULL
@@ -134,13 +137,16 @@ SELECT to_regclass('public.outbox_events') IS NOT NULL
                       to_regclass('public.outbox_queue_backlog'), to_regclass('public.outbox_ledger'),
                       to_regclass('public.outbox_ledger_0'), to_regclass('public.outbox_ledger_1'),
                       to_regclass('public.outbox_ledger_2'), to_regclass('public.outbox_ledger_rotation'),
-                      to_regclass('public.outbox_ledger_entries')]) AS t
+                      to_regclass('public.outbox_ledger_entries'), to_regclass('public.outbox_events_0'),
+                      to_regclass('public.outbox_events_1'), to_regclass('public.outbox_events_2'),
+                      to_regclass('public.outbox_events_rotation')]) AS t
    WHERE t IS NOT NULL \gexec
   SELECT format('REVOKE ALL ON FUNCTION %s FROM %I', f, :'runtime_role')
     FROM unnest(ARRAY[to_regprocedure('public.outbox_behind(xid8, bigint, pg_snapshot, pg_snapshot, xid8, bigint)'),
                       to_regprocedure('public.outbox_queue_backlog_rows(bigint)'),
                       to_regprocedure('public.outbox_ledger_slot()'),
-                      to_regprocedure('public.outbox_ledger_entry(text, text, text)')]) AS f
+                      to_regprocedure('public.outbox_ledger_entry(text, text, text)'),
+                      to_regprocedure('public.outbox_events_slot()')]) AS f
    WHERE f IS NOT NULL \gexec
 
   -- Claim, ack, retry, reclaim, release and replay read the rows and change
@@ -150,9 +156,19 @@ SELECT to_regclass('public.outbox_events') IS NOT NULL
                 claim_token, claim_seq, processed_at, error_class, error_reason, last_error, error_history,
                 replay_count, updated_at)
      ON public.outbox_events TO :"runtime_role";
-  -- The leader's pruner deletes done rows, and an archive deletes the rows
-  -- it moves to the dead letter. Events are never inserted by this role.
+  -- An archive deletes the rows it moves to the dead letter. Events are
+  -- never inserted into outbox_events by this role.
   GRANT DELETE ON public.outbox_events TO :"runtime_role";
+  -- The outbox's rotation (21) moves the rows still needed out of the
+  -- partition it empties into the current one (a DELETE and an INSERT of
+  -- the same row, on the partitions), empties it with TRUNCATE, and moves
+  -- the rotation's row.
+  SELECT format('GRANT SELECT, INSERT, DELETE, TRUNCATE ON %s TO %I', t, :'runtime_role')
+    FROM unnest(ARRAY[to_regclass('public.outbox_events_0'), to_regclass('public.outbox_events_1'),
+                      to_regclass('public.outbox_events_2')]) AS t
+   WHERE t IS NOT NULL \gexec
+  SELECT format('GRANT SELECT, UPDATE (slot, opened_at) ON %s TO %I', t, :'runtime_role')
+    FROM to_regclass('public.outbox_events_rotation') AS t WHERE t IS NOT NULL \gexec
   -- The ledger of before schema 19: a binary of before 19 reads it, its ack
   -- moves it forward and its pruner trims it, until a binary of 19 leads.
   SELECT format('GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO %I', t, :'runtime_role')
@@ -225,7 +241,8 @@ SELECT to_regclass('public.outbox_events') IS NOT NULL
     FROM unnest(ARRAY[to_regprocedure('public.outbox_behind(xid8, bigint, pg_snapshot, pg_snapshot, xid8, bigint)'),
                       to_regprocedure('public.outbox_queue_backlog_rows(bigint)'),
                       to_regprocedure('public.outbox_ledger_slot()'),
-                      to_regprocedure('public.outbox_ledger_entry(text, text, text)')]) AS f
+                      to_regprocedure('public.outbox_ledger_entry(text, text, text)'),
+                      to_regprocedure('public.outbox_events_slot()')]) AS f
    WHERE f IS NOT NULL \gexec
   -- Every replica reads the schema version, and neither leads nor reports
   -- ready while it is older than its binary needs. Only wlproj migrate, as

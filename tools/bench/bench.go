@@ -450,7 +450,7 @@ func (b *bench) reset(ctx context.Context) error {
 		  EXECUTE (SELECT 'TRUNCATE ' || string_agg(format('%I', tablename), ', '
 		                                            ORDER BY tablename <> 'outbox_events', tablename) || ' RESTART IDENTITY'
 		             FROM pg_tables WHERE schemaname = current_schema()
-		              AND tablename NOT IN ('goose_db_version', 'outbox_queue_origin', 'outbox_ledger_rotation'));
+		              AND tablename NOT IN ('goose_db_version', 'outbox_queue_origin', 'outbox_ledger_rotation', 'outbox_events_rotation'));
 		END $$`)
 	return err
 }

@@ -22,7 +22,7 @@ func (b *bench) claimCost(ctx context.Context) error {
 	if cc.ScaleMedianMs, cc.LedgerRows, err = b.claimMedian(ctx, tableHistory); err != nil {
 		return err
 	}
-	if err := b.pool.QueryRow(ctx, `SELECT pg_total_relation_size('outbox_events')`).Scan(&cc.TableBytes); err != nil {
+	if err := b.pool.QueryRow(ctx, `SELECT sum(pg_total_relation_size(relid))::bigint FROM pg_partition_tree('outbox_events')`).Scan(&cc.TableBytes); err != nil {
 		return err
 	}
 	cc.Ratio = harness.Round3(cc.ScaleMedianMs / cc.EmptyMedianMs)

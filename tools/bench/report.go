@@ -275,7 +275,7 @@ type Memory struct {
 }
 
 // Retention is step 8: the outbox under a steady producer while the leader
-// prunes done rows older than the retention.
+// rotates its partitions as the retention passes.
 type Retention struct {
 	Rate             int     `json:"rate"`
 	Seconds          float64 `json:"seconds"`
@@ -283,7 +283,8 @@ type Retention struct {
 	Docs             int     `json:"docs"`
 	Seeded           int     `json:"seeded"`
 	Produced         int64   `json:"produced"`
-	// Pruned is the leader's outbox_pruned_total at the end.
+	// Pruned is the rows gone with their partitions by the end: seeded and
+	// produced, less those left (every one of them done).
 	Pruned int64 `json:"pruned"`
 	// Autovacuum is the server's setting; Autovacuums, how many times it
 	// vacuumed the outbox during the step.
@@ -317,8 +318,9 @@ type RetentionSample struct {
 	Acked          int     `json:"acked"`
 	ClaimWaitP99Ms float64 `json:"claim_wait_p99_ms"`
 	AckP99Ms       float64 `json:"ack_p99_ms"`
-	Pruned         int64   `json:"pruned"`
-	Autovacuums    int64   `json:"autovacuums"`
+	// Rotations is the leader's outbox_events_rotations_total.
+	Rotations   int64 `json:"rotations"`
+	Autovacuums int64 `json:"autovacuums"`
 }
 
 // RetentionVerdict compares the thirds of the samples.

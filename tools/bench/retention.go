@@ -11,16 +11,16 @@ import (
 
 // The verdict of step 8: what a plateau and a steady claim mean.
 const (
-	plateauFactor  = 1.1
-	claimP99Factor = 1.5
-	retentionRule  = "rows and bytes: the last third's max <= 1.1 x the middle third's max; claim p99 (of the claim statement, outbox_claim_duration_seconds, over a third's samples): the last third's <= 1.5 x the first third's"
-	prunedMetric   = `outbox_pruned_total{projection="search"}`
+	plateauFactor   = 1.1
+	claimP99Factor  = 1.5
+	retentionRule   = "rows and bytes: the last third's max <= 1.1 x the middle third's max; claim p99 (of the claim statement, outbox_claim_duration_seconds, over a third's samples): the last third's <= 1.5 x the first third's"
+	rotationsMetric = `outbox_events_rotations_total`
 )
 
 // 8. A pair with a short retention drains a steady producer; the outbox's
-// rows and bytes should level off once the pruner deletes as many rows as
-// the producer writes, and the claim should not slow down as the table
-// churns.
+// rows and bytes should level off once its partitions rotate (each
+// TRUNCATE drops half a retention of rows), and the read should not slow
+// down as the table churns.
 func (b *bench) retention(ctx context.Context) error {
 	cfg := b.cfg
 	if err := b.reset(ctx); err != nil {
@@ -58,7 +58,7 @@ func (b *bench) retention(ctx context.Context) error {
 		return err
 	}
 	rt.Produced = p.Committed()
-	if err := b.retentionTally(ctx, r, rt, vacuums0); err != nil {
+	if err := b.retentionTally(ctx, rt, vacuums0); err != nil {
 		return err
 	}
 	b.stopReplicas()
@@ -71,21 +71,23 @@ func (b *bench) retention(ctx context.Context) error {
 	return nil
 }
 
-// retentionTally waits for the drain, checks that every event produced or
-// seeded is done or pruned, and counts the pruned rows and the autovacuums
-// since vacuums0.
-func (b *bench) retentionTally(ctx context.Context, r *harness.Replica, rt *Retention, vacuums0 int64) error {
+// retentionTally waits for the drain, checks that every row left is done
+// (the rows gone went with their partitions), and counts the rows gone and
+// the autovacuums since vacuums0.
+func (b *bench) retentionTally(ctx context.Context, rt *Retention, vacuums0 int64) error {
 	if err := b.drained(ctx, int(rt.Produced)); err != nil {
 		return err
 	}
-	done, pruned, err := b.doneAndPruned(ctx, r)
+	var rows, done int64
+	err := b.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE status IN ('done', 'queued')) FROM outbox_events`).
+		Scan(&rows, &done)
 	if err != nil {
 		return err
 	}
-	if done+pruned != rt.Produced+int64(b.cfg.RetentionSeed) {
-		return fmt.Errorf("%d rows done and %d pruned, %d produced and %d seeded", done, pruned, rt.Produced, b.cfg.RetentionSeed)
+	if rows != done {
+		return fmt.Errorf("%d rows left, %d of them done", rows, done)
 	}
-	rt.Pruned = pruned
+	rt.Pruned = rt.Produced + int64(b.cfg.RetentionSeed) - rows
 	vacuums, err := b.autovacuums(ctx)
 	if err != nil {
 		return err
@@ -126,8 +128,8 @@ func (b *bench) retentionSamples(ctx context.Context, r *harness.Replica, rt *Re
 		s.Autovacuums -= vacuums0
 		prev = cur
 		rt.Samples, claims, acks = append(rt.Samples, s), append(claims, claim), append(acks, ack)
-		b.say("retention: t=%.0fs rows %d (backlog %d, dead ~%d), %.1f MB; ledger %d rows, %.1f MB; claim p99 %.1f ms, ack p99 %.1f ms over %d; pruned %d",
-			s.T, s.Rows, s.Backlog, s.DeadRows, mb(s.Bytes), s.LedgerRows, mb(s.LedgerBytes), s.ClaimWaitP99Ms, s.AckP99Ms, s.Acked, s.Pruned)
+		b.say("retention: t=%.0fs rows %d (backlog %d, dead ~%d), %.1f MB; ledger %d rows, %.1f MB; claim p99 %.1f ms, ack p99 %.1f ms over %d; rotations %d",
+			s.T, s.Rows, s.Backlog, s.DeadRows, mb(s.Bytes), s.LedgerRows, mb(s.LedgerBytes), s.ClaimWaitP99Ms, s.AckP99Ms, s.Acked, s.Rotations)
 	}
 	return claims, acks, nil
 }
@@ -144,15 +146,16 @@ func (b *bench) retentionMark() (m retentionMark, err error) {
 }
 
 // seedPrunable writes -retention-seed done rows acked an hour before the
-// retention ran out, for the pruner's first round.
+// retention ran out into the outbox's oldest partition, as a retention's
+// history would be, for the leader's first rotation.
 func (b *bench) seedPrunable(ctx context.Context) error {
 	if b.cfg.RetentionSeed == 0 {
 		return nil
 	}
 	_, err := b.pool.Exec(ctx, `
 		INSERT INTO outbox_events (entity_type, entity_id, op, event_version, status, attempts,
-		                           processed_at, created_at, updated_at)
-		SELECT 'book', 'seed-' || g, 'upsert', 1, 'done', 1, t, t, t
+		                           processed_at, created_at, updated_at, slot)
+		SELECT 'book', 'seed-' || g, 'upsert', 1, 'done', 1, t, t, t, (SELECT (slot + 1) % 3 FROM outbox_events_rotation)
 		  FROM generate_series(1, $1::int) g, (SELECT now() - make_interval(secs => $2 + 3600) AS t) age`,
 		b.cfg.RetentionSeed, b.cfg.Retention.Seconds())
 	return err
@@ -167,54 +170,39 @@ func (b *bench) retentionSample(ctx context.Context, r *harness.Replica) (s Rete
 		WITH queued AS (SELECT count(*) AS n FROM outbox_queue_backlog)
 		SELECT count(*), count(*) FILTER (WHERE status IN ('done', 'queued')) - (SELECT n FROM queued),
 		       count(*) FILTER (WHERE status IN ('pending', 'processing')) + (SELECT n FROM queued),
-		       pg_total_relation_size('outbox_events'),
+		       (SELECT sum(pg_total_relation_size(relid))::bigint FROM pg_partition_tree('outbox_events')),
 		       (SELECT count(*) FROM outbox_ledger_entries),
 		       (SELECT sum(pg_total_relation_size(relid))::bigint FROM pg_partition_tree('outbox_ledger')),
-		       (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'outbox_events'::regclass),
-		       (SELECT autovacuum_count FROM pg_stat_user_tables WHERE relid = 'outbox_events'::regclass),
+		       (SELECT sum(n_dead_tup)::bigint FROM pg_stat_user_tables
+		         WHERE relid IN (SELECT relid FROM pg_partition_tree('outbox_events'))),
+		       (SELECT sum(autovacuum_count)::bigint FROM pg_stat_user_tables
+		         WHERE relid IN (SELECT relid FROM pg_partition_tree('outbox_events'))),
 		       clock_timestamp()
 		  FROM outbox_events`).
 		Scan(&s.Rows, &s.DoneRows, &s.Backlog, &s.Bytes, &s.LedgerRows, &s.LedgerBytes, &s.DeadRows, &s.Autovacuums, &at)
 	if err != nil {
 		return s, at, err
 	}
-	s.Pruned, err = pruned(r)
+	s.Rotations, err = rotations(r)
 	return s, at, err
 }
 
 // autovacuums is how many times autovacuum has vacuumed the outbox.
 func (b *bench) autovacuums(ctx context.Context) (int64, error) {
 	var n int64
-	err := b.pool.QueryRow(ctx, `SELECT autovacuum_count FROM pg_stat_user_tables WHERE relid = 'outbox_events'::regclass`).Scan(&n)
+	err := b.pool.QueryRow(ctx, `SELECT sum(autovacuum_count)::bigint FROM pg_stat_user_tables
+		WHERE relid IN (SELECT relid FROM pg_partition_tree('outbox_events'))`).Scan(&n)
 	return n, err
 }
 
-// doneAndPruned is the done rows left and the rows the leader pruned, read
-// between two scrapes that agree, so no prune round ran in between.
-func (b *bench) doneAndPruned(ctx context.Context, r *harness.Replica) (done, gone int64, err error) {
-	for range 10 {
-		before, err := pruned(r)
-		if err != nil {
-			return 0, 0, err
-		}
-		if done, err = b.doneRows(ctx); err != nil {
-			return 0, 0, err
-		}
-		if gone, err = pruned(r); err != nil || gone == before {
-			return done, gone, err
-		}
-	}
-	return 0, 0, fmt.Errorf("the pruner did not rest between two scrapes of %s", prunedMetric)
-}
-
-// pruned is the leader's count of pruned done rows.
-func pruned(r *harness.Replica) (int64, error) {
-	v, ok, err := r.Metric(prunedMetric)
+// rotations is the leader's count of the outbox's rotations.
+func rotations(r *harness.Replica) (int64, error) {
+	v, ok, err := r.Metric(rotationsMetric)
 	if err != nil {
 		return 0, err
 	}
 	if !ok {
-		return 0, fmt.Errorf("%s serves no %s", r.Name, prunedMetric)
+		return 0, fmt.Errorf("%s serves no %s", r.Name, rotationsMetric)
 	}
 	return int64(v), nil
 }

@@ -178,10 +178,10 @@ func (r *Report) retentionSamples(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "t s\trows\tdone\tbacklog\tdead~\tMB\tledger rows\tledger MB\tacked\tclaim p99 ms\tack p99 ms\tpruned\tautovacuums\t")
+	fmt.Fprintln(tw, "t s\trows\tdone\tbacklog\tdead~\tMB\tledger rows\tledger MB\tacked\tclaim p99 ms\tack p99 ms\trotations\tautovacuums\t")
 	for _, s := range rt.Samples {
 		fmt.Fprintf(tw, "%.0f\t%d\t%d\t%d\t%d\t%.1f\t%d\t%.1f\t%d\t%.1f\t%.1f\t%d\t%d\t\n", s.T, s.Rows, s.DoneRows, s.Backlog,
-			s.DeadRows, mb(s.Bytes), s.LedgerRows, mb(s.LedgerBytes), s.Acked, s.ClaimWaitP99Ms, s.AckP99Ms, s.Pruned, s.Autovacuums)
+			s.DeadRows, mb(s.Bytes), s.LedgerRows, mb(s.LedgerBytes), s.Acked, s.ClaimWaitP99Ms, s.AckP99Ms, s.Rotations, s.Autovacuums)
 	}
 	tw.Flush()
 }
