@@ -40,6 +40,9 @@ type SoakConfig struct {
 	// HoldFrom and HoldTo, from the producer's start, bound issue 33's
 	// outside transaction (soakHold); HoldTo zero runs none.
 	HoldFrom, HoldTo time.Duration
+	// Retention is the pair's OUTBOX_RETENTION; zero keeps its default
+	// (7 days: no rotation of the outbox within a soak).
+	Retention time.Duration
 }
 
 func defaultSoakConfig() SoakConfig {
@@ -58,6 +61,7 @@ func (c *SoakConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Writers, "soak-writers", c.Writers, "connections of the soak step's producer, one event per transaction each")
 	fs.DurationVar(&c.HoldFrom, "soak-hold-from", c.HoldFrom, "when, from the soak's start, a REPEATABLE READ transaction of the bench's starts holding the vacuum horizon (with -soak-hold-to)")
 	fs.DurationVar(&c.HoldTo, "soak-hold-to", c.HoldTo, "when, from the soak's start, that transaction rolls back; 0 (the default) holds nothing")
+	fs.DurationVar(&c.Retention, "soak-retention", c.Retention, "the pair's OUTBOX_RETENTION in the soak step, short enough for the outbox's partitions to rotate during it (they rotate every half of it); 0 keeps the default (7 days)")
 }
 
 func (c SoakConfig) validate() error {
@@ -108,6 +112,10 @@ type Soak struct {
 	Reclaimed map[string]float64 `json:"reclaimed"`
 	// Hold is the outside transaction's, with -soak-hold-to.
 	Hold *SoakHold `json:"hold,omitempty"`
+	// RetentionSeconds is -soak-retention (0: the default); Rotations are
+	// the outbox's and the ledger's partitions the pair reopened.
+	RetentionSeconds float64        `json:"retention_seconds"`
+	Rotations        map[string]int `json:"rotations"`
 }
 
 // SoakHold is issue 33's measurement: a transaction outside wlproj holds
@@ -183,7 +191,8 @@ type SoakChurn struct {
 // 17. The soak: two replicas, a steady producer, autovacuum as shipped.
 func (b *bench) soak(ctx context.Context) error {
 	c := b.cfg.Soak
-	so := &Soak{Rate: c.Rate, Seconds: c.Duration.Seconds(), WindowSeconds: c.Window.Seconds(), Books: c.Books, Writers: c.Writers}
+	so := &Soak{Rate: c.Rate, Seconds: c.Duration.Seconds(), WindowSeconds: c.Window.Seconds(), Books: c.Books, Writers: c.Writers,
+		RetentionSeconds: c.Retention.Seconds()}
 	if err := b.soakSetup(ctx, so); err != nil {
 		return err
 	}
@@ -216,6 +225,10 @@ func (b *bench) soak(ctx context.Context) error {
 	if so.Hold, err = hold.result(); err != nil {
 		return fmt.Errorf("the outside transaction: %w", err)
 	}
+	if so.Rotations, err = b.rotations(); err != nil {
+		return err
+	}
+	b.say("soak: partitions reopened %v (retention %s)", so.Rotations, c.Retention)
 	so.finish()
 	b.rep.Soak = so
 	return nil
@@ -246,7 +259,11 @@ func (b *bench) soakSetup(ctx context.Context, so *Soak) error {
 		Scan(&a.On, &a.NaptimeSeconds, &a.ScaleFactor, &a.Threshold); err != nil {
 		return err
 	}
-	l, err := b.startPair(ctx, "soak")
+	var env []string
+	if b.cfg.Soak.Retention > 0 {
+		env = append(env, "OUTBOX_RETENTION="+b.cfg.Soak.Retention.String())
+	}
+	l, err := b.startPair(ctx, "soak", env...)
 	if err != nil {
 		return err
 	}
@@ -498,4 +515,22 @@ func (r *Report) soakWindows(w io.Writer) {
 
 func churnCell(c SoakChurn) string {
 	return fmt.Sprintf("%.3f (%.3f)", c.UpdatesDeletesPerAcked, c.HotUpdatesPerAcked)
+}
+
+// rotations sums, over the replicas, the outbox's and the ledger's
+// rotations: each replica counts those it made while it led.
+func (b *bench) rotations() (map[string]int, error) {
+	out := map[string]int{}
+	for table, metric := range map[string]string{outboxTable: rotationsMetric, ledgerTable: `outbox_ledger_rotations_total`} {
+		for _, r := range b.replicas {
+			v, ok, err := r.Metric(metric)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				out[table] += int(v)
+			}
+		}
+	}
+	return out, nil
 }
