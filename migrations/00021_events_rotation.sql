@@ -17,6 +17,42 @@
 -- and its indexes become the parent's indexes' partitions as they are.
 -- New rows go to partition 1. Producers keep INSERT INTO outbox_events.
 
+-- What the swap cannot carry over to the new parent is refused before
+-- anything changes, by name: a trigger, rule or policy of the table's own
+-- would no longer see new rows, a foreign key to it would reject them, a
+-- publication (change data capture) would stop seeing them.
+-- +wlproj locks none (catalog only: reads the catalog)
+-- +goose StatementBegin
+DO $$
+DECLARE
+    found text;
+BEGIN
+    IF to_regclass('outbox_events_0') IS NOT NULL THEN
+        RETURN;
+    END IF;
+    SELECT string_agg(what, '; ') INTO found FROM (
+        SELECT 'trigger ' || tgname AS what FROM pg_trigger
+         WHERE tgrelid = 'outbox_events'::regclass AND NOT tgisinternal AND tgname <> 'outbox_events_notify'
+        UNION ALL
+        SELECT 'foreign key ' || conname || ' of ' || conrelid::regclass FROM pg_constraint
+         WHERE confrelid = 'outbox_events'::regclass AND contype = 'f'
+        UNION ALL
+        SELECT 'publication ' || pubname FROM pg_publication_tables
+         WHERE schemaname = 'public' AND tablename = 'outbox_events'
+        UNION ALL
+        SELECT 'publication ' || pubname || ' (all tables)' FROM pg_publication WHERE puballtables
+        UNION ALL
+        SELECT 'rule ' || rulename FROM pg_rules WHERE schemaname = 'public' AND tablename = 'outbox_events'
+        UNION ALL
+        SELECT 'row-level security' FROM pg_class WHERE oid = 'outbox_events'::regclass AND relrowsecurity) w;
+    IF found IS NOT NULL THEN
+        RAISE EXCEPTION 'migration 00021 cannot partition outbox_events: it has % of its own, which would not follow its new rows', found
+            USING HINT = 'drop it (or move it to the application''s tables), migrate, and create it again on outbox_events; see runbook.md, "The outbox''s partitions (00021)"';
+    END IF;
+END
+$$;
+-- +goose StatementEnd
+
 -- +goose StatementBegin
 CREATE TABLE IF NOT EXISTS outbox_events_rotation (
     one       boolean     PRIMARY KEY DEFAULT true CHECK (one),

@@ -132,3 +132,30 @@ func TestEventsRotationRollsBack(t *testing.T) {
 	require.Equal(t, map[int]int{0: 9, 1: 3}, harness.Pairs[int, int](t, b.DB, `SELECT slot, count(*) FROM outbox_events GROUP BY slot`))
 	require.Equal(t, 12, b.Count(t, `true`), "the views read every partition")
 }
+
+// TestEventsRotationRefusesWhatWouldNotFollow: a trigger of the table's own
+// or a foreign key to it would not see or accept the rows of the new
+// partitions: 00021 refuses, naming them, and changes nothing.
+func TestEventsRotationRefusesWhatWouldNotFollow(t *testing.T) {
+	t.Parallel()
+	b := harness.NewOutbox(t)
+	p := provider(t, b.URL)
+	_, err := p.DownTo(context.Background(), 20)
+	require.NoError(t, err)
+	b.Exec(t, `CREATE FUNCTION audit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$`)
+	b.Exec(t, `CREATE TRIGGER audit_events AFTER INSERT ON outbox_events FOR EACH ROW EXECUTE FUNCTION audit()`)
+	b.Exec(t, `CREATE TABLE receipts (event_id bigint REFERENCES outbox_events (id))`)
+
+	_, err = p.Up(context.Background())
+	require.ErrorContains(t, err, "migration 00021 cannot partition outbox_events: it has ")
+	require.ErrorContains(t, err, "trigger audit_events")
+	require.ErrorContains(t, err, "foreign key receipts_event_id_fkey of receipts")
+	require.Zero(t, b.Int(t, `SELECT count(*) FROM pg_partitioned_table WHERE partrelid = 'outbox_events'::regclass`))
+	require.Zero(t, b.Int(t, `SELECT count(*) FROM pg_attribute WHERE attrelid = 'outbox_events'::regclass AND attname = 'slot'`))
+
+	b.Exec(t, `DROP TABLE receipts`)
+	b.Exec(t, `DROP TRIGGER audit_events ON outbox_events`)
+	_, err = p.Up(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 1, b.Int(t, `SELECT count(*) FROM pg_partitioned_table WHERE partrelid = 'outbox_events'::regclass`))
+}
