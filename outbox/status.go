@@ -146,7 +146,7 @@ SELECT
       WHERE status = 'pending' ORDER BY id LIMIT ` + strconv.Itoa(GaugeCountCap) + `) head), (SELECT oldest FROM queued)),
     CASE WHEN $2::bool THEN (SELECT count(*) FROM outbox_events WHERE status = 'done')
                             + (SELECT count(*) FROM outbox_events WHERE status = 'queued') - (SELECT backlog FROM queued)
-         ELSE greatest(pg_stat_get_live_tuples('outbox_events'::regclass), 0) END,
+         ELSE (SELECT greatest(sum(pg_stat_get_live_tuples(relid)), 0)::bigint FROM pg_partition_tree('outbox_events')) END,
     now(),
     least((SELECT min(processed_at) FROM outbox_events WHERE status = 'done'),
           (SELECT min(f.created_at) FROM outbox_queue_heads h CROSS JOIN LATERAL (
