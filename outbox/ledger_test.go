@@ -3,7 +3,6 @@ package outbox_test
 import (
 	"context"
 	"errors"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -221,7 +220,7 @@ func TestLedgerRotationNeverQueuesBehindAReader(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, r.Rotated)
 	require.Contains(t, r.Held, "a lock another session holds on outbox_ledger_0")
-	require.Less(t, time.Since(start), 500*time.Millisecond, "no wait for the lock")
+	require.Less(t, time.Since(start), 3*time.Second, "a few tries a tenth of a second apart, never queued behind the reader")
 	require.Equal(t, 2, b.Int(t, `SELECT slot FROM outbox_ledger_rotation`), "nothing changed")
 	require.NoError(t, tx.Rollback(ctx))
 	r, err = b.Store.RotateLedger(ctx, 1, time.Hour, 3*time.Hour, 100)
@@ -273,31 +272,3 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
-
-// TestLedgerEntryIsTheNewestPartitionsOwn: a document's entry is read from
-// the partition written last that has one (current, the one before, the
-// oldest), and a lookup whose document the current partition has reads no
-// other partition: one index descent, not three.
-func TestLedgerEntryIsTheNewestPartitionsOwn(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	b.Exec(t, `UPDATE outbox_ledger_rotation SET slot = 1`)
-	// Partition 2 is the oldest, 0 the one before the current 1.
-	b.Exec(t, `INSERT INTO outbox_ledger (slot, projection, entity_type, entity_id, version, deleted, event_id) VALUES
-		(2, 'search', 'book', 'all', 1, false, 1), (0, 'search', 'book', 'all', 2, false, 2), (1, 'search', 'book', 'all', 3, true, 3),
-		(2, 'search', 'book', 'older', 4, false, 4), (0, 'search', 'book', 'older', 5, false, 5), (0, 'search', 'book', 'older', 6, false, 6),
-		(2, 'search', 'book', 'oldest', 7, true, 7)`)
-	b.Exec(t, `INSERT INTO outbox_ledger (slot, projection, entity_type, entity_id, version, deleted, event_id)
-		SELECT g % 3, 'search', 'book', 'x' || g, 1, false, g FROM generate_series(1, 30000) g`)
-	b.Exec(t, `ANALYZE outbox_ledger`)
-	require.Equal(t, &outbox.Applied{Version: 3, EventID: 3, Deleted: true}, b.ledger(t, "all"))
-	require.Equal(t, &outbox.Applied{Version: 6, EventID: 6}, b.ledger(t, "older"))
-	require.Equal(t, &outbox.Applied{Version: 7, EventID: 7, Deleted: true}, b.ledger(t, "oldest"))
-	require.Nil(t, b.ledger(t, "none"))
-
-	plan, _, _ := explainAnalyze(t, b, `SELECT * FROM outbox_ledger_entry('search', 'book', 'all')`, nil, nil)
-	require.Len(t, executedIndexScan.FindAllString(plan, -1), 1, "one partition's index read, not three\n%s", plan)
-}
-
-// executedIndexScan is a plan's index scan that ran.
-var executedIndexScan = regexp.MustCompile(`Index (Only )?Scan[^\n]*\(actual time`)

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/wlproj/wlproj/internal/serviceutil"
 )
 
 // rotationSlots is how many partitions a rotated table has: one current,
@@ -56,9 +58,14 @@ var errNotReopened = errors.New("the rotation moved or the leader was deposed")
 
 // HeldError is a due reopening that waited: the partition still holds a
 // row something needs, which Reason names. The next round tries again.
-type HeldError struct{ Reason string }
+type HeldError struct {
+	Reason string
+	cause  error
+}
 
 func (e *HeldError) Error() string { return "the partition still holds " + e.Reason }
+
+func (e *HeldError) Unwrap() error { return e.cause }
 
 // reopen empties partition next and makes it current, in one transaction
 // under the leader's fencing guard and only if cur is still current: a
@@ -70,6 +77,34 @@ func (e *HeldError) Error() string { return "the partition still holds " + e.Rea
 // next round rather than queue every reader of the outbox behind its
 // request; lock_timeout bounds the rest.
 func (s *Store) reopen(ctx context.Context, epoch int64, r rotated, cur, next int,
+	held func(context.Context, pgx.Tx) (string, error)) error {
+	var err error
+	for range reopenTries {
+		err = s.reopenOnce(ctx, epoch, r, cur, next, held)
+		if !errors.Is(err, errPartitionLocked) {
+			return err
+		}
+		if err := serviceutil.Sleep(ctx, reopenPause); err != nil {
+			return err
+		}
+	}
+	return err
+}
+
+// reopenTries and reopenPause: a statement's lock on the partition lasts
+// milliseconds, so a few tries a tenth of a second apart find a gap
+// between the leader's own reads; a transaction that holds it (a dump)
+// still holds the rotation until a later round.
+const (
+	reopenTries = 10
+	reopenPause = 100 * time.Millisecond
+)
+
+// errPartitionLocked is a HeldError for a lock another session holds.
+var errPartitionLocked = errors.New("partition locked")
+
+// reopenOnce is one try of reopen.
+func (s *Store) reopenOnce(ctx context.Context, epoch int64, r rotated, cur, next int,
 	held func(context.Context, pgx.Tx) (string, error)) error {
 	return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '1s'`); err != nil {
@@ -87,7 +122,7 @@ func (s *Store) reopen(ctx context.Context, epoch int64, r rotated, cur, next in
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) && pgErr.Code == LockNotAvailable {
 				return &HeldError{Reason: "a lock another session holds on " + r.partitionOf(next) +
-					" (a statement or a transaction that read it: a long query, a dump)"}
+					" (a statement or a transaction that read it: a long query, a dump)", cause: errPartitionLocked}
 			}
 			return fmt.Errorf("reopen %s: %w", r.partitionOf(next), err)
 		}
