@@ -19,14 +19,22 @@ type Snapshot struct {
 	PID         int
 	Application string
 	State       string
-	Query       string
+	// Wait is what the session waited on when sampled ("Lock:relation",
+	// "IO:DataFileRead"), or "" when it was running or runnable: a slow
+	// statement's cause, lock, disk or a starved CPU.
+	Wait  string
+	Query string
 	// Age is how long the snapshot has been held: since the transaction
 	// began, or the statement for one outside a transaction.
 	Age time.Duration
 }
 
 func (s Snapshot) String() string {
-	return fmt.Sprintf("%s (pid %d, %s, %s old): %.120q", s.Application, s.PID, s.State, s.Age.Round(time.Millisecond), s.Query)
+	wait := s.Wait
+	if wait == "" {
+		wait = "not waiting"
+	}
+	return fmt.Sprintf("%s (pid %d, %s, %s, %s old): %.120q", s.Application, s.PID, s.State, wait, s.Age.Round(time.Millisecond), s.Query)
 }
 
 // OldestSnapshot returns the oldest snapshot (or transaction id, which holds
@@ -40,14 +48,15 @@ func OldestSnapshot(ctx context.Context, q Querier, prefix string) (Snapshot, bo
 	var s Snapshot
 	var seconds float64
 	err := q.QueryRow(ctx, `
-		SELECT pid, application_name, coalesce(state, ''), left(coalesce(query, ''), 300),
+		SELECT pid, application_name, coalesce(state, ''),
+		       coalesce(wait_event_type || ':' || wait_event, ''), left(coalesce(query, ''), 300),
 		       extract(epoch FROM clock_timestamp() - coalesce(xact_start, query_start))
 		  FROM pg_stat_activity
 		 WHERE datname = current_database() AND pid <> pg_backend_pid()
 		   AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL) AND starts_with(application_name, $1)
 		   AND (xact_start IS NOT NULL OR state = 'active')
 		 ORDER BY coalesce(xact_start, query_start) LIMIT 1`, prefix).
-		Scan(&s.PID, &s.Application, &s.State, &s.Query, &seconds)
+		Scan(&s.PID, &s.Application, &s.State, &s.Wait, &s.Query, &seconds)
 	if err == pgx.ErrNoRows {
 		return Snapshot{}, false, nil
 	}

@@ -96,8 +96,32 @@ func newPGPair(t testing.TB) *PGPair {
 	// a host that says the database does not exist (3D000) instead of trying
 	// the next, which a standby that has the CREATE DATABASE flushed but not
 	// applied would.
-	p.start(t, p.Primary, "-c synchronous_commit=remote_apply", "primary")
+	// A statement slower than a second and a lock waited on for half of
+	// one are logged, and shown when the test fails: what held it up.
+	p.start(t, p.Primary, "-c synchronous_commit=remote_apply -c log_min_duration_statement=1s"+
+		" -c log_lock_waits=on -c deadlock_timeout=500ms", "primary")
+	t.Cleanup(func() { p.logSlow(t) }) // before close, which removes the log
 	return p
+}
+
+// logSlow shows the primary's log lines about slow statements and lock
+// waits when the test failed.
+func (p *PGPair) logSlow(t testing.TB) {
+	if !t.Failed() {
+		return
+	}
+	log, err := os.ReadFile(filepath.Join(p.dir, "primary.log"))
+	if err != nil {
+		return
+	}
+	var slow []string
+	for _, line := range strings.Split(string(log), "\n") {
+		if strings.Contains(line, "duration:") || strings.Contains(line, "lock") {
+			slow = append(slow, line)
+		}
+	}
+	t.Logf("the primary's slow statements and lock waits (%d lines, the last 40):\n%s",
+		len(slow), strings.Join(slow[max(len(slow)-40, 0):], "\n"))
 }
 
 // startStandby makes the standby of the running primary and waits until it
