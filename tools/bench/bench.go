@@ -207,6 +207,8 @@ type bench struct {
 	replicas []*harness.Replica
 	// health samples the database during a step under load.
 	health *harness.HealthWatch
+	// healthPool is the health sampler's, apart from pool.
+	healthPool *pgxpool.Pool
 }
 
 // stepTimeout bounds every wait for one thing to happen: a leader, a
@@ -236,7 +238,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		start := time.Now()
 		b.say("step: %s", s.name)
-		b.watchHealth(s)
+		if err := b.watchHealth(ctx, s); err != nil {
+			return b.rep, err
+		}
 		err := s.run(ctx)
 		b.recordHealth(s)
 		if err != nil {

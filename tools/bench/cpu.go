@@ -109,12 +109,14 @@ func cpuSeconds(fields []string) float64 {
 }
 
 // dbCPUSample is the CPU time used so far by each Postgres backend (by pid)
-// connected to the bench's database: unlike the postgres role of
-// cpuSample, it leaves out what other databases on a shared server cost.
+// connected to the bench's database but the health sampler's: unlike the
+// postgres role of cpuSample, it leaves out what other databases on a
+// shared server cost.
 type dbCPUSample map[int]float64
 
 func (b *bench) sampleDBCPU(ctx context.Context) (dbCPUSample, error) {
-	rows, err := b.pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
+	rows, err := b.pool.Query(ctx, `SELECT pid FROM pg_stat_activity
+		 WHERE datname = current_database() AND application_name IS DISTINCT FROM $1`, healthApplication)
 	if err != nil {
 		return nil, err
 	}
