@@ -32,7 +32,9 @@ type commandLine struct {
 	Pause   pauseCmd   `cmd:"" help:"Pause a projection: its events stay pending while the others drain. Audited."`
 	Resume  resumeCmd  `cmd:"" help:"Resume a paused projection where it stopped. Audited."`
 	Verify  verifyCmd  `cmd:"" help:"Check that the search index holds what the source table (or the ledger) says; exit 4 on drift."`
-	Build   versionCmd `cmd:"" name:"version" help:"Print the version, commit, dirty flag, Go version and build date."`
+
+	Projections projectionsCmd `cmd:"" help:"Check or list the projections file (OUTBOX_PROJECTIONS_FILE)."`
+	Build       versionCmd     `cmd:"" name:"version" help:"Print the version, commit, dirty flag, Go version and build date."`
 }
 
 func newLogger(format, level string, w io.Writer) zerolog.Logger {

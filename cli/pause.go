@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/wlproj/wlproj/outbox"
-	"github.com/wlproj/wlproj/replica"
 )
 
 // pauseFlags are what pause and resume take. Exit codes: 0 when the
@@ -18,6 +17,7 @@ import (
 // --projection, or a projection this wlproj does not know.
 type pauseFlags struct {
 	dbFlags
+	projectionsFlags
 	Projection string `help:"The projection: one of ${projections}." placeholder:"NAME" field:"Projection"`
 	By         string `help:"Who is acting; recorded in the state and the audit row. Required." placeholder:"WHO" field:"By"`
 	Why        string `help:"Why, e.g. the incident or the ticket; recorded in the state and the audit row. Required." placeholder:"TEXT" field:"Why"`
@@ -33,9 +33,13 @@ func (c *pauseCmd) Run(g *globals) error { return c.set(g, true) }
 func (c *resumeCmd) Run(g *globals) error { return c.set(g, false) }
 
 func (f pauseFlags) set(g *globals, paused bool) error {
+	known, err := f.names()
+	if err != nil {
+		return usagef("%s", err)
+	}
 	return opsRun(f, func(ctx context.Context, conn *pgx.Conn) error {
 		res, err := outbox.SetPaused(ctx, conn, outbox.PauseRequest{Projection: f.Projection, Paused: paused, By: f.By, Why: f.Why,
-			Known: replica.ProjectionNames()})
+			Known: known})
 		if err != nil {
 			return err
 		}

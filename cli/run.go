@@ -26,6 +26,7 @@ import (
 type runCmd struct {
 	dbFlags
 	elasticFlags
+	projectionsFlags
 	ElasticIndex string `help:"Index the search projection writes to." env:"ELASTIC_INDEX" default:"${elastic_index}" field:"Index"`
 
 	WorkerID       string `help:"Name of this replica (default: hostname-pid)." env:"OUTBOX_WORKER_ID"`
@@ -71,6 +72,9 @@ type runCmd struct {
 	AutoReplayPerMinute int  `help:"Auto-replay budget, events per minute [${auto_replay_per_minute_range}]." env:"OUTBOX_AUTO_REPLAY_PER_MINUTE" default:"${auto_replay_per_minute}" field:"PerMinute"`
 
 	consoleFlags
+
+	// loaded is the projections file's set, read by Validate.
+	loaded replica.Specs
 }
 
 // config is the replica's Config from the flags, kong's defaults applied.
@@ -99,6 +103,7 @@ func (c *runCmd) config() replica.Config {
 		FailedArchiveAfter: c.FailedArchiveAfter,
 		Verify: verify.ServiceConfig{Interval: c.VerifyInterval, Index: c.ElasticIndex, SourceTable: c.VerifyFromTable,
 			Rate: c.VerifyRate, AutoRepair: c.VerifyAutoRepair},
+		Projections: c.loaded,
 	}
 }
 
@@ -106,8 +111,17 @@ func (c *runCmd) config() replica.Config {
 // the variable's name. No defaults are applied here: kong already applied
 // the flag defaults, so a zero is the operator's value and must be refused.
 // The database URL goes first: the other checks parse it and may quote it.
+// The projections file is read here too, so that a bad one stops the
+// replica before anything runs, naming the file, the projection and the key.
 func (c *runCmd) Validate(kctx *kong.Context) error {
-	return bounds.First(c.dbFlags.Validate(kctx), renameFields(c, bounds.First(c.config().Validate(), c.consoleFlags.validate())))
+	if err := c.dbFlags.Validate(kctx); err != nil {
+		return err
+	}
+	var err error
+	if c.loaded, err = c.specs(); err != nil {
+		return usagef("%s", err)
+	}
+	return renameFields(c, bounds.First(c.config().Validate(), c.consoleFlags.validate()))
 }
 
 func (c *runCmd) Run(g *globals) error {

@@ -10,11 +10,11 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/wlproj/wlproj/outbox"
-	"github.com/wlproj/wlproj/replica"
 )
 
 type statusCmd struct {
 	dbFlags
+	projectionsFlags
 	MaxProcessingSeconds float64       `name:"max-processing-seconds" help:"A processing event older than this counts as stuck, even with a live lease." env:"OUTBOX_MAX_PROCESSING_SECONDS" default:"${max_processing}"`
 	Retention            time.Duration `help:"The leader's retention of events: status counts the done rows older than one and a half times this (the rotation is late on them)." env:"OUTBOX_RETENTION" default:"${retention}"`
 	Exact                bool          `help:"Count done events exactly; this reads the whole table. Without it the done count is an estimate."`
@@ -116,13 +116,17 @@ type leaderJSON struct {
 }
 
 func (c *statusCmd) Run(g *globals) error {
+	names, err := c.names()
+	if err != nil {
+		return usagef("%s", err)
+	}
 	return opsRun(c, func(ctx context.Context, conn *pgx.Conn) error {
 		if c.MaxProcessingSeconds <= 0 {
 			return usagef("--max-processing-seconds (OUTBOX_MAX_PROCESSING_SECONDS) must be positive, got %g", c.MaxProcessingSeconds)
 		}
 		maxProcessing := seconds(c.MaxProcessingSeconds)
 		s, err := outbox.TakeSnapshotWith(ctx, conn, outbox.SnapshotOptions{
-			MaxProcessing: maxProcessing, ExactDone: c.Exact, Retention: rotationLate(c.Retention), Projections: replica.ProjectionNames(),
+			MaxProcessing: maxProcessing, ExactDone: c.Exact, Retention: rotationLate(c.Retention), Projections: names,
 			Rebuilds: true})
 		if err != nil {
 			return err

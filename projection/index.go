@@ -94,18 +94,28 @@ func LookupIndex(ctx context.Context, client *elastic.Client, name string) (Inde
 // request of every replica but one fails and creates nothing, and each
 // replica reports what it finds then: one alias, on one index, no stray.
 func EnsureIndex(ctx context.Context, client *elastic.Client, name string, now time.Time) (IndexSetup, error) {
+	return EnsureIndexWith(ctx, client, name, nil, now)
+}
+
+// EnsureIndexWith is EnsureIndex creating the index with body (its
+// settings and mappings, a projection's mapping file), which may be nil.
+func EnsureIndexWith(ctx context.Context, client *elastic.Client, name string, body map[string]any, now time.Time) (IndexSetup, error) {
 	cur, err := LookupIndex(ctx, client, name)
 	if err != nil || cur.State != IndexMissing {
 		return cur, err
 	}
-	return createAliased(ctx, client, name, TimestampedIndex(name, now))
+	return createAliased(ctx, client, name, TimestampedIndex(name, now), body)
 }
 
 // createAliased creates index with the alias name on it; when the engine
 // refuses, it reports what name stands for now (another replica's alias,
 // an index a write auto-created), or the refusal when name is still missing.
-func createAliased(ctx context.Context, client *elastic.Client, name, index string) (IndexSetup, error) {
-	body := map[string]any{"aliases": map[string]any{name: map[string]any{"is_write_index": true}}}
+func createAliased(ctx context.Context, client *elastic.Client, name, index string, mapping map[string]any) (IndexSetup, error) {
+	body := maps.Clone(mapping)
+	if body == nil {
+		body = map[string]any{}
+	}
+	body["aliases"] = map[string]any{name: map[string]any{"is_write_index": true}}
 	_, err := client.PerformRequest(ctx, elastic.PerformRequestOptions{
 		Method: http.MethodPut, Path: "/" + url.PathEscape(index), Body: body})
 	if err == nil {
@@ -123,13 +133,15 @@ func createAliased(ctx context.Context, client *elastic.Client, name, index stri
 type IndexKeeper struct {
 	client *elastic.Client
 	index  string
+	body   map[string]any
 	log    zerolog.Logger
 	warned atomic.Bool
 }
 
-// NewIndexKeeper keeps index, the search projection's ELASTIC_INDEX.
-func NewIndexKeeper(client *elastic.Client, index string, log zerolog.Logger) *IndexKeeper {
-	return &IndexKeeper{client: client, index: index, log: log}
+// NewIndexKeeper keeps index, a search projection's alias, creating it
+// with body (its mapping file's, or nil for the engine's defaults).
+func NewIndexKeeper(client *elastic.Client, index string, body map[string]any, log zerolog.Logger) *IndexKeeper {
+	return &IndexKeeper{client: client, index: index, body: body, log: log}
 }
 
 // Ensure runs EnsureIndex, within a bound of its own. On an error, which it
@@ -138,7 +150,7 @@ func NewIndexKeeper(client *elastic.Client, index string, log zerolog.Logger) *I
 func (k *IndexKeeper) Ensure(ctx context.Context) (IndexSetup, error) {
 	ctx, cancel := context.WithTimeout(ctx, ensureIndexTimeout)
 	defer cancel()
-	got, err := EnsureIndex(ctx, k.client, k.index, time.Now())
+	got, err := EnsureIndexWith(ctx, k.client, k.index, k.body, time.Now())
 	switch {
 	case err != nil:
 		if ctx.Err() != context.Canceled {

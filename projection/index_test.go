@@ -155,7 +155,7 @@ func TestSearchIndexRaceEndsWithOneAlias(t *testing.T) {
 	// the name missing. The engine refuses a second write index, and an
 	// index that exists; neither leaves an index behind.
 	for _, index := range []string{TimestampedIndex(b.name, indexNow.Add(time.Minute)), created[0]} {
-		got, err := createAliased(b.ctx, b.client, b.name, index)
+		got, err := createAliased(b.ctx, b.client, b.name, index, nil)
 		require.NoError(t, err, index)
 		require.Equal(t, IndexSetup{State: IndexAlias, Indexes: created}, got, index)
 		require.Equal(t, before, b.indexes(t), "no stray index after creating %s", index)
@@ -176,7 +176,7 @@ func TestSearchIndexConcreteIsLeftAlone(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, IndexSetup{State: IndexConcrete, Indexes: []string{b.name}}, got)
 
-	got, err = createAliased(b.ctx, b.client, b.name, TimestampedIndex(b.name, indexNow))
+	got, err = createAliased(b.ctx, b.client, b.name, TimestampedIndex(b.name, indexNow), nil)
 	require.NoError(t, err)
 	require.Equal(t, IndexSetup{State: IndexConcrete, Indexes: []string{b.name}}, got)
 
@@ -222,4 +222,21 @@ func TestSearchIndexTakesTheEnginesReplicas(t *testing.T) {
 	}
 	require.NoError(t, harness.ES(b.ctx, b.base, http.MethodGet, "/"+got.Indexes[0]+"/_settings/index.number_of_replicas", nil, &settings))
 	require.Equal(t, "1", settings[got.Indexes[0]].Settings.Index.Replicas)
+}
+
+// TestEnsureIndexWithAMappingFile: a projection's mapping file is the
+// body the index is created with, beside the alias wlproj adds.
+func TestEnsureIndexWithAMappingFile(t *testing.T) {
+	t.Parallel()
+	b := indexSetup(t)
+	body := map[string]any{"mappings": map[string]any{"properties": map[string]any{"isbn": map[string]any{"type": "keyword"}}}}
+	got, err := EnsureIndexWith(b.ctx, b.client, b.name, body, time.Now())
+	require.NoError(t, err)
+	require.Equal(t, IndexCreated, got.State)
+	types, err := harness.MappedTypes(b.ctx, b.base, got.Indexes[0], "isbn")
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{got.Indexes[0]: "keyword"}, types)
+	write := b.aliases(t)[got.Indexes[0]]
+	require.True(t, write != nil && *write, "the alias names the index its write index, as without a mapping")
+	require.NotContains(t, body, "aliases", "the caller's body is left as it was")
 }

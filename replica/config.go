@@ -58,8 +58,14 @@ type Config struct {
 	// FailedArchiveAfter moves failed rows older than this to the dead
 	// letter. Defaults to 0, off.
 	FailedArchiveAfter time.Duration
-	// Verify is the scheduled verify; off while its Interval is 0.
+	// Verify is the scheduled verify; off while its Interval is 0. It
+	// verifies each search projection, against its source table when the
+	// projections file names one (Verify.SourceTable for the default set).
 	Verify verify.ServiceConfig
+	// Projections is what the replica projects into, from the projections
+	// file (LoadProjections). Defaults to DefaultSpecs: ELASTIC_* and the
+	// chronicle, as before the file existed.
+	Projections Specs
 }
 
 // WorkerIDDefault is Config.WorkerID's default: hostname-pid.
@@ -71,6 +77,9 @@ func WorkerIDDefault() string {
 func (c Config) withDefaults() Config {
 	c.WorkerID = cmp.Or(c.WorkerID, WorkerIDDefault())
 	c.Index = cmp.Or(c.Index, projection.IndexDefault)
+	if c.Projections == nil {
+		c.Projections = DefaultSpecs(c)
+	}
 	c.Leader = c.leader()
 	c.Leader.TickInterval = cmp.Or(c.Leader.TickInterval, tickInterval())
 	return c

@@ -1,62 +1,93 @@
 package replica
 
 import (
+	"context"
+	"errors"
 	"fmt"
-	"maps"
 	"slices"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/olivere/elastic/v7"
+	"github.com/rs/zerolog"
 
 	"github.com/wlproj/wlproj/projection"
 )
 
-// projections is every projection this binary knows, by the name producers
-// write in outbox_events.projection, with how to build its handler. A new
-// projection is its file in projection/ and one line here; the loop, the
-// CLI (pause, resume, status), the console and the gauges take their names
-// from here.
-var projections = map[string]func(b *builder) (projection.Handler, error){
-	projection.SearchName: func(b *builder) (projection.Handler, error) { return b.buildSearch() },
-	projection.ChronicleName: func(b *builder) (projection.Handler, error) {
-		return projection.NewChronicle(projection.ChronicleConfig{Pool: b.pool, MaxPayloadBytes: b.cfg.ChronicleMaxPayloadBytes})
-	},
-}
+// builtin names the projections a binary without a projections file
+// knows (DefaultSpecs): the CLI's commands that run without the file
+// (pause, status) accept them.
+var builtin = []string{projection.ChronicleName, projection.SearchName}
 
-// ProjectionNames lists the known projections, sorted.
-func ProjectionNames() []string { return slices.Sorted(maps.Keys(projections)) }
+// ProjectionNames lists the built-in projections, sorted.
+func ProjectionNames() []string { return append([]string{}, builtin...) }
 
-// Known reports whether name is a projection this binary knows.
-func Known(name string) bool {
-	_, ok := projections[name]
-	return ok
-}
-
-// builder is what the projections' constructors draw on. The search
-// handler is kept typed: the rebuild's dual-write and the scheduled verify
-// write through it too.
-type builder struct {
-	cfg    Config
+// searchParts is one search projection as a replica runs it: its engine's
+// client, the handler (kept typed: the rebuild's dual-write and the
+// scheduled verify write through it), the engine check and the index
+// keeper.
+type searchParts struct {
+	spec   Spec
 	es     *elastic.Client
-	pool   *pgxpool.Pool
 	search *projection.Search
+	probe  *projection.EngineProbe
+	index  *projection.IndexKeeper
 }
 
-func (b *builder) buildSearch() (*projection.Search, error) {
-	var err error
-	b.search, err = projection.NewSearch(projection.SearchConfig{Client: b.es, Index: b.cfg.Index, MaxPayloadBytes: b.cfg.MaxPayloadBytes})
-	return b.search, err
+// builder is what the projections' constructors draw on.
+type builder struct {
+	cfg      Config
+	pool     *pgxpool.Pool
+	log      zerolog.Logger
+	searches []*searchParts
 }
 
-// registry builds every known projection's handler.
-func (b *builder) registry() (projection.Registry, error) {
+func (b *builder) buildSearch(spec Spec) (*projection.Search, error) {
+	opts := spec.Search.Engine
+	opts.Timeout = b.cfg.Elastic.Timeout
+	es, err := projection.NewElasticClient(opts)
+	if err != nil {
+		return nil, fmt.Errorf("engine client: %w", err)
+	}
+	search, err := projection.NewSearch(projection.SearchConfig{Client: es, Index: spec.Search.Index, MaxPayloadBytes: spec.Search.MaxPayloadBytes})
+	if err != nil {
+		return nil, err
+	}
+	log := b.log.With().Str("projection", spec.Name).Logger()
+	b.searches = append(b.searches, &searchParts{spec: spec, es: es, search: search,
+		probe: projection.NewEngineProbe(es, opts.URL), index: projection.NewIndexKeeper(es, spec.Search.Index, spec.Search.Mapping, log)})
+	return search, nil
+}
+
+// registry builds every configured projection's handler.
+func (b *builder) registry(specs Specs) (projection.Registry, error) {
 	reg := projection.Registry{}
-	for name, build := range projections {
-		h, err := build(b)
-		if err != nil {
-			return nil, fmt.Errorf("%s projection: %w", name, err)
+	for _, spec := range specs {
+		var h projection.Handler
+		var err error
+		switch spec.Kind {
+		case KindSearch:
+			h, err = b.buildSearch(spec)
+		case KindChronicle:
+			h, err = projection.NewChronicle(projection.ChronicleConfig{Pool: b.pool, MaxPayloadBytes: b.cfg.ChronicleMaxPayloadBytes})
 		}
-		reg[name] = h
+		if err != nil {
+			return nil, fmt.Errorf("%s projection: %w", spec.Name, err)
+		}
+		reg[spec.Name] = h
 	}
 	return reg, nil
 }
+
+// pingAll is nil when every search projection's engine answers.
+func (b *builder) pingAll(ctx context.Context) error {
+	var errs []error
+	for _, s := range b.searches {
+		if err := s.probe.Ping(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", s.spec.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Known reports whether name is a built-in projection.
+func Known(name string) bool { return slices.Contains(builtin, name) }

@@ -61,13 +61,13 @@ func (r *Replica) build() error {
 	horizon := &outbox.HorizonWatch{}
 	if r.cfg.Console.UsersFile != "" {
 		r.console, err = console.New(r.cfg.Console, console.Deps{Pool: r.pool, State: r.elector.State,
-			LeaderName: r.cfg.Leader.Name, Projections: ProjectionNames(), Log: r.log, Horizon: horizon})
+			LeaderName: r.cfg.Leader.Name, Projections: r.cfg.Projections.Names(), Log: r.log, Horizon: horizon})
 		if err != nil {
 			return err
 		}
 	}
 	r.health, err = health.New(r.cfg.Health, health.Deps{Pool: r.pool, Elector: r.elector, PingES: r.parts.pingES,
-		Draining: &r.draining, Log: r.log, Projections: ProjectionNames(), Routes: r.consoleRoutes(), Horizon: horizon})
+		Draining: &r.draining, Log: r.log, Projections: r.cfg.Projections.Names(), Routes: r.consoleRoutes(), Horizon: horizon})
 	if err != nil {
 		return err
 	}
@@ -111,11 +111,14 @@ func (r *Replica) Run(ctx context.Context) {
 	notifyReady()
 	r.log.Info().Str("addr", r.cfg.Health.Addr).Int("http_port", r.cfg.Health.HTTPPort).Str("leader_name", r.cfg.Leader.Name).
 		Msg("replica started")
-	go func() {
-		r.parts.engine.Announce(ctx, r.log)
-		_, _ = r.parts.index.Ensure(ctx)
-		r.parts.engine.WarnGCDeletes(ctx, r.log, r.cfg.Index, projection.WriteLifetime(r.cfg.Elastic.Timeout))
-	}()
+	for _, s := range r.parts.searches {
+		go func() {
+			log := r.log.With().Str("projection", s.spec.Name).Logger()
+			s.probe.Announce(ctx, log)
+			_, _ = s.index.Ensure(ctx)
+			s.probe.WarnGCDeletes(ctx, log, s.spec.Search.Index, projection.WriteLifetime(r.cfg.Elastic.Timeout))
+		}()
+	}
 	_ = r.elector.Start(ctx)
 	<-ctx.Done()
 	r.elector.Stop()

@@ -175,3 +175,23 @@ func DeletesForgotten(t testing.TB, index string) {
 	t.Helper()
 	require.NoError(t, ForgetDeletes(context.Background(), ElasticURL(t), index, 30*time.Second))
 }
+
+// MappedTypes is the type field has in the mapping of each concrete index
+// that index (an alias or a name) resolves to, "" where it is unmapped.
+func MappedTypes(ctx context.Context, base, index, field string) (map[string]string, error) {
+	var mapping map[string]struct {
+		Mappings struct {
+			Properties map[string]struct {
+				Type string `json:"type"`
+			} `json:"properties"`
+		} `json:"mappings"`
+	}
+	if err := ES(ctx, base, http.MethodGet, "/"+index+"/_mapping", nil, &mapping); err != nil {
+		return nil, err
+	}
+	types := map[string]string{}
+	for concrete, m := range mapping {
+		types[concrete] = m.Mappings.Properties[field].Type
+	}
+	return types, nil
+}

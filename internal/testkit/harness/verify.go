@@ -91,17 +91,17 @@ SELECT id, coalesce(error_reason, '') FROM outbox_event_states
 // The ledger entry comes along, null if there is none.
 const verifyEntitiesSQL = `
 WITH docs AS (
-  SELECT DISTINCT entity_type, entity_id FROM outbox_events WHERE projection = 'search'
+  SELECT DISTINCT entity_type, entity_id FROM outbox_events WHERE projection = $1
 ), newest AS (
   SELECT DISTINCT ON (entity_type, entity_id) entity_type, entity_id, coalesce(event_version, id) AS version, op
     FROM outbox_event_states
-   WHERE projection = 'search' AND status = 'done'
+   WHERE projection = $1 AND status = 'done'
    ORDER BY entity_type, entity_id, coalesce(event_version, id) DESC, id DESC
 )
 SELECT d.entity_type || ':' || d.entity_id, n.version, n.op, a.version, a.deleted
   FROM docs d
   LEFT JOIN newest n ON n.entity_type = d.entity_type AND n.entity_id = d.entity_id
-  LEFT JOIN LATERAL outbox_ledger_entry('search', d.entity_type, d.entity_id) a ON true`
+  LEFT JOIN LATERAL outbox_ledger_entry($1, d.entity_type, d.entity_id) a ON true`
 
 // Verify compares the search projection's events in pool's database with
 // the documents of index and the ledger: no event pending or processing,
@@ -110,6 +110,12 @@ SELECT d.entity_type || ':' || d.entity_id, n.version, n.op, a.version, a.delete
 // is done, and its ledger entry at that version and op. It assumes every
 // event is still in outbox_events: run it before retention prunes any.
 func Verify(ctx context.Context, pool *pgxpool.Pool, elasticURL, index string, expected ...Failure) (Verdict, error) {
+	return VerifyProjection(ctx, pool, elasticURL, index, "search", expected...)
+}
+
+// VerifyProjection is Verify of the named search projection's documents
+// in index; the counts and failures are of every projection's events.
+func VerifyProjection(ctx context.Context, pool *pgxpool.Pool, elasticURL, index, projection string, expected ...Failure) (Verdict, error) {
 	var v Verdict
 	if err := pool.QueryRow(ctx, verifyCountsSQL).Scan(&v.Events, &v.Done, &v.Failed, &v.FailedWithoutReason,
 		&v.Discarded, &v.Lost); err != nil {
@@ -122,7 +128,7 @@ func Verify(ctx context.Context, pool *pgxpool.Pool, elasticURL, index string, e
 	if err != nil {
 		return v, err
 	}
-	rows, err := pool.Query(ctx, verifyEntitiesSQL)
+	rows, err := pool.Query(ctx, verifyEntitiesSQL, projection)
 	if err != nil {
 		return v, err
 	}
@@ -209,7 +215,13 @@ func ledgerMismatch(version int64, op string, ledgerVersion *int64, ledgerDelete
 // Verified is Verify for tests: it fails the test unless the verdict is OK.
 func Verified(t testing.TB, pool *pgxpool.Pool, index string, expected ...Failure) Verdict {
 	t.Helper()
-	v, err := Verify(context.Background(), pool, ElasticURL(t), index, expected...)
+	return VerifiedProjection(t, pool, index, "search", expected...)
+}
+
+// VerifiedProjection is VerifyProjection for tests.
+func VerifiedProjection(t testing.TB, pool *pgxpool.Pool, index, projection string, expected ...Failure) Verdict {
+	t.Helper()
+	v, err := VerifyProjection(context.Background(), pool, ElasticURL(t), index, projection, expected...)
 	require.NoError(t, err)
 	require.True(t, v.OK(), "%s\nfailed_unexpected=%v regressed=%v missing=%v resurrected=%v ledger_mismatch=%v",
 		v, v.Unexpected, v.Regressed, v.Missing, v.Resurrected, v.LedgerMismatch)

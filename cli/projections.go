@@ -1,0 +1,120 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/wlproj/wlproj/replica"
+)
+
+// projectionsFlags name the projections file. Without it, ELASTIC_*
+// describe the one search projection beside the chronicle, as before the
+// file existed.
+type projectionsFlags struct {
+	ProjectionsFile string `help:"The projections file (YAML): each projection's kind, engine, index alias, mapping and source table; secrets by reference only. Without it ELASTIC_* describe the search projection beside the chronicle." env:"OUTBOX_PROJECTIONS_FILE" placeholder:"PATH"`
+}
+
+// specs loads the file with its secrets, or returns nil without a file
+// (the replica's defaults then apply).
+func (f projectionsFlags) specs() (replica.Specs, error) {
+	if f.ProjectionsFile == "" {
+		return nil, nil
+	}
+	return replica.LoadProjections(f.ProjectionsFile, os.Getenv)
+}
+
+// names are the configured projections' names, read without the engines'
+// secrets; the built-in ones without a file.
+func (f projectionsFlags) names() ([]string, error) {
+	if f.ProjectionsFile == "" {
+		return replica.ProjectionNames(), nil
+	}
+	return replica.LoadProjectionNames(f.ProjectionsFile)
+}
+
+// badFile exits 2: the file, not the machine, is at fault.
+func badFile(err error) error { return &exitError{code: exitUsage, err: err} }
+
+type projectionsCmd struct {
+	Check projectionsCheckCmd `cmd:"" help:"Check a projections file as run would, secrets resolved, without starting anything; exit 2 naming the file, projection and key at fault."`
+	List  projectionsListCmd  `cmd:"" help:"List the configured projections (the file's, or ELASTIC_*'s without one) and where their secrets come from, never the secrets."`
+}
+
+type projectionsCheckCmd struct {
+	projectionsFlags
+}
+
+func (c *projectionsCheckCmd) Run(g *globals) error {
+	if c.ProjectionsFile == "" {
+		return badFile(fmt.Errorf("--projections-file (OUTBOX_PROJECTIONS_FILE) is required: the file to check"))
+	}
+	specs, err := c.specs()
+	if err != nil {
+		return badFile(err)
+	}
+	fmt.Fprintf(g.stdout, "%s: %d projections (%s), hash %s\n", c.ProjectionsFile, len(specs), strings.Join(specs.Names(), ", "), specs.Hash())
+	return nil
+}
+
+type projectionsListCmd struct {
+	projectionsFlags
+	elasticFlags
+	ElasticIndex string `help:"Index the search projection writes to, without a projections file." env:"ELASTIC_INDEX" default:"${elastic_index}"`
+	JSON         bool   `name:"json" help:"Print one JSON object per projection."`
+}
+
+func (c *projectionsListCmd) Run(g *globals) error {
+	var specs replica.Specs
+	if c.ProjectionsFile != "" {
+		var err error
+		if specs, err = replica.LoadProjectionsUnresolved(c.ProjectionsFile); err != nil {
+			return badFile(err)
+		}
+	} else {
+		specs = replica.DefaultSpecs(replica.Config{Elastic: c.options(), Index: c.ElasticIndex})
+	}
+	if c.JSON {
+		return writeJSONLines(g.stdout, specs)
+	}
+	writeProjectionSpecs(g.stdout, specs)
+	return nil
+}
+
+func writeProjectionSpecs(w io.Writer, specs replica.Specs) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tKIND\tINDEX\tENGINE\tAUTH\tMAPPING\tSOURCE TABLE")
+	for _, s := range specs {
+		if s.Search == nil {
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\n", s.Name, s.Kind)
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Kind, s.Search.Index, strings.Join(s.Search.URLs, ","),
+			authOf(s.Search), or(s.Search.MappingFile, "-"), or(s.Search.SourceTable, "-"))
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(w, "hash %s\n", specs.Hash())
+}
+
+// authOf says how a search projection authenticates, and where its secret
+// comes from, never the secret.
+func authOf(s *replica.SearchSpec) string {
+	switch {
+	case s.APIKeyFrom != "":
+		return "api key from " + s.APIKeyFrom
+	case s.Username != "" && s.PasswordFrom != "":
+		return "basic " + s.Username + ", password from " + s.PasswordFrom
+	case s.Username != "":
+		return "basic " + s.Username
+	}
+	return "none"
+}
+
+func or(s, otherwise string) string {
+	if s == "" {
+		return otherwise
+	}
+	return s
+}

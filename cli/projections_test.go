@@ -1,0 +1,83 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wlproj/wlproj/internal/testkit/harness"
+)
+
+const projectionsSecret = "pw-Never-Printed-7"
+
+// projectionsFile writes a file of two search projections and the
+// chronicle, with books' password by environment variable.
+func projectionsFile(t *testing.T, booksIndex string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "projections.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(`
+projections:
+  books:
+    kind: search
+    engine: {urls: [http://127.0.0.1:1], username: wlproj, password_env: WLPROJ_TEST_BOOKS_PW}
+    index: `+booksIndex+`
+  blocks:
+    kind: search
+    engine: {urls: [http://127.0.0.1:2]}
+    index: blocks
+  timeline:
+    kind: chronicle
+`), 0o600))
+	return path
+}
+
+func TestProjectionsCheckAndList(t *testing.T) {
+	t.Setenv("WLPROJ_TEST_BOOKS_PW", projectionsSecret)
+	path := projectionsFile(t, "books")
+	code, out, errs := runCLI(t, "projections", "check", "--projections-file", path)
+	require.Zero(t, code, errs)
+	require.Regexp(t, `projections.yaml: 3 projections \(blocks, books, timeline\), hash [0-9a-f]{16}\n$`, out)
+
+	code, out, errs = runCLI(t, "projections", "list", "--projections-file", path)
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "basic wlproj, password from env WLPROJ_TEST_BOOKS_PW")
+	require.Regexp(t, `\nblocks +search +blocks +http://127.0.0.1:2 +none`, out)
+	require.NotContains(t, out, projectionsSecret)
+
+	// Listing needs no secret: the CLI of an operator without it.
+	t.Setenv("WLPROJ_TEST_BOOKS_PW", "")
+	code, out, errs = runCLI(t, "projections", "list", "--projections-file", path, "--json")
+	require.Zero(t, code, errs)
+	require.Equal(t, 3, strings.Count(out, "\n"), out)
+	code, _, errs = runCLI(t, "projections", "check", "--projections-file", path)
+	require.Equal(t, 2, code)
+	require.Contains(t, errs, `projection "books": engine.password_env: the environment variable WLPROJ_TEST_BOOKS_PW is not set or empty`)
+}
+
+// A bad projections file stops run before anything connects, naming the
+// file, the projection and the key, and shows no secret.
+func TestRunRefusesABadProjectionsFile(t *testing.T) {
+	t.Setenv("WLPROJ_TEST_BOOKS_PW", projectionsSecret)
+	path := projectionsFile(t, "Books")
+	code, out, errs := runCLI(t, "run", "--database-url", "postgres://127.0.0.1:1/none", "--projections-file", path)
+	require.Equal(t, 2, code, errs)
+	require.Contains(t, errs, path+`:6: projection "books": index: "Books" is not an index name`)
+	require.NotContains(t, out+errs, projectionsSecret)
+}
+
+// pause knows the file's projections: it pauses one of them, and refuses
+// a name the file does not have.
+func TestPauseKnowsTheFilesProjections(t *testing.T) {
+	b := pauseBundle{db: harness.NewDatabase(t)}
+	path := projectionsFile(t, "books")
+	code, _, errs := b.run(t, "pause", "--projections-file", path, "--projection", "search", "--by", "ada", "--why", "test")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errs, `unknown projection "search"; this wlproj knows blocks, books, timeline; nothing changed`)
+	b.unchanged(t)
+	code, out, errs := b.run(t, "pause", "--projections-file", path, "--projection", "blocks", "--by", "ada", "--why", "test")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "paused blocks")
+}

@@ -1,0 +1,110 @@
+package e2e
+
+// Process tests of the projections file: two search projections on two
+// indexes, each with its own mapping, beside the chronicle, run by real
+// replicas from one file.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wlproj/wlproj/internal/testkit/harness"
+)
+
+// twoIndexes writes a projections file of books and blocks, each on its
+// own index of the cluster's engine (books with a mapping file), and the
+// chronicle as timeline; it returns the file and the two indexes.
+func twoIndexes(t *testing.T, engineURL, index string) (file, books, blocks string) {
+	dir := t.TempDir()
+	books, blocks = index+"-books", index+"-blocks"
+	mapping := filepath.Join(dir, "books.json")
+	require.NoError(t, os.WriteFile(mapping, []byte(`{"mappings": {"properties": {"isbn": {"type": "keyword"}}}}`), 0o600))
+	file = filepath.Join(dir, "projections.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(fmt.Sprintf(`
+projections:
+  books:
+    kind: search
+    engine: {urls: [%[1]s]}
+    index: %[2]s
+    mapping_file: %[4]s
+  blocks:
+    kind: search
+    engine: {urls: [%[1]s]}
+    index: %[3]s
+  timeline:
+    kind: chronicle
+`, engineURL, books, blocks, mapping)), 0o600))
+	t.Cleanup(func() { _ = harness.DeleteIndex(context.Background(), harness.ElasticURL(t), books+"*", blocks+"*") })
+	return file, books, blocks
+}
+
+// produceTo inserts versions from to last of each of entities documents
+// of projection, shuffled; the same ids in every projection.
+func (c *cluster) produceTo(projection, entityType string, entities, from, last int) {
+	c.t.Helper()
+	c.db.Exec(c.t, `
+		INSERT INTO outbox_events (projection, entity_type, entity_id, op, event_version, payload)
+		SELECT $1, $2, e::text, 'upsert', v, jsonb_build_object('title', $2 || ' ' || e || ' v' || v, 'isbn', 'i-' || e)
+		  FROM generate_series(1, $3) e, generate_series($4::int, $5::int) v
+		 ORDER BY random()`, projection, entityType, entities, from, last)
+}
+
+// Two search projections and the chronicle from one file: each index gets
+// its own documents (the same document ids in both, with lower versions in
+// blocks: one ledger for both would drop blocks' as superseded), the mapping
+// file shapes its index, and a paused projection waits while the other
+// drains, across a leader failover.
+func TestProjectionsFileRunsTwoIndexes(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	file, books, blocks := twoIndexes(t, harness.ElasticURL(t), c.index)
+	c.env = append(c.env, "OUTBOX_PROJECTIONS_FILE="+file)
+	c.run("a", "b")
+
+	c.produceTo("books", "book", 30, 1, 3)
+	c.produceTo("blocks", "book", 30, 1, 2)
+	c.produceTo("timeline", "book", 5, 1, 2)
+	harness.Drained(t, c.db.Pool, 60*time.Second)
+	harness.VerifiedProjection(t, c.db.Pool, books, "books")
+	harness.VerifiedProjection(t, c.db.Pool, blocks, "blocks")
+	require.Equal(t, 10, c.appended(), "the chronicle as timeline")
+	for _, index := range []string{books, blocks} {
+		n, err := harness.DocCount(context.Background(), harness.ElasticURL(t), index)
+		require.NoError(t, err)
+		require.Equal(t, 30, n, "%s holds its projection's documents only", index)
+	}
+	requireKeyword(t, books, "isbn")
+
+	out := c.cli("pause", "--projections-file", file, "--projection", "books", "--by", "e2e", "--why", "reindex books")
+	require.Contains(t, out, "paused books")
+	c.produceTo("books", "book", 30, 4, 8)
+	c.produceTo("blocks", "book", 30, 3, 6)
+	harness.Eventually(t, 60*time.Second, "blocks drains while books waits", func() bool {
+		return c.count(`projection = 'blocks' AND status <> 'done'`) == 0
+	})
+	require.Equal(t, 150, c.count(`projection = 'books' AND status <> 'done'`), "no book of the second wave was sent")
+	c.leader().Kill()
+	c.leader()
+	c.cli("resume", "--projections-file", file, "--projection", "books", "--by", "e2e", "--why", "reindexed")
+	harness.Drained(t, c.db.Pool, 60*time.Second)
+	harness.VerifiedProjection(t, c.db.Pool, books, "books")
+	harness.VerifiedProjection(t, c.db.Pool, blocks, "blocks")
+}
+
+// requireKeyword checks that field is mapped as a keyword in index's
+// concrete index: the mapping file's, not the engine's dynamic text.
+func requireKeyword(t *testing.T, index, field string) {
+	t.Helper()
+	types, err := harness.MappedTypes(context.Background(), harness.ElasticURL(t), index, field)
+	require.NoError(t, err)
+	require.Len(t, types, 1, "one concrete index behind the alias")
+	for _, typ := range types {
+		require.Equal(t, "keyword", typ)
+	}
+}
