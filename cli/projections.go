@@ -1,12 +1,15 @@
 package cli
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/wlproj/wlproj/projection"
 	"github.com/wlproj/wlproj/replica"
 )
 
@@ -117,4 +120,40 @@ func or(s, otherwise string) string {
 		return otherwise
 	}
 	return s
+}
+
+// searchTarget is where a search projection's documents are, for rebuild
+// and verify: the engine, the alias, the source table and the payload
+// limit.
+type searchTarget struct {
+	Engine          projection.ElasticOptions
+	Alias           string
+	SourceTable     string
+	MaxPayloadBytes int
+}
+
+// target is the named search projection's target from the projections
+// file, or flags (ELASTIC_* and the command's own) without one. The file's
+// source table is the default of a --from-table left empty.
+func (f projectionsFlags) target(name string, flags searchTarget) (searchTarget, error) {
+	if f.ProjectionsFile == "" {
+		if !replica.Known(name) {
+			return flags, usagef("unknown projection %q (known: %s)", name, strings.Join(replica.ProjectionNames(), ", "))
+		}
+		return flags, nil
+	}
+	specs, err := f.specs()
+	if err != nil {
+		return flags, badFile(err)
+	}
+	i := slices.IndexFunc(specs, func(s replica.Spec) bool { return s.Name == name })
+	if i < 0 || specs[i].Kind != replica.KindSearch {
+		return flags, usagef("projection %q is not a search projection of %s (its search projections: %s)", name, f.ProjectionsFile,
+			strings.Join(specs.SearchNames(), ", "))
+	}
+	s := specs[i].Search
+	engine := s.Engine
+	engine.Timeout = flags.Engine.Timeout
+	return searchTarget{Engine: engine, Alias: s.Index, SourceTable: cmp.Or(flags.SourceTable, s.SourceTable),
+		MaxPayloadBytes: s.MaxPayloadBytes}, nil
 }

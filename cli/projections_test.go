@@ -81,3 +81,29 @@ func TestPauseKnowsTheFilesProjections(t *testing.T) {
 	require.Zero(t, code, errs)
 	require.Contains(t, out, "paused blocks")
 }
+
+// rebuild and verify take a search projection of the file; any other name
+// is refused before anything connects.
+func TestRebuildAndVerifyTakeTheFilesSearchProjections(t *testing.T) {
+	t.Setenv("WLPROJ_TEST_BOOKS_PW", projectionsSecret)
+	path := projectionsFile(t, "books")
+	for _, args := range [][]string{
+		{"rebuild", "--by", "ada", "--why", "t", "--from-table", "src"},
+		{"verify"},
+	} {
+		for name, want := range map[string]string{
+			"timeline": `projection "timeline" is not a search projection of ` + path + ` (its search projections: blocks, books)`,
+			"search":   `projection "search" is not a search projection of `,
+		} {
+			code, out, errs := runCLI(t, append(args, "--database-url", "postgres://127.0.0.1:1/none", "--projections-file", path, "--projection", name)...)
+			require.Equal(t, 2, code, "%v %s: %s", args, name, errs)
+			require.Contains(t, errs, want)
+			require.Empty(t, out)
+		}
+	}
+	// Without a source table in the file or --from-table, rebuild has nothing to load.
+	code, _, errs := runCLI(t, "rebuild", "--by", "ada", "--why", "t", "--database-url", "postgres://127.0.0.1:1/none",
+		"--projections-file", path, "--projection", "books")
+	require.Equal(t, 2, code)
+	require.Contains(t, errs, "--from-table is required")
+}

@@ -20,9 +20,10 @@ import (
 type rebuildCmd struct {
 	dbFlags
 	elasticFlags
-	ElasticIndex string        `help:"The alias readers and the replicas use; if it is a concrete index, the first rebuild turns it into an alias." env:"ELASTIC_INDEX" default:"${elastic_index}" field:"Alias"`
-	Projection   string        `help:"Projection to rebuild (only search has an index)." default:"${search_projection}"`
-	FromTable    string        `name:"from-table" help:"The source-of-truth table: entity_type text, entity_id text, doc jsonb, version bigint." placeholder:"TABLE"`
+	projectionsFlags
+	ElasticIndex string        `help:"The alias readers and the replicas use; if it is a concrete index, the first rebuild turns it into an alias. With a projections file, the projection's index instead." env:"ELASTIC_INDEX" default:"${elastic_index}" field:"Alias"`
+	Projection   string        `help:"Search projection to rebuild: search without a projections file, else one of the file's, whose engine, index and source table it takes." default:"${search_projection}"`
+	FromTable    string        `name:"from-table" help:"The source-of-truth table: entity_type text, entity_id text, doc jsonb, version bigint; default: the projection's source_table in the projections file." placeholder:"TABLE"`
 	Mapping      string        `help:"JSON file with the new index's settings and mappings (as PUT /<index> takes); default: the current index's." type:"existingfile" placeholder:"FILE"`
 	EmitOutbox   bool          `name:"emit-outbox" help:"Enqueue an upsert event per source row for the leader to project, instead of bulk-loading (run as a role that may insert events)."`
 	EmitRate     int           `help:"--emit-outbox: rows enqueued per second at most (unset: see below)." field:"EmitRate"`
@@ -101,7 +102,13 @@ func (c *rebuildCmd) config(ctx context.Context) (rebuild.Config, *pgxpool.Pool,
 		return rebuild.Config{}, nil, usagef("--cleanup, --abort and --rollback take no other action flag")
 	case strings.TrimSpace(c.By) == "" || strings.TrimSpace(c.Why) == "":
 		return rebuild.Config{}, nil, usagef("--by and --why are required: say who is rebuilding and why")
-	case !c.Cleanup && !c.Abort && !c.Rollback && c.FromTable == "":
+	}
+	target, err := c.target(c.Projection, searchTarget{Engine: c.options(), Alias: c.ElasticIndex, SourceTable: c.FromTable,
+		MaxPayloadBytes: c.MaxPayload})
+	if err != nil {
+		return rebuild.Config{}, nil, err
+	}
+	if !c.Cleanup && !c.Abort && !c.Rollback && target.SourceTable == "" {
 		return rebuild.Config{}, nil, usagef("--from-table is required: the source-of-truth table to rebuild from")
 	}
 	// kong applied the flags' defaults: a zero here is the operator's.
@@ -109,19 +116,17 @@ func (c *rebuildCmd) config(ctx context.Context) (rebuild.Config, *pgxpool.Pool,
 		bounds.Check("Concurrency", c.Concurrency, projection.ConcurrencyRange)); err != nil {
 		return rebuild.Config{}, nil, err
 	}
-	cfg := rebuild.Config{Projection: c.Projection, Alias: c.ElasticIndex, SourceTable: c.FromTable,
+	cfg := rebuild.Config{Projection: c.Projection, Alias: target.Alias, SourceTable: target.SourceTable,
 		EmitOutbox: c.EmitOutbox, EmitRate: c.EmitRate, EmitBacklog: c.EmitBacklog, BulkSize: c.BulkSize,
-		Concurrency: c.Concurrency, MaxPayloadBytes: c.MaxPayload, ConfirmTimeout: c.Confirm, AllowRefused: c.AllowRefused,
+		Concurrency: c.Concurrency, MaxPayloadBytes: target.MaxPayloadBytes, ConfirmTimeout: c.Confirm, AllowRefused: c.AllowRefused,
 		By: c.By, Why: c.Why}
 	if c.Mapping != "" {
-		var err error
 		if cfg.Mapping, err = os.ReadFile(c.Mapping); err != nil {
 			return cfg, nil, usagef("--mapping: %v", err)
 		}
 		cfg.MappingFile = c.Mapping
 	}
-	var err error
-	if cfg.Client, err = projection.NewElasticClient(c.options()); err != nil {
+	if cfg.Client, err = projection.NewElasticClient(target.Engine); err != nil {
 		return cfg, nil, err
 	}
 	cfg.Pool, err = pgpool.Open(ctx, c.DatabaseURL, c.Concurrency+4, "wlproj-rebuild:"+c.By)

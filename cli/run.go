@@ -58,6 +58,7 @@ type runCmd struct {
 	TCPKeepalivesInterval      int     `name:"tcp-keepalives-interval" help:"Seconds between keepalive probes [${keepalives_interval_range}]." env:"OUTBOX_TCP_KEEPALIVES_INTERVAL" default:"${keepalives_interval}" field:"KeepalivesInterval"`
 	TCPKeepalivesCount         int     `name:"tcp-keepalives-count" help:"Unanswered probes before the lock connection is dropped [${keepalives_count_range}]." env:"OUTBOX_TCP_KEEPALIVES_COUNT" default:"${keepalives_count}" field:"KeepalivesCount"`
 
+	UnknownProjectionWait    time.Duration `help:"How long a queued event naming a projection this replica does not know waits, unread, for a leader that knows it (a rolling restart adding one to the projections file) before it fails as unknown_projection [${unknown_wait_range}]." env:"OUTBOX_UNKNOWN_PROJECTION_WAIT" default:"${unknown_wait}" field:"UnknownWait"`
 	Retention                time.Duration `help:"Done rows older than this are deleted by the leader, in small batches; live documents' ledger entries too, once no event of theirs is left [${retention_range}]." env:"OUTBOX_RETENTION" default:"${retention}" field:"Retention"`
 	LedgerTombstoneRetention time.Duration `help:"Deleted documents' ledger entries are kept this long after the delete, so an older upsert written later is refused; never below OUTBOX_RETENTION [${tombstone_retention_range}]." env:"OUTBOX_LEDGER_TOMBSTONE_RETENTION" default:"${tombstone_retention}" field:"TombstoneRetention"`
 
@@ -88,6 +89,7 @@ func (c *runCmd) config() replica.Config {
 			Lease: seconds(c.LeaseSeconds), ReclaimInterval: seconds(c.ReclaimIntervalSeconds), MaxProcessing: maxProcessing,
 			MaxAttempts: c.MaxAttempts, BaseBackoff: seconds(c.BaseBackoffSeconds), MaxBackoff: seconds(c.MaxBackoffSeconds),
 			ShutdownGrace: seconds(c.ShutdownGraceSeconds), ClaimCooldown: seconds(c.ClaimCooldownSeconds),
+			UnknownWait: c.UnknownProjectionWait,
 		},
 		Leader: leader.Config{
 			Name: c.LeaderName, CheckInterval: seconds(c.LeaderCheckIntervalSeconds), CheckTimeout: seconds(c.LeaderCheckTimeoutSeconds),

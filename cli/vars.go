@@ -71,6 +71,7 @@ var durationVars = map[string]durationVar{
 	"archive_after":       {0, replay.ArchiveAfterRange},
 	"console_session_ttl": {console.SessionTTLDefault, console.SessionTTLRange},
 	"verify_interval":     {0, verify.IntervalRange},
+	"unknown_wait":        {consume.UnknownWaitDefault, consume.UnknownWaitRange},
 }
 
 // flagVars fills the ${…} of the flags' tags from the packages' defaults

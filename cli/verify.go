@@ -16,16 +16,16 @@ import (
 	"github.com/wlproj/wlproj/internal/bounds"
 	"github.com/wlproj/wlproj/internal/pgpool"
 	"github.com/wlproj/wlproj/projection"
-	"github.com/wlproj/wlproj/replica"
 	"github.com/wlproj/wlproj/verify"
 )
 
 type verifyCmd struct {
 	dbFlags
 	elasticFlags
-	ElasticIndex string `help:"The index or alias verified." env:"ELASTIC_INDEX" default:"${elastic_index}" field:"Index"`
-	Projection   string `help:"Projection verified (only search has an index)." default:"${search_projection}"`
-	FromTable    string `name:"from-table" help:"The source-of-truth table (entity_type, entity_id, doc, version); without it the index is compared with the applied-version ledger alone." placeholder:"TABLE"`
+	projectionsFlags
+	ElasticIndex string `help:"The index or alias verified. With a projections file, the projection's index instead." env:"ELASTIC_INDEX" default:"${elastic_index}" field:"Index"`
+	Projection   string `help:"Search projection verified: search without a projections file, else one of the file's, whose engine, index and source table it takes." default:"${search_projection}"`
+	FromTable    string `name:"from-table" help:"The source-of-truth table (entity_type, entity_id, doc, version); default: the projection's source_table in the projections file; without either the index is compared with the applied-version ledger alone." placeholder:"TABLE"`
 	JSON         bool   `name:"json" help:"Print one JSON object."`
 	Sample       int    `help:"Document ids shown per kind [${verify_sample_range}]." default:"${verify_sample}" field:"Sample"`
 	Rate         int    `help:"Documents checked per second at most (each side of the comparison keeps to it); 0: no cap." default:"0" field:"Rate"`
@@ -114,12 +114,12 @@ func (c *verifyCmd) config(ctx context.Context) (verify.Config, *pgxpool.Pool, e
 		bounds.Check("Rate", c.Rate, verify.RateRange)); err != nil {
 		return verify.Config{}, nil, err
 	}
-	if !replica.Known(c.Projection) {
-		return verify.Config{}, nil, usagef("unknown projection %q (known: %s)", c.Projection, strings.Join(replica.ProjectionNames(), ", "))
+	target, err := c.target(c.Projection, searchTarget{Engine: c.options(), Alias: c.ElasticIndex, SourceTable: c.FromTable})
+	if err != nil {
+		return verify.Config{}, nil, err
 	}
-	cfg := verify.Config{Index: c.ElasticIndex, Projection: c.Projection, SourceTable: c.FromTable, Sample: c.Sample, Rate: c.Rate}
-	var err error
-	if cfg.Client, err = projection.NewElasticClient(c.options()); err != nil {
+	cfg := verify.Config{Index: target.Alias, Projection: c.Projection, SourceTable: target.SourceTable, Sample: c.Sample, Rate: c.Rate}
+	if cfg.Client, err = projection.NewElasticClient(target.Engine); err != nil {
 		return cfg, nil, err
 	}
 	cfg.Pool, err = pgpool.Open(ctx, c.DatabaseURL, 4, "wlproj-verify")

@@ -104,7 +104,7 @@ func TestLoopRecordsEveryOutcome(t *testing.T) {
 		('book','bad','upsert'), ('book','old','upsert')`)
 	b.Exec(t, `INSERT INTO outbox_events (projection, entity_type, entity_id, op) VALUES ('chronicle','book','x','upsert')`)
 
-	loop, err := NewLoop(Config{MaxAttempts: 3}, b.Store, projection.Registry{"search": h}, zerolog.Nop())
+	loop, err := NewLoop(Config{MaxAttempts: 3, UnknownWait: time.Millisecond}, b.Store, projection.Registry{"search": h}, zerolog.Nop())
 	require.NoError(t, err)
 	// Each round makes the retries due at once instead of waiting out the backoff.
 	round := func() BatchResult {

@@ -21,7 +21,7 @@ func TestRowsBehindTheCursorAreClaimedFromTheHead(t *testing.T) {
 	t.Parallel()
 	b := setupClaimed(t)
 	h := funcHandler(func(context.Context, outbox.Event) projection.Result { return projection.Result{} })
-	start(t, b, Config{PollInterval: 300 * time.Millisecond}, projection.Registry{"search": h})
+	start(t, b, Config{PollInterval: 300 * time.Millisecond, UnknownWait: time.Millisecond}, projection.Registry{"search": h})
 
 	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) SELECT 'book', g::text, 'upsert' FROM generate_series(1, 50) g`)
 	harness.Eventually(t, 10*time.Second, "the first rows done", func() bool {
@@ -88,4 +88,34 @@ func TestResumeClaimsFromTheHeadAtOnce(t *testing.T) {
 		return b.Count(t, `projection = 'search' AND status = 'done'`) == 200
 	})
 	t.Logf("200 resumed events drained in %s (poll interval 1m, bulk 10)", time.Since(resumed))
+}
+
+// Queued events of a projection the loop has no handler for wait unread for
+// UnknownWait (a leader that knows it may take over: a rolling restart
+// adding it), while the known ones drain; then they fail as
+// unknown_projection.
+func TestUnknownProjectionWaitsBeforeFailing(t *testing.T) {
+	t.Parallel()
+	b := setup(t) // queued rows, as producers write them
+	h := funcHandler(func(context.Context, outbox.Event) projection.Result { return projection.Result{} })
+	const wait = 2 * time.Second
+	start(t, b, Config{PollInterval: 100 * time.Millisecond, UnknownWait: wait}, projection.Registry{"search": h})
+
+	inserted := time.Now()
+	b.Exec(t, `INSERT INTO outbox_events (projection, entity_type, entity_id, op) VALUES ('ghost', 'book', 'g', 'upsert')`)
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) SELECT 'book', g::text, 'upsert' FROM generate_series(1, 20) g`)
+	harness.Eventually(t, 10*time.Second, "the known projection drains past it", func() bool {
+		return b.Count(t, `projection = 'search' AND status = 'done'`) == 20
+	})
+	time.Sleep(time.Until(inserted.Add(wait / 2)))
+	var status string
+	var attempts int
+	require.NoError(t, b.Pool.QueryRow(context.Background(), `SELECT status, attempts FROM outbox_event_states WHERE projection = 'ghost'`).
+		Scan(&status, &attempts))
+	require.Equal(t, "pending", status, "unread while it waits")
+	require.Zero(t, attempts)
+	harness.Eventually(t, 10*time.Second, "failed once the wait is over", func() bool {
+		return b.Count(t, `projection = 'ghost' AND status = 'failed' AND error_reason = 'unknown_projection'`) == 1
+	})
+	require.GreaterOrEqual(t, time.Since(inserted), wait)
 }

@@ -296,12 +296,34 @@ func (l *Loop) readQueued(ctx context.Context, now time.Time) ([]outbox.Event, e
 		if err != nil {
 			return nil, err
 		}
+		if l.unknownWaits(name, events, now) {
+			continue // read again from the same position at the next poll
+		}
 		l.queues.read(name, gen, to, events, now)
 		if len(events) > 0 {
 			return events, nil
 		}
 	}
 	return nil, nil
+}
+
+// unknownWaits is true while events name a projection this replica has no
+// handler for and the newest of them is younger than UnknownWait: they are
+// left unread, for a leader that knows the projection (a rolling restart
+// adding it), and fail as unknown_projection only after that.
+func (l *Loop) unknownWaits(name string, events []outbox.Event, now time.Time) bool {
+	if _, known := l.handlers[name]; known || len(events) == 0 {
+		return false
+	}
+	if now.Sub(events[len(events)-1].CreatedAt) >= l.cfg.UnknownWait {
+		return false
+	}
+	if l.waitingUnknown[name].IsZero() {
+		l.log.Warn().Str("projection", name).Dur("wait", l.cfg.UnknownWait).
+			Msg("events name a projection this replica does not know; they wait for a leader that knows it, then fail as unknown_projection")
+		l.waitingUnknown[name] = now
+	}
+	return true
 }
 
 func (qs *queues) setOrigin(origin outbox.Position) {

@@ -5,22 +5,27 @@ package e2e
 // replicas from one file.
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/wlproj/wlproj/cli"
 	"github.com/wlproj/wlproj/internal/testkit/harness"
 )
 
 // twoIndexes writes a projections file of books and blocks, each on its
 // own index of the cluster's engine (books with a mapping file), and the
-// chronicle as timeline; it returns the file and the two indexes.
-func twoIndexes(t *testing.T, engineURL, index string) (file, books, blocks string) {
+// chronicle as timeline; books' source table is booksSource, if any. It
+// returns the file and the two indexes.
+func twoIndexes(t *testing.T, engineURL, index, booksSource string) (file, books, blocks string) {
 	dir := t.TempDir()
 	books, blocks = index+"-books", index+"-blocks"
 	mapping := filepath.Join(dir, "books.json")
@@ -33,15 +38,23 @@ projections:
     engine: {urls: [%[1]s]}
     index: %[2]s
     mapping_file: %[4]s
+    %[5]s
   blocks:
     kind: search
     engine: {urls: [%[1]s]}
     index: %[3]s
   timeline:
     kind: chronicle
-`, engineURL, books, blocks, mapping)), 0o600))
+`, engineURL, books, blocks, mapping, sourceLine(booksSource))), 0o600))
 	t.Cleanup(func() { _ = harness.DeleteIndex(context.Background(), harness.ElasticURL(t), books+"*", blocks+"*") })
 	return file, books, blocks
+}
+
+func sourceLine(table string) string {
+	if table == "" {
+		return ""
+	}
+	return "source_table: " + table
 }
 
 // produceTo inserts versions from to last of each of entities documents
@@ -63,7 +76,7 @@ func (c *cluster) produceTo(projection, entityType string, entities, from, last 
 func TestProjectionsFileRunsTwoIndexes(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
-	file, books, blocks := twoIndexes(t, harness.ElasticURL(t), c.index)
+	file, books, blocks := twoIndexes(t, harness.ElasticURL(t), c.index, "")
 	c.env = append(c.env, "OUTBOX_PROJECTIONS_FILE="+file)
 	c.run("a", "b")
 
@@ -107,4 +120,73 @@ func requireKeyword(t *testing.T, index, field string) {
 	for _, typ := range types {
 		require.Equal(t, "keyword", typ)
 	}
+}
+
+// rebuild and verify of one search projection of the file take its
+// engine, alias and source table from the file: books is rebuilt from its
+// table behind its alias while blocks keeps its index, and each verifies
+// clean against its own truth.
+func TestProjectionsFileRebuildsAndVerifiesOne(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	file, books, blocks := twoIndexes(t, harness.ElasticURL(t), c.index, "books_source")
+	c.db.Exec(t, `CREATE TABLE books_source (entity_type text NOT NULL, entity_id text NOT NULL, doc jsonb NOT NULL,
+		version bigint NOT NULL, PRIMARY KEY (entity_type, entity_id))`)
+	c.env = append(c.env, "OUTBOX_PROJECTIONS_FILE="+file)
+	c.run("a", "b")
+	c.produceTo("books", "book", 20, 1, 3)
+	c.produceTo("blocks", "book", 20, 1, 2)
+	harness.Drained(t, c.db.Pool, 60*time.Second)
+	c.db.Exec(t, `INSERT INTO books_source SELECT 'book', g::text, jsonb_build_object('title', 'book ' || g || ' v3', 'isbn', 'i-' || g), 3
+		FROM generate_series(1, 20) g`)
+	blocksBefore := concreteIndexes(t, blocks)
+
+	out := c.cli("rebuild", "--projections-file", file, "--projection", "books", "--by", "e2e", "--why", "new mapping", "--progress", "json")
+	require.Contains(t, out, "swapped")
+	require.NotEqual(t, concreteIndexes(t, books), blocksBefore)
+	require.Equal(t, blocksBefore, concreteIndexes(t, blocks), "blocks' index untouched")
+	c.cli("verify", "--projections-file", file, "--projection", "books")
+	c.cli("verify", "--projections-file", file, "--projection", "blocks")
+	harness.VerifiedProjection(t, c.db.Pool, books, "books")
+	harness.VerifiedProjection(t, c.db.Pool, blocks, "blocks")
+
+	var stdout, stderr bytes.Buffer
+	code := cli.Run([]string{"verify", "--database-url", c.db.URL, "--projections-file", file, "--projection", "timeline"}, &stdout, &stderr)
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr.String(), `projection "timeline" is not a search projection of `+file+` (its search projections: blocks, books)`)
+}
+
+// concreteIndexes are the indexes alias points at.
+func concreteIndexes(t *testing.T, alias string) []string {
+	t.Helper()
+	types, err := harness.MappedTypes(context.Background(), harness.ElasticURL(t), alias, "isbn")
+	require.NoError(t, err)
+	return slices.Sorted(maps.Keys(types))
+}
+
+// A rolling restart that adds a projection: the leader still on the old
+// file passes over the new projection's events instead of failing them,
+// and the replica restarted with the new file drains them once it leads.
+func TestProjectionAddedByARollingRestart(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, "OUTBOX_UNKNOWN_PROJECTION_WAIT=5m")
+	file, books, _ := twoIndexes(t, harness.ElasticURL(t), c.index, "")
+	old := c.start("old") // ELASTIC_* only: search and the chronicle
+	harness.Leader(t, old)
+	c.env = append(c.env, "OUTBOX_PROJECTIONS_FILE="+file)
+	c.start("new") // the standby, restarted first with the new file
+
+	c.produceTo("books", "book", 20, 1, 2)
+	c.produce(20, 1)
+	harness.Eventually(t, 30*time.Second, "the search events drained by the old leader", func() bool {
+		return c.count(`projection = 'search' AND status <> 'done'`) == 0
+	})
+	time.Sleep(2 * time.Second) // polls of the old leader that pass over books
+	require.Equal(t, 40, c.count(`projection = 'books' AND status <> 'done' AND status <> 'failed'`), "books wait, none failed")
+	require.Contains(t, old.Logs(), "events name a projection this replica does not know", "the old leader says why they wait")
+
+	old.Stop(30 * time.Second)
+	harness.Drained(t, c.db.Pool, 60*time.Second)
+	require.Zero(t, c.count(`status = 'failed'`))
+	harness.VerifiedProjection(t, c.db.Pool, books, "books")
 }

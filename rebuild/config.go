@@ -117,9 +117,11 @@ func (c Config) Validate() error {
 		return bounds.Invalid("Why", "is required")
 	case c.Alias == "":
 		return bounds.Invalid("Alias", "is required")
-	case c.Projection != projection.SearchName:
-		// chronicle is a Postgres timeline of every event, not a projection of the SoT.
-		return inputf("projection %q cannot be rebuilt: only %q has an index built from a source table", c.Projection, projection.SearchName)
+	case c.Projection == projection.ChronicleName:
+		// chronicle is a Postgres timeline of every event, not a projection
+		// of the SoT; which projections are search ones is the caller's to
+		// say (the projections file).
+		return inputf("projection %q cannot be rebuilt: it is the chronicle, a timeline of events, not an index built from a source table", c.Projection)
 	}
 	if _, err := c.mappingBody(); err != nil {
 		return err

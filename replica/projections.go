@@ -78,13 +78,16 @@ func (b *builder) registry(specs Specs) (projection.Registry, error) {
 	return reg, nil
 }
 
-// pingAll is nil when every search projection's engine answers.
+// pingAll is nil when every search projection's engine answers; an
+// error names the projection when there are several.
 func (b *builder) pingAll(ctx context.Context) error {
 	var errs []error
 	for _, s := range b.searches {
-		if err := s.probe.Ping(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", s.spec.Name, err))
+		err := s.probe.Ping(ctx)
+		if err != nil && len(b.searches) > 1 {
+			err = fmt.Errorf("%s: %w", s.spec.Name, err)
 		}
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -122,3 +122,15 @@ func (s Specs) Chronicle() (string, bool) {
 	}
 	return s[i].Name, true
 }
+
+// SearchNames lists the search projections' names, sorted.
+func (s Specs) SearchNames() []string {
+	var names []string
+	for _, p := range s {
+		if p.Kind == KindSearch {
+			names = append(names, p.Name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}

@@ -50,7 +50,8 @@ sql -c "SELECT projection, entity_type, op, count(*) FROM outbox_events GROUP BY
 
 say "5. two replicas, a and b (logs in .stack/demo-a.log, .stack/demo-b.log)"
 export ELASTIC_INDEX=$INDEX OUTBOX_LEADER_NAME=demo OUTBOX_BULK_SIZE=200 OUTBOX_CONCURRENCY=1 \
-  OUTBOX_BASE_BACKOFF_SECONDS=0.5 OUTBOX_MAX_BACKOFF_SECONDS=2 OUTBOX_MAX_ATTEMPTS=3 LOG_LEVEL=info
+  OUTBOX_BASE_BACKOFF_SECONDS=0.5 OUTBOX_MAX_BACKOFF_SECONDS=2 OUTBOX_MAX_ATTEMPTS=3 LOG_LEVEL=info \
+  OUTBOX_UNKNOWN_PROJECTION_WAIT=5s
 port_a=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 port_b=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 declare -A port=([a]=$port_a [b]=$port_b) pid=()

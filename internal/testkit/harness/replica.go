@@ -27,6 +27,7 @@ var Quick = []string{
 	"OUTBOX_LEADER_CHECK_INTERVAL_SECONDS=0.1",
 	"OUTBOX_SHUTDOWN_GRACE_SECONDS=5",
 	"ELASTIC_TIMEOUT_SECONDS=5",
+	"OUTBOX_UNKNOWN_PROJECTION_WAIT=1s",
 }
 
 // ReplicaEnv is the environment of a replica draining dbURL into index on
