@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/wlproj/wlproj/outbox"
+	"github.com/wlproj/wlproj/replica"
 )
 
 type statusCmd struct {
@@ -24,23 +25,24 @@ type statusCmd struct {
 // statusJSON is the --json shape of status: durations in seconds, so any
 // tool can read them.
 type statusJSON struct {
-	TakenAt                 time.Time         `json:"taken_at"`
-	Counts                  map[string]int64  `json:"counts"`
-	DoneExact               bool              `json:"done_exact"`
-	Lag                     int64             `json:"lag"`
-	OldestPendingAgeSeconds float64           `json:"oldest_pending_age_seconds"`
-	RetentionSeconds        float64           `json:"retention_seconds"`
-	DoneOverRetention       int64             `json:"done_over_retention"`
-	OldestDoneAgeSeconds    float64           `json:"oldest_done_age_seconds"`
-	InFlight                int64             `json:"in_flight"`
-	Stuck                   int64             `json:"stuck"`
-	MaxProcessingSeconds    float64           `json:"max_processing_seconds"`
-	TopFailedReasons        []reasonCountJSON `json:"top_failed_reasons"`
-	Leader                  *leaderJSON       `json:"leader"`
-	Projections             []projectionJSON  `json:"projections"`
-	Rebuilds                []rebuildJSON     `json:"rebuilds"`
-	Horizon                 horizonJSON       `json:"horizon"`
-	Vacuum                  []tableVacuumJSON `json:"vacuum"`
+	TakenAt                 time.Time             `json:"taken_at"`
+	Counts                  map[string]int64      `json:"counts"`
+	DoneExact               bool                  `json:"done_exact"`
+	Lag                     int64                 `json:"lag"`
+	OldestPendingAgeSeconds float64               `json:"oldest_pending_age_seconds"`
+	RetentionSeconds        float64               `json:"retention_seconds"`
+	DoneOverRetention       int64                 `json:"done_over_retention"`
+	OldestDoneAgeSeconds    float64               `json:"oldest_done_age_seconds"`
+	InFlight                int64                 `json:"in_flight"`
+	Stuck                   int64                 `json:"stuck"`
+	MaxProcessingSeconds    float64               `json:"max_processing_seconds"`
+	TopFailedReasons        []reasonCountJSON     `json:"top_failed_reasons"`
+	Leader                  *leaderJSON           `json:"leader"`
+	Projections             []projectionJSON      `json:"projections"`
+	ProjectionsHashes       *projectionHashesJSON `json:"projections_hashes,omitempty"`
+	Rebuilds                []rebuildJSON         `json:"rebuilds"`
+	Horizon                 horizonJSON           `json:"horizon"`
+	Vacuum                  []tableVacuumJSON     `json:"vacuum"`
 }
 
 // horizonJSON is who holds the database's vacuum horizon. AgeSeconds is
@@ -135,8 +137,9 @@ func (c *statusCmd) Run(g *globals) error {
 		if err != nil {
 			return err
 		}
+		hashes := c.projectionHashes(ctx, conn, s.Leader)
 		if c.JSON {
-			out := statusJSON{
+			out := statusJSON{ProjectionsHashes: hashes,
 				TakenAt: s.TakenAt.UTC(), Counts: s.Counts, DoneExact: s.DoneExact, Lag: s.Lag,
 				OldestPendingAgeSeconds: s.OldestPendingAge.Seconds(), InFlight: s.InFlight, Stuck: s.Stuck,
 				RetentionSeconds: c.Retention.Seconds(), DoneOverRetention: s.DoneOverRetention,
@@ -155,8 +158,46 @@ func (c *statusCmd) Run(g *globals) error {
 			return writeJSONLines(g.stdout, []statusJSON{out})
 		}
 		writeStatus(g.stdout, s, h, maxProcessing, c.Retention, databaseTarget(conn))
+		writeProjectionHashes(g.stdout, hashes)
 		return nil
 	})
+}
+
+// projectionHashesJSON compares the projections the leader runs with this
+// projections file's (replica.Specs.Hash).
+type projectionHashesJSON struct {
+	File   string `json:"file"`
+	Hash   string `json:"hash"`
+	Leader string `json:"leader"`
+	Agree  bool   `json:"agree"`
+}
+
+// projectionHashes is nil without a projections file, or a leader's
+// recorded hash (a binary or schema before 22 records none).
+func (c *statusCmd) projectionHashes(ctx context.Context, conn *pgx.Conn, l *outbox.LeaderInfo) *projectionHashesJSON {
+	if c.ProjectionsFile == "" || l == nil {
+		return nil
+	}
+	specs, err := replica.LoadProjectionsUnresolved(c.ProjectionsFile)
+	if err != nil {
+		return nil // names() read it already; it cannot fail now but for a race with an edit
+	}
+	var leaderHash *string
+	if err := conn.QueryRow(ctx, outbox.LeaderProjectionsSQL, l.Name).Scan(&leaderHash); err != nil || leaderHash == nil {
+		return nil
+	}
+	return &projectionHashesJSON{File: c.ProjectionsFile, Hash: specs.Hash(), Leader: *leaderHash, Agree: specs.Hash() == *leaderHash}
+}
+
+func writeProjectionHashes(w io.Writer, h *projectionHashesJSON) {
+	if h == nil {
+		return
+	}
+	verdict := "the same"
+	if !h.Agree {
+		verdict = "DIFFERENT: the replicas run different projections (runbook: Projections file)"
+	}
+	fmt.Fprintf(w, "projections  leader %s, %s %s: %s\n", h.Leader, h.File, h.Hash, verdict)
 }
 
 func writeStatus(w io.Writer, s outbox.Snapshot, h outbox.Horizon, maxProcessing, retention time.Duration, target string) {

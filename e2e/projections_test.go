@@ -7,6 +7,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
@@ -174,7 +175,10 @@ func TestProjectionAddedByARollingRestart(t *testing.T) {
 	old := c.start("old") // ELASTIC_* only: search and the chronicle
 	harness.Leader(t, old)
 	c.env = append(c.env, "OUTBOX_PROJECTIONS_FILE="+file)
-	c.start("new") // the standby, restarted first with the new file
+	newer := c.start("new") // the standby, restarted first with the new file
+	// The standby and status say the replicas' projections differ.
+	require.Contains(t, readyProjections(t, newer), `"agree":false`)
+	require.Contains(t, c.cli("status", "--projections-file", file), "DIFFERENT: the replicas run different projections")
 
 	c.produceTo("books", "book", 20, 1, 2)
 	c.produce(20, 1)
@@ -189,4 +193,18 @@ func TestProjectionAddedByARollingRestart(t *testing.T) {
 	harness.Drained(t, c.db.Pool, 60*time.Second)
 	require.Zero(t, c.count(`status = 'failed'`))
 	harness.VerifiedProjection(t, c.db.Pool, books, "books")
+	require.Contains(t, readyProjections(t, newer), `"agree":true`, "the new leader recorded its own")
+	require.Contains(t, c.cli("status", "--projections-file", file), ": the same")
+}
+
+// readyProjections is the projections part of r's /readyz.
+func readyProjections(t *testing.T, r *harness.Replica) string {
+	t.Helper()
+	_, body, err := r.Get("/readyz")
+	require.NoError(t, err)
+	var ready struct {
+		Projections json.RawMessage `json:"projections"`
+	}
+	require.NoError(t, json.Unmarshal(body, &ready), string(body))
+	return string(ready.Projections)
 }

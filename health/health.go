@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
@@ -87,6 +88,9 @@ type Deps struct {
 	// Routes are more handlers on the HTTP listener, by ServeMux pattern:
 	// the operator console's /console/ when it has no port of its own.
 	Routes map[string]http.Handler
+	// ProjectionsHash identifies the projections this replica runs, and
+	// LeaderName the leader record whose hash /readyz compares it with.
+	ProjectionsHash, LeaderName string
 	// Horizon reads the database's vacuum horizon for its gauges and
 	// remembers since when it has seen each holder; the replica shares it
 	// with the console, so both give the same age. Defaults to a watch of
@@ -237,6 +241,19 @@ type body struct {
 	// Schema is the database's schema version against this binary's, on
 	// /readyz.
 	Schema *SchemaStatus `json:"schema,omitempty"`
+	// Projections compares this replica's projections with the leader's,
+	// on /readyz. A difference never fails readiness: it is what a rolling
+	// restart that changes the projections file goes through.
+	Projections *projectionsBody `json:"projections,omitempty"`
+}
+
+type projectionsBody struct {
+	Hash string `json:"hash"`
+	// Leader is the leader's, "" when no leader recorded one (a binary
+	// before schema 22).
+	Leader string `json:"leader"`
+	// Agree is false when both are known and differ.
+	Agree bool `json:"agree"`
 }
 
 // SchemaOK reports whether the database's schema is at least the version
@@ -286,10 +303,29 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	b := body{Checks: checks}
 	if checks["database"] == "ok" {
 		b.Paused = s.paused(ctx)
+		b.Projections = s.projections(ctx)
 	}
 	schema := s.schema.current(ctx)
 	b.Schema = &schema
 	s.write(w, ok, b)
+}
+
+// projections reads the leader's projections hash next to this replica's;
+// nil when it cannot be read (the database check covers reachability).
+func (s *Server) projections(ctx context.Context) *projectionsBody {
+	if s.deps.ProjectionsHash == "" {
+		return nil
+	}
+	var leaderHash *string
+	err := s.deps.Pool.QueryRow(ctx, outbox.LeaderProjectionsSQL, s.deps.LeaderName).Scan(&leaderHash)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	b := &projectionsBody{Hash: s.deps.ProjectionsHash, Agree: true}
+	if leaderHash != nil {
+		b.Leader, b.Agree = *leaderHash, *leaderHash == s.deps.ProjectionsHash
+	}
+	return b
 }
 
 // paused reads the paused projections and refreshes their gauges. A failed

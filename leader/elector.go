@@ -65,6 +65,10 @@ type Config struct {
 	Name string
 	// WorkerID identifies this replica in outbox_leader and pg_stat_activity. Required.
 	WorkerID string
+	// ProjectionsHash identifies the projections this replica runs; the
+	// leader records it in outbox_leader (outbox.RecordProjectionsSQL).
+	// Empty records nothing.
+	ProjectionsHash string
 	// CheckInterval is how often the leader verifies its lock connection.
 	// Defaults to 250ms.
 	CheckInterval time.Duration
@@ -380,6 +384,12 @@ func (e *Elector) campaign(ctx context.Context) error {
 	err = conn.QueryRow(ctx, outbox.BumpEpochSQL, e.cfg.Name, e.cfg.WorkerID).Scan(&epoch)
 	if err != nil {
 		return fmt.Errorf("bump epoch: %w", err)
+	}
+	if e.cfg.ProjectionsHash != "" {
+		// Only seen, never relied on: a failure to record it leads anyway.
+		if _, err := conn.Exec(ctx, outbox.RecordProjectionsSQL, e.cfg.Name, epoch, e.cfg.ProjectionsHash); err != nil {
+			e.log.Warn().Err(err).Msg("could not record this leader's projections hash")
+		}
 	}
 	return e.lead(ctx, conn, epoch, lock)
 }

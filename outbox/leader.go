@@ -65,6 +65,15 @@ ON CONFLICT (name) DO UPDATE
    SET holder = excluded.holder, epoch = greatest(outbox_leader.epoch + 1, excluded.epoch), acquired_at = now()
 RETURNING epoch`
 
+// RecordProjectionsSQL stores in leader $1's record, for its epoch $2, the
+// hash $3 of the projections it runs (replica.Specs.Hash; schema 22): the
+// replicas and `wlproj status` compare theirs with it.
+const RecordProjectionsSQL = `UPDATE outbox_leader SET projections = $3 WHERE name = $1 AND epoch = $2`
+
+// LeaderProjectionsSQL reads what RecordProjectionsSQL stored for leader
+// $1; NULL for a leader of a binary before 22.
+const LeaderProjectionsSQL = `SELECT projections FROM outbox_leader WHERE name = $1`
+
 // EpochSQL reads the current epoch of the name $1.
 const EpochSQL = `SELECT epoch FROM outbox_leader WHERE name = $1`
 

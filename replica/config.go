@@ -80,6 +80,7 @@ func (c Config) withDefaults() Config {
 	if c.Projections == nil {
 		c.Projections = DefaultSpecs(c)
 	}
+	c.Leader.ProjectionsHash = c.Projections.Hash()
 	c.Leader = c.leader()
 	c.Leader.TickInterval = cmp.Or(c.Leader.TickInterval, tickInterval())
 	return c

@@ -67,7 +67,8 @@ func (r *Replica) build() error {
 		}
 	}
 	r.health, err = health.New(r.cfg.Health, health.Deps{Pool: r.pool, Elector: r.elector, PingES: r.parts.pingES,
-		Draining: &r.draining, Log: r.log, Projections: r.cfg.Projections.Names(), Routes: r.consoleRoutes(), Horizon: horizon})
+		Draining: &r.draining, Log: r.log, Projections: r.cfg.Projections.Names(),
+		ProjectionsHash: r.cfg.Projections.Hash(), LeaderName: r.cfg.Leader.Name, Routes: r.consoleRoutes(), Horizon: horizon})
 	if err != nil {
 		return err
 	}
