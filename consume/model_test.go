@@ -35,7 +35,9 @@ import (
 // applicable event, a repair upsert counting as the newest of its version,
 // a repair delete never undoing a live document; gone after a delete;
 // after the mapping is fixed and the failed events replayed, at its newest
-// event of all.
+// event of all. Two latest-only projections, search and shelf, each on an
+// index of its own, share document ids: each (projection, document) is a
+// document of its own, with its own versions and ledger entry.
 //
 // WLPROJ_MODEL_SEED=n runs that seed alone (a failing seed is printed);
 // WLPROJ_MODEL_SEEDS=n runs n seeds from a random start, as `make drill`
@@ -82,6 +84,7 @@ func modelSeeds(t *testing.T) ([]uint64, int) {
 
 // mEvent is one event of the model, and what became of its row.
 type mEvent struct {
+	proj    string // modelProjections
 	entity  string
 	op      string
 	version *int64 // nil: the outbox id orders it
@@ -113,13 +116,19 @@ func (e mEvent) order() int64 {
 	return e.id
 }
 
+// modelProjections are the model's two latest-only projections.
+var modelProjections = []string{"search", "shelf"}
+
+// key names a document of a projection.
+func key(proj, entity string) string { return proj + "/" + entity }
+
 type model struct {
-	rng    *rand.Rand
-	b      bundle
-	base   string
-	index  string
-	search *projection.Search
-	h      *modelHandler
+	rng  *rand.Rand
+	b    bundle
+	base string
+	// index and h are each projection's index and handler.
+	index  map[string]string
+	h      map[string]*modelHandler
 	events []*mEvent // in insert order once inserted
 	queue  []*mEvent // not yet inserted
 	byID   map[int64]*mEvent
@@ -177,14 +186,17 @@ func (h *modelHandler) Handle(ctx context.Context, events []outbox.Event) []proj
 func newModel(t *testing.T, seed uint64, docs int) *model {
 	t.Helper()
 	m := &model{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), b: setup(t),
-		base: harness.ElasticURL(t), index: harness.NewIndex(t), byID: map[int64]*mEvent{}, epoch: 1,
+		base: harness.ElasticURL(t), index: map[string]string{}, h: map[string]*modelHandler{}, byID: map[int64]*mEvent{}, epoch: 1,
 		doneBeforePrune: map[int64]bool{},
 		repaired:        map[string]bool{}}
 	client, err := projection.NewElasticClient(projection.ElasticOptions{URL: m.base})
 	require.NoError(t, err)
-	m.search, err = projection.NewSearch(projection.SearchConfig{Client: client, Index: m.index})
-	require.NoError(t, err)
-	m.h = &modelHandler{search: m.search}
+	for _, proj := range modelProjections {
+		m.index[proj] = harness.NewIndex(t)
+		search, err := projection.NewSearch(projection.SearchConfig{Client: client, Index: m.index[proj]})
+		require.NoError(t, err)
+		m.h[proj] = &modelHandler{search: search}
+	}
 	m.newLeader(t)
 	m.queue = m.histories(docs)
 	return m
@@ -195,40 +207,10 @@ func (m *model) histories(docs int) []*mEvent {
 	var perDoc [][]*mEvent
 	for d := range docs {
 		entity := "m" + strconv.Itoa(d)
-		n := 2 + m.rng.IntN(5)
-		nullVersions := m.rng.IntN(5) == 0
-		var evs []*mEvent
-		for k := range n {
-			e := &mEvent{entity: entity, title: fmt.Sprintf("%s-e%d", entity, k)}
-			switch r := m.rng.IntN(100); {
-			case r < 25:
-				e.op = outbox.OpDelete
-			case r < 45:
-				e.op, e.refused = outbox.OpUpsert, true
-			default:
-				e.op = outbox.OpUpsert
-			}
-			if !nullVersions {
-				v := int64(k + 1)
-				e.version = &v
-			}
-			evs = append(evs, e)
+		perDoc = append(perDoc, m.history("search", entity))
+		if m.rng.IntN(2) == 0 {
+			perDoc = append(perDoc, m.history("shelf", entity))
 		}
-		if !nullVersions {
-			if m.rng.IntN(2) == 0 {
-				m.rng.Shuffle(len(evs), func(i, j int) { evs[i], evs[j] = evs[j], evs[i] })
-			}
-			// A producer re-emitting an event: same version, same content.
-			for _, e := range evs {
-				if e.op == outbox.OpUpsert && !e.refused && m.rng.IntN(8) == 0 {
-					twin := *e
-					twin.twin = true
-					evs = append(evs, &twin)
-					break
-				}
-			}
-		}
-		perDoc = append(perDoc, evs)
 	}
 	var out []*mEvent
 	for len(perDoc) > 0 {
@@ -241,6 +223,44 @@ func (m *model) histories(docs int) []*mEvent {
 	return out
 }
 
+// history makes one document's events of one projection.
+func (m *model) history(proj, entity string) []*mEvent {
+	n := 2 + m.rng.IntN(5)
+	nullVersions := m.rng.IntN(5) == 0
+	var evs []*mEvent
+	for k := range n {
+		e := &mEvent{proj: proj, entity: entity, title: fmt.Sprintf("%s-%s-e%d", proj, entity, k)}
+		switch r := m.rng.IntN(100); {
+		case r < 25:
+			e.op = outbox.OpDelete
+		case r < 45:
+			e.op, e.refused = outbox.OpUpsert, true
+		default:
+			e.op = outbox.OpUpsert
+		}
+		if !nullVersions {
+			v := int64(k + 1)
+			e.version = &v
+		}
+		evs = append(evs, e)
+	}
+	if !nullVersions {
+		if m.rng.IntN(2) == 0 {
+			m.rng.Shuffle(len(evs), func(i, j int) { evs[i], evs[j] = evs[j], evs[i] })
+		}
+		// A producer re-emitting an event: same version, same content.
+		for _, e := range evs {
+			if e.op == outbox.OpUpsert && !e.refused && m.rng.IntN(8) == 0 {
+				twin := *e
+				twin.twin = true
+				evs = append(evs, &twin)
+				break
+			}
+		}
+	}
+	return evs
+}
+
 func (m *model) logf(format string, args ...any) { m.log = append(m.log, fmt.Sprintf(format, args...)) }
 
 func (m *model) newLeader(t *testing.T) {
@@ -248,7 +268,7 @@ func (m *model) newLeader(t *testing.T) {
 	m.b.Lead(t, m.epoch)
 	var err error
 	m.loop, err = NewLoop(Config{BulkSize: 1 + m.rng.IntN(8), MaxAttempts: 50}, m.b.Store,
-		projection.Registry{"search": m.h}, zerolog.Nop())
+		projection.Registry{"search": m.h["search"], "shelf": m.h["shelf"]}, zerolog.Nop())
 	require.NoError(t, err)
 	m.logf("epoch %d, bulk size %d", m.epoch, m.loop.cfg.BulkSize)
 }
@@ -304,8 +324,10 @@ func (m *model) run(t *testing.T) {
 
 	// The mapping is fixed and every failed event replayed: now each
 	// document ends at its newest event of all.
-	require.NoError(t, harness.ES(ctx, m.base, http.MethodPut, "/"+m.index+"/_mapping",
-		[]byte(`{"properties":{"isbn":{"type":"keyword"}}}`), nil))
+	for _, index := range m.index {
+		require.NoError(t, harness.ES(ctx, m.base, http.MethodPut, "/"+index+"/_mapping",
+			[]byte(`{"properties":{"isbn":{"type":"keyword"}}}`), nil))
+	}
 	_, err := replay.Replay(ctx, m.b.Pool, replay.Request{Reason: "mapping_error", By: "model", Why: "mapping fixed", Yes: true})
 	require.NoError(t, err)
 	m.logf("mapping fixed, failed events replayed")
@@ -343,8 +365,8 @@ func (m *model) insertIn(t *testing.T, tx pgx.Tx, n int) {
 	m.queue = m.queue[n:]
 	for _, e := range chunk {
 		require.NoError(t, tx.QueryRow(context.Background(), `
-			INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload)
-			VALUES ('book', $1, $2, $3, $4) RETURNING id`, e.entity, e.op, e.version, e.payload()).Scan(&e.id))
+			INSERT INTO outbox_events (projection, entity_type, entity_id, op, event_version, payload)
+			VALUES ($5, 'book', $1, $2, $3, $4) RETURNING id`, e.entity, e.op, e.version, e.payload(), e.proj).Scan(&e.id))
 		m.byID[e.id] = e
 		m.events = append(m.events, e)
 	}
@@ -369,21 +391,24 @@ func (m *model) lateCommit(t *testing.T, ctx context.Context) {
 	m.logf("the first of those transactions committed late")
 }
 
-// pauseResume pauses the projection, lets a round find nothing of it, and
+// pauseResume pauses the projections, lets a round find nothing of them, and
 // resumes it, asking the loop for a claim from the head as the resume's
 // NOTIFY does.
 func (m *model) pauseResume(t *testing.T, ctx context.Context) {
 	t.Helper()
-	req := outbox.PauseRequest{Projection: "search", Paused: true, By: "model", Why: "model", Known: []string{"search"}}
-	_, err := outbox.SetPaused(ctx, m.b.Pool, req)
-	require.NoError(t, err)
+	setPaused := func(paused bool) {
+		for _, proj := range modelProjections {
+			_, err := outbox.SetPaused(ctx, m.b.Pool, outbox.PauseRequest{Projection: proj, Paused: paused, By: "model", Why: "model",
+				Known: modelProjections})
+			require.NoError(t, err)
+		}
+	}
+	setPaused(true)
 	m.insert(t, 1+m.rng.IntN(12))
 	res, err := m.loop.runOnce(ctx, m.epoch)
 	require.NoError(t, err)
 	require.Equal(t, BatchResult{}, res, "a paused projection's events are not claimed")
-	req.Paused = false
-	_, err = outbox.SetPaused(ctx, m.b.Pool, req)
-	require.NoError(t, err)
+	setPaused(false)
 	m.loop.headWanted.Store(true)
 	m.logf("paused, a round claimed nothing, resumed")
 }
@@ -406,21 +431,22 @@ func (m *model) repairSome(t *testing.T) {
 	entities := slices.Sorted(maps.Keys(ledger))
 	m.rng.Shuffle(len(entities), func(i, j int) { entities[i], entities[j] = entities[j], entities[i] })
 	var queued []string
-	for _, entity := range entities[:min(len(entities), 1+m.rng.IntN(3))] {
-		l := ledger[entity]
+	for _, doc := range entities[:min(len(entities), 1+m.rng.IntN(3))] {
+		l := ledger[doc]
 		v := l.Version
-		if at := fmt.Sprintf("%s@%d", entity, v); !m.repaired[at] {
+		proj, entity, _ := strings.Cut(doc, "/")
+		if at := fmt.Sprintf("%s@%d", doc, v); !m.repaired[at] {
 			m.repaired[at] = true
-			e := &mEvent{entity: entity, op: outbox.OpDelete, version: &v, title: fmt.Sprintf("%s-repair-v%d", entity, v), repair: true}
+			e := &mEvent{proj: proj, entity: entity, op: outbox.OpDelete, version: &v, title: fmt.Sprintf("%s-repair-v%d", doc, v), repair: true}
 			if !l.Deleted && m.rng.IntN(3) > 0 {
 				e.op, e.refused = outbox.OpUpsert, m.rng.IntN(4) == 0
 			}
 			require.NoError(t, m.b.Pool.QueryRow(context.Background(), `
-				INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload, repair)
-				VALUES ('book', $1, $2, $3, $4, true) RETURNING id`, e.entity, e.op, e.version, e.payload()).Scan(&e.id))
+				INSERT INTO outbox_events (projection, entity_type, entity_id, op, event_version, payload, repair)
+				VALUES ($5, 'book', $1, $2, $3, $4, true) RETURNING id`, e.entity, e.op, e.version, e.payload(), e.proj).Scan(&e.id))
 			m.byID[e.id] = e
 			m.events = append(m.events, e)
-			queued = append(queued, fmt.Sprintf("%d %s %s v%d refused=%v (ledger deleted=%v)", e.id, entity, e.op, v, e.refused, l.Deleted))
+			queued = append(queued, fmt.Sprintf("%d %s %s v%d refused=%v (ledger deleted=%v)", e.id, doc, e.op, v, e.refused, l.Deleted))
 		}
 	}
 	m.logf("repairs queued: %v", queued)
@@ -466,14 +492,20 @@ func (m *model) killedRound(t *testing.T, mode string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	m.h.mu.Lock()
-	m.h.mode, m.h.kill, m.h.held = mode, cancel, nil
-	m.h.mu.Unlock()
+	for _, h := range m.h {
+		h.mu.Lock()
+		h.mode, h.kill, h.held = mode, cancel, nil
+		h.mu.Unlock()
+	}
 	_, err := m.loop.runOnce(ctx, m.epoch)
-	m.h.mu.Lock()
-	held := m.h.held
-	m.h.mode, m.h.kill, m.h.held = "", nil, nil
-	m.h.mu.Unlock()
+	var held []outbox.Event
+	for _, proj := range modelProjections {
+		h := m.h[proj]
+		h.mu.Lock()
+		held = append(held, h.held...)
+		h.mode, h.kill, h.held = "", nil, nil
+		h.mu.Unlock()
+	}
 	if err != nil {
 		require.ErrorIs(t, err, context.Canceled)
 	}
@@ -495,7 +527,17 @@ func (m *model) deliverLate(t *testing.T) {
 	if m.late == nil {
 		return
 	}
-	m.search.Handle(context.Background(), m.late)
+	for _, proj := range modelProjections {
+		var mine []outbox.Event
+		for _, e := range m.late {
+			if e.Projection == proj {
+				mine = append(mine, e)
+			}
+		}
+		if len(mine) > 0 {
+			m.h[proj].search.Handle(context.Background(), mine)
+		}
+	}
 	m.logf("late bulk of %d events delivered", len(m.late))
 	m.late = nil
 }
@@ -572,7 +614,9 @@ func (m *model) timePasses(t *testing.T) {
 	if m.late != nil {
 		return
 	}
-	harness.DeletesForgotten(t, m.index)
+	for _, proj := range modelProjections {
+		harness.DeletesForgotten(t, m.index[proj])
+	}
 	m.logf("the engine forgot its deletes")
 }
 
@@ -587,7 +631,7 @@ func (m *model) check(t *testing.T, fixed bool) {
 			// Only a row done when a rotation ran may have gone with its
 			// partition.
 			if !m.doneBeforePrune[e.id] {
-				t.Errorf("event %d (%s %s v%v) is gone, and was not done when the outbox rotated", e.id, e.entity, e.op, e.order())
+				t.Errorf("event %d (%s %s v%v) is gone, and was not done when the outbox rotated", e.id, key(e.proj, e.entity), e.op, e.order())
 			}
 			continue
 		}
@@ -597,7 +641,7 @@ func (m *model) check(t *testing.T, fixed bool) {
 		case e.twin && got == "failed:version_reused":
 		case !e.twin && e.version != nil && got == "failed:version_reused" && m.hasTwin(e):
 		default:
-			t.Errorf("event %d (%s %s v%v refused=%v twin=%v repair=%v discarded=%v) ended %q", e.id, e.entity, e.op,
+			t.Errorf("event %d (%s %s v%v refused=%v twin=%v repair=%v discarded=%v) ended %q", e.id, key(e.proj, e.entity), e.op,
 				e.order(), e.refused, e.twin, e.repair, e.discarded, got)
 		}
 	}
@@ -614,22 +658,32 @@ func (m *model) check(t *testing.T, fixed bool) {
 		if e.discarded || reused[e.id] || (e.refused && !fixed) || (e.repair && e.op == outbox.OpDelete) {
 			continue
 		}
-		if w := want[e.entity]; w == nil || e.order() > w.order() || (e.order() == w.order() && e.id > w.id) {
-			want[e.entity] = e
+		k := key(e.proj, e.entity)
+		if w := want[k]; w == nil || e.order() > w.order() || (e.order() == w.order() && e.id > w.id) {
+			want[k] = e
 		}
 	}
-	docs := m.documents(t)
+	docs := map[string]mDoc{}
+	for _, proj := range modelProjections {
+		maps.Copy(docs, m.documents(t, proj))
+	}
 	ledger := m.ledger(t)
-	for entity, w := range want {
-		id := "book:" + entity
+	m.checkDocuments(t, want, docs, ledger)
+}
+
+// checkDocuments compares each document (key(projection, entity)) of the
+// indexes and its ledger entry with its newest applicable event, want.
+func (m *model) checkDocuments(t *testing.T, want map[string]*mEvent, docs map[string]mDoc, ledger map[string]outbox.Applied) {
+	t.Helper()
+	for id, w := range want {
 		got, present := docs[id]
 		if w.op == outbox.OpDelete {
 			if present {
 				t.Errorf("%s: resurrected at v%d (%s); newest applicable is delete v%d (event %d)", id, got.version, got.title, w.order(), w.id)
 			}
-			if l, ok := ledger[entity]; !ok || !l.Deleted || l.Version != w.order() {
+			if l, ok := ledger[id]; !ok || !l.Deleted || l.Version != w.order() {
 				t.Errorf("%s: ledger %+v (present %v), want deleted at v%d (event %d); rows %v", id, l, ok, w.order(), w.id,
-					harness.Column[string](t, m.b.DB, `SELECT id || ' ' || op || ' v' || coalesce(event_version, id) || ' ' || status || ' ' || coalesce(error_reason, '') FROM outbox_event_states WHERE entity_id = $1 ORDER BY id`, entity))
+					harness.Column[string](t, m.b.DB, `SELECT id || ' ' || op || ' v' || coalesce(event_version, id) || ' ' || status || ' ' || coalesce(error_reason, '') FROM outbox_event_states WHERE projection = $1 AND entity_id = $2 ORDER BY id`, w.proj, w.entity))
 			}
 			continue
 		}
@@ -639,12 +693,12 @@ func (m *model) check(t *testing.T, fixed bool) {
 		case got.version != w.order() || got.title != w.title:
 			t.Errorf("%s: at v%d %q; want v%d %q (event %d)", id, got.version, got.title, w.order(), w.title, w.id)
 		}
-		if l, ok := ledger[entity]; ok && (l.Deleted || l.Version != w.order()) {
+		if l, ok := ledger[id]; ok && (l.Deleted || l.Version != w.order()) {
 			t.Errorf("%s: ledger %+v, want live at v%d", id, l, w.order())
 		}
 	}
 	for id := range docs {
-		if _, ok := want[id[len("book:"):]]; !ok {
+		if _, ok := want[id]; !ok {
 			t.Errorf("%s: in the index, but no applicable event of it", id)
 		}
 	}
@@ -652,7 +706,7 @@ func (m *model) check(t *testing.T, fixed bool) {
 
 func (m *model) hasTwin(e *mEvent) bool {
 	for _, o := range m.events {
-		if o != e && o.entity == e.entity && o.version != nil && *o.version == *e.version {
+		if o != e && o.proj == e.proj && o.entity == e.entity && o.version != nil && *o.version == *e.version {
 			return true
 		}
 	}
@@ -664,10 +718,11 @@ type mDoc struct {
 	title   string
 }
 
-func (m *model) documents(t *testing.T) map[string]mDoc {
+// documents are the documents of proj's index, by key(proj, entity).
+func (m *model) documents(t *testing.T, proj string) map[string]mDoc {
 	t.Helper()
 	ctx := context.Background()
-	require.NoError(t, harness.ES(ctx, m.base, http.MethodPost, "/"+m.index+"/_refresh", nil, nil))
+	require.NoError(t, harness.ES(ctx, m.base, http.MethodPost, "/"+m.index[proj]+"/_refresh", nil, nil))
 	var out struct {
 		Hits struct {
 			Hits []struct {
@@ -679,12 +734,12 @@ func (m *model) documents(t *testing.T) map[string]mDoc {
 			} `json:"hits"`
 		} `json:"hits"`
 	}
-	require.NoError(t, harness.ES(ctx, m.base, http.MethodPost, "/"+m.index+"/_search",
+	require.NoError(t, harness.ES(ctx, m.base, http.MethodPost, "/"+m.index[proj]+"/_search",
 		[]byte(`{"size": 10000, "version": true}`), &out))
 	docs := map[string]mDoc{}
 	for _, h := range out.Hits.Hits {
-		if strings.HasPrefix(h.ID, "book:") {
-			docs[h.ID] = mDoc{version: h.Version, title: h.Source.Title}
+		if entity, ok := strings.CutPrefix(h.ID, "book:"); ok {
+			docs[key(proj, entity)] = mDoc{version: h.Version, title: h.Source.Title}
 		}
 	}
 	return docs
@@ -692,7 +747,7 @@ func (m *model) documents(t *testing.T) map[string]mDoc {
 
 func (m *model) ledger(t *testing.T) map[string]outbox.Applied {
 	t.Helper()
-	rows, err := m.b.Pool.Query(context.Background(), `SELECT entity_id, version, event_id, deleted FROM outbox_ledger_entries`)
+	rows, err := m.b.Pool.Query(context.Background(), `SELECT projection || '/' || entity_id, version, event_id, deleted FROM outbox_ledger_entries`)
 	require.NoError(t, err)
 	defer rows.Close()
 	out := map[string]outbox.Applied{}
