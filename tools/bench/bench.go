@@ -283,6 +283,7 @@ func (b *bench) steps() []step {
 		{"sqlscale", "statements at scale", b.sqlScale, false},
 		{"netdelay", "end to end through network delay", b.netDelay, true},
 		{"river", "postgres path next to River", b.river, true},
+		{"projections", "two search projections against one", b.twoProjections, true},
 		{"soak", "soak", b.soak, true},
 	}
 }

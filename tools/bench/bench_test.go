@@ -192,6 +192,14 @@ func TestBenchSmoke(t *testing.T) {
 
 	requireSoak(t, cfg, rep.Soak)
 
+	tp := rep.TwoProjections
+	require.NotNil(t, tp)
+	require.Len(t, tp.Ratios, cfg.Pairs, "one round per pair")
+	for i := range tp.Ratios {
+		require.Positive(t, tp.One[i].EventsPerSec)
+		require.Positive(t, tp.Two[i].EventsPerSec)
+	}
+
 	// Every step that runs wlproj under load runs the documented pair, and
 	// the database's health during it is in the report: the standby is
 	// seen waiting for the leader's lock from the database's side.
@@ -214,7 +222,7 @@ func TestBenchSmoke(t *testing.T) {
 		require.Contains(t, h.Tables, outboxTable, h.Step)
 	}
 
-	require.Len(t, rep.Targets, 20+2*6+3+1+4+len(loaded),
+	require.Len(t, rep.Targets, 21+2*6+3+1+4+len(loaded),
 		"six targets per sustained run, three of the verify step, one of the network delay, four of the soak, one per step under load")
 	profile, err := os.Stat(cfg.CPUProfile)
 	require.NoError(t, err, "the leader's CPU profile")

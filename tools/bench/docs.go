@@ -94,5 +94,23 @@ func (b *bench) loadEvents(ctx context.Context, from, n int, status string) erro
 	return nil
 }
 
+// loadEventsTo is loadEvents of n queued events from 0, the i-th for
+// projection projections[i % len(projections)].
+func (b *bench) loadEventsTo(ctx context.Context, n int, projections []string) error {
+	const chunk = 10_000
+	cols := []string{"projection", "entity_type", "entity_id", "op", "event_version", "payload", "scope_key"}
+	for start := 0; start < n; start += chunk {
+		rows := make([][]any, 0, chunk)
+		for i := start; i < min(start+chunk, n); i++ {
+			rows = append(rows, []any{projections[i%len(projections)], "book", entityID(i), "upsert", int64(1),
+				json.RawMessage(doc(i, b.cfg.DocBytes)), "lib-" + strconv.Itoa(i%97)})
+		}
+		if _, err := b.pool.CopyFrom(ctx, pgx.Identifier{"outbox_events"}, cols, pgx.CopyFromRows(rows)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // statusPending is a row the claim path takes (loadEvents).
 const statusPending = "pending"

@@ -182,7 +182,7 @@ func main() {
 	compare := fs.Bool("compare", false, "print one table of the results JSON files given as arguments (one per engine), write it as JSON to -compare-out if given, and exit")
 	replicaSettings := fs.String("replica-env", "", "comma-separated KEY=VALUE settings for every replica the bench starts, e.g. OUTBOX_CLAIM_COOLDOWN_SECONDS=0.05")
 	compareOut := fs.String("compare-out", "", "with -compare: where the per-engine table goes as JSON")
-	steps := fs.String("steps", "", "comma-separated steps to run (raw,e2e,pg,latency,failover,claim,retention,pairs,rebuild,console,sustained,verify,sqlscale,netdelay,river,soak; default all)")
+	steps := fs.String("steps", "", "comma-separated steps to run (raw,e2e,pg,latency,failover,claim,retention,pairs,rebuild,console,sustained,verify,sqlscale,netdelay,river,projections,soak; default all)")
 	fs.StringVar(&cfg.Out, "out", envOr("BENCH_OUT", cfg.Out), "where the JSON goes (BENCH_OUT)")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", cfg.CPUProfile, "write a CPU profile of the leader during step 2 here")
 	fs.StringVar(&cfg.Bin, "bin", "", "a built wlproj binary (default: go build the checkout)")

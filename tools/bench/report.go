@@ -20,23 +20,24 @@ type Report struct {
 	Engine   Engine   `json:"engine"`
 	Settings Settings `json:"settings"`
 
-	RawBulk      *Throughput    `json:"raw_bulk"`
-	EndToEnd     *Throughput    `json:"end_to_end"`
-	PostgresPath *PostgresPath  `json:"postgres_path"`
-	Latency      *Latency       `json:"latency"`
-	Failover     *Failover      `json:"failover"`
-	ClaimCost    *ClaimCost     `json:"claim_cost"`
-	Memory       *Memory        `json:"memory"`
-	Retention    *Retention     `json:"retention"`
-	Comparison   *Comparison    `json:"comparison,omitempty"`
-	Rebuild      *RebuildResult `json:"rebuild,omitempty"`
-	Console      *ConsoleReport `json:"console,omitempty"`
-	Sustained    []*Sustained   `json:"sustained,omitempty"`
-	Verify       *VerifyResult  `json:"verify,omitempty"`
-	SQLScale     *SQLScale      `json:"sql_scale,omitempty"`
-	NetDelay     *NetDelay      `json:"network_delay,omitempty"`
-	River        *River         `json:"river,omitempty"`
-	Soak         *Soak          `json:"soak,omitempty"`
+	RawBulk        *Throughput     `json:"raw_bulk"`
+	EndToEnd       *Throughput     `json:"end_to_end"`
+	PostgresPath   *PostgresPath   `json:"postgres_path"`
+	Latency        *Latency        `json:"latency"`
+	Failover       *Failover       `json:"failover"`
+	ClaimCost      *ClaimCost      `json:"claim_cost"`
+	Memory         *Memory         `json:"memory"`
+	Retention      *Retention      `json:"retention"`
+	Comparison     *Comparison     `json:"comparison,omitempty"`
+	Rebuild        *RebuildResult  `json:"rebuild,omitempty"`
+	Console        *ConsoleReport  `json:"console,omitempty"`
+	Sustained      []*Sustained    `json:"sustained,omitempty"`
+	Verify         *VerifyResult   `json:"verify,omitempty"`
+	SQLScale       *SQLScale       `json:"sql_scale,omitempty"`
+	NetDelay       *NetDelay       `json:"network_delay,omitempty"`
+	River          *River          `json:"river,omitempty"`
+	TwoProjections *TwoProjections `json:"two_projections,omitempty"`
+	Soak           *Soak           `json:"soak,omitempty"`
 	// DatabaseHealth is the database during each step under load: what
 	// held the vacuum horizon, dead rows, lock waits (health.go).
 	DatabaseHealth []StepHealth `json:"database_health,omitempty"`

@@ -39,7 +39,7 @@ var tableSteps = []func(r *Report, tw io.Writer){
 	func(r *Report, tw io.Writer) { throughputRow(tw, "1 raw bulk", r.RawBulk) },
 	func(r *Report, tw io.Writer) { throughputRow(tw, "2 end to end", r.EndToEnd) },
 	pgRows, latencyRows, failoverRows, claimRows, memoryRows, retentionRows, pairRows, rebuildRows, consoleRows, sustainedRows,
-	netDelayRows, riverRows, soakRows,
+	netDelayRows, riverRows, twoProjectionsRows, soakRows,
 }
 
 func throughputRow(tw io.Writer, name string, t *Throughput) {

@@ -20,7 +20,7 @@ var stepTargets = []func(r *Report, add addTarget){
 			v.addTargets(add)
 		}
 	},
-	consoleTargets, sqlScaleTargets, netDelayTargets, riverTargets, soakTargets, healthTargets,
+	consoleTargets, sqlScaleTargets, netDelayTargets, riverTargets, twoProjectionsTargets, soakTargets, healthTargets,
 }
 
 // throughputTargets: the median of the pairs when there are some, since
