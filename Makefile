@@ -21,7 +21,7 @@ export ENGINE
 # listed in DATABASE_URL, an engine node list, migrations that build indexes
 # concurrently and follow a host list).
 ENGINE_TEST_PKGS := ./e2e ./cli ./projection ./classify ./consume ./tools/drill ./internal/testkit/harness ./verify ./migrations
-ENGINE_TEST_RUN := ^Test(Engine|Search|Identify|ItemResult|Captured|NewElasticClient|LateReplay|RetryAfterTheDelete|TLS|Replicas|Operate|DrillSmoke|DeleteIndex|Verify|Topology|ConcurrentBuild|RerunRebuildsInvalidIndex|UpGuards)
+ENGINE_TEST_RUN := ^Test(Engine|Search|Identify|ItemResult|Captured|NewElasticClient|LateReplay|RetryAfterTheDelete|TLS|Replicas|Operate|DrillSmoke|DeleteIndex|Verify|Topology|ConcurrentBuild|RerunRebuildsInvalidIndex|UpGuards|Projection|EnsureIndexWith)
 
 # What `wlproj --version`, /metrics and the package say about the build
 # (scripts/version.sh: the nearest tag, else 0.0.0-g<commit>; -dirty with
