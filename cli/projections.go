@@ -153,7 +153,7 @@ func (f projectionsFlags) target(name string, flags searchTarget) (searchTarget,
 	}
 	s := specs[i].Search
 	engine := s.Engine
-	engine.Timeout = flags.Engine.Timeout
+	engine.Timeout = cmp.Or(s.Timeout, flags.Engine.Timeout)
 	return searchTarget{Engine: engine, Alias: s.Index, SourceTable: cmp.Or(flags.SourceTable, s.SourceTable),
 		MaxPayloadBytes: s.MaxPayloadBytes}, nil
 }

@@ -1,10 +1,12 @@
 package replica
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/olivere/elastic/v7"
@@ -43,7 +45,7 @@ type builder struct {
 
 func (b *builder) buildSearch(spec Spec) (*projection.Search, error) {
 	opts := spec.Search.Engine
-	opts.Timeout = b.cfg.Elastic.Timeout
+	opts.Timeout = b.timeoutOf(spec)
 	es, err := projection.NewElasticClient(opts)
 	if err != nil {
 		return nil, fmt.Errorf("engine client: %w", err)
@@ -56,6 +58,11 @@ func (b *builder) buildSearch(spec Spec) (*projection.Search, error) {
 	b.searches = append(b.searches, &searchParts{spec: spec, es: es, search: search,
 		probe: projection.NewEngineProbe(es, opts.URL), index: projection.NewIndexKeeper(es, spec.Search.Index, spec.Search.Mapping, log)})
 	return search, nil
+}
+
+// timeoutOf is spec's engine.timeout, else ELASTIC_TIMEOUT_SECONDS.
+func (b *builder) timeoutOf(spec Spec) time.Duration {
+	return cmp.Or(spec.Search.Timeout, b.cfg.Elastic.Timeout)
 }
 
 // registry builds every configured projection's handler.

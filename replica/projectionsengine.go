@@ -1,14 +1,17 @@
 package replica
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/wlproj/wlproj/internal/bounds"
 	"github.com/wlproj/wlproj/projection"
 )
 
@@ -49,11 +52,30 @@ func (f fileReader) engine(name string, n *yaml.Node, s *SearchSpec) error {
 		return err
 	}
 	s.Engine.URL, s.Engine.Username, s.Engine.CAFile = strings.Join(s.URLs, ","), s.Username, s.CAFile
-	s.Engine.Timeout = projection.TimeoutDefault
+	if s.Timeout, err = f.timeout(name, m["timeout"]); err != nil {
+		return err
+	}
+	s.Engine.Timeout = cmp.Or(s.Timeout, projection.TimeoutDefault)
 	if err := s.Engine.ValidateAuth(); err != nil && !f.namesOnly {
 		return f.fail(n, name, "engine", "%s", strings.NewReplacer("APIKey", "api_key", "Username", "username", "Password", "password").Replace(err.Error()))
 	}
 	return nil
+}
+
+// timeout reads engine.timeout, a Go duration within the engine client's
+// range; zero when absent.
+func (f fileReader) timeout(name string, n *yaml.Node) (time.Duration, error) {
+	if n == nil {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return 0, f.fail(n, name, "engine.timeout", "%q is not a duration such as 30s", n.Value)
+	}
+	if err := bounds.Check("engine.timeout", d, projection.TimeoutRange); err != nil {
+		return 0, f.fail(n, name, "engine.timeout", "%s", err)
+	}
+	return d, nil
 }
 
 // secret resolves what's _env or what's _file (at most one of them): where

@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -55,6 +56,9 @@ type SearchSpec struct {
 	PasswordFrom string `json:"password_from,omitempty"`
 	APIKeyFrom   string `json:"api_key_from,omitempty"`
 	CAFile       string `json:"ca_file,omitempty"`
+	// Timeout bounds each request to this engine, and so the index's write
+	// lifetime; zero: ELASTIC_TIMEOUT_SECONDS.
+	Timeout time.Duration `json:"timeout,omitempty"`
 	// Index is the alias the projection writes.
 	Index string `json:"index"`
 	// MappingFile is the JSON body wlproj creates the index with; Mapping

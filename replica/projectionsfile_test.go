@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -42,7 +43,7 @@ projections:
     source_table: app.books_search
   blocks:
     kind: search
-    engine: {urls: ["http://127.0.0.1:9300"], api_key_file: `+key+`}
+    engine: {urls: ["http://127.0.0.1:9300"], api_key_file: `+key+`, timeout: 45s}
     index: blocks
     mapping_file: `+mapping+`
     max_payload_bytes: 2048
@@ -60,6 +61,9 @@ projections:
 	blocks := specs[1].Search
 	require.Equal(t, "id:"+secret, blocks.Engine.APIKey, "read from the file, trimmed")
 	require.Equal(t, 2048, blocks.MaxPayloadBytes)
+	require.Equal(t, 45*time.Second, blocks.Timeout)
+	require.Equal(t, 45*time.Second, blocks.Engine.Timeout)
+	require.Zero(t, books.Timeout, "ELASTIC_TIMEOUT_SECONDS then")
 	name, ok := specs.Chronicle()
 	require.True(t, ok)
 	require.Equal(t, "timeline", name)
@@ -106,6 +110,10 @@ func TestLoadProjectionsRefusesBadFiles(t *testing.T) {
 			`projection "books": source_table: "books; drop" is not a table name`},
 		{"one alias twice", "projections:\n  a:\n    kind: search\n    index: books\n    engine: {urls: [http://e:9200]}\n  b:\n    kind: search\n    index: books\n    engine: {urls: [http://e:9200/]}\n",
 			`projection "b": index: "books" on http://e:9200/ is projection "a"'s alias too`},
+		{"bad timeout", "projections:\n  books:\n    kind: search\n    index: books\n    engine: {urls: [http://e:9200], timeout: fast}\n",
+			`:5: projection "books": engine.timeout: "fast" is not a duration such as 30s`},
+		{"timeout out of range", "projections:\n  books:\n    kind: search\n    index: books\n    engine: {urls: [http://e:9200], timeout: 1h}\n",
+			`:5: projection "books": engine.timeout: `},
 		{"two chronicles", "projections:\n  a: {kind: chronicle}\n  b: {kind: chronicle}\n", `projection "b": kind: a second chronicle`},
 		{"name twice", "projections:\n  a: {kind: chronicle}\n  a: {kind: chronicle}\n", `projection "a": is configured twice`},
 		{"both auths", "projections:\n  books:\n    kind: search\n    index: books\n    engine: {urls: [http://e:9200], username: u, password_env: BOOKS_PASSWORD, api_key_env: BOOKS_PASSWORD}\n",

@@ -40,7 +40,7 @@ var (
 	topKeys       = []string{"projections"}
 	searchKeys    = []string{"kind", "engine", "index", "mapping_file", "source_table", "max_payload_bytes"}
 	chronicleKeys = []string{"kind"}
-	engineKeys    = []string{"urls", "username", "password_env", "password_file", "api_key_env", "api_key_file", "ca_file", "password", "api_key"}
+	engineKeys    = []string{"urls", "username", "password_env", "password_file", "api_key_env", "api_key_file", "ca_file", "timeout", "password", "api_key"}
 )
 
 // mapping returns n's keys and values, refusing a key not in allowed.

@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 	"strconv"
@@ -117,7 +118,8 @@ func (r *Replica) Run(ctx context.Context) {
 			log := r.log.With().Str("projection", s.spec.Name).Logger()
 			s.probe.Announce(ctx, log)
 			_, _ = s.index.Ensure(ctx)
-			s.probe.WarnGCDeletes(ctx, log, s.spec.Search.Index, projection.WriteLifetime(r.cfg.Elastic.Timeout))
+			timeout := cmp.Or(s.spec.Search.Timeout, r.cfg.Elastic.Timeout)
+			s.probe.WarnGCDeletes(ctx, log, s.spec.Search.Index, projection.WriteLifetime(timeout))
 		}()
 	}
 	_ = r.elector.Start(ctx)
