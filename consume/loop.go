@@ -53,10 +53,10 @@ type Loop struct {
 	// the next tries queued ones first. Run's goroutine's.
 	queues      *queues
 	claimedLast bool
-	// waitingUnknown is when the loop first left events of a projection it
-	// does not know unread (unknownWaits), so it warns once. Run's
-	// goroutine's.
-	waitingUnknown map[string]time.Time
+	// warnedUnknown names the projections whose events the loop left
+	// unread for not knowing them (unknownWaits), so it warns once each.
+	// Run's goroutine's.
+	warnedUnknown map[string]bool
 	// headWanted is set by the listener when someone asks for a claim
 	// from the head at once (outbox.HeadChannel: a resume, a repair).
 	headWanted atomic.Bool
@@ -88,7 +88,7 @@ func NewLoop(cfg Config, store *outbox.Store, handlers projection.Registry, log 
 	latest := handlers.LatestOnly()
 	return &Loop{cfg: cfg, store: store, pool: store.Pool, handlers: handlers, latest: latest,
 		latestNames: slices.Sorted(maps.Keys(latest)), names: slices.Sorted(slices.Values(names)), order: newOrder(),
-		log: log.With().Str("service", "consume").Logger(), inflight: map[int64]struct{}{}, waitingUnknown: map[string]time.Time{}}, nil
+		log: log.With().Str("service", "consume").Logger(), inflight: map[int64]struct{}{}, warnedUnknown: map[string]bool{}}, nil
 }
 
 // Config returns the effective configuration.

@@ -318,10 +318,10 @@ func (l *Loop) unknownWaits(name string, events []outbox.Event, now time.Time) b
 	if now.Sub(events[len(events)-1].CreatedAt) >= l.cfg.UnknownWait {
 		return false
 	}
-	if l.waitingUnknown[name].IsZero() {
+	if !l.warnedUnknown[name] {
 		l.log.Warn().Str("projection", name).Dur("wait", l.cfg.UnknownWait).
 			Msg("events name a projection this replica does not know; they wait for a leader that knows it, then fail as unknown_projection")
-		l.waitingUnknown[name] = now
+		l.warnedUnknown[name] = true
 	}
 	return true
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -185,9 +186,10 @@ func TestProjectionAddedByARollingRestart(t *testing.T) {
 	harness.Eventually(t, 30*time.Second, "the search events drained by the old leader", func() bool {
 		return c.count(`projection = 'search' AND status <> 'done'`) == 0
 	})
-	time.Sleep(2 * time.Second) // polls of the old leader that pass over books
+	harness.Eventually(t, 10*time.Second, "the old leader passes over books and says why", func() bool {
+		return strings.Contains(old.Logs(), "events name a projection this replica does not know")
+	})
 	require.Equal(t, 40, c.count(`projection = 'books' AND status <> 'done' AND status <> 'failed'`), "books wait, none failed")
-	require.Contains(t, old.Logs(), "events name a projection this replica does not know", "the old leader says why they wait")
 
 	old.Stop(30 * time.Second)
 	harness.Drained(t, c.db.Pool, 60*time.Second)

@@ -33,6 +33,9 @@ type searchParts struct {
 	search *projection.Search
 	probe  *projection.EngineProbe
 	index  *projection.IndexKeeper
+	// timeout is the engine's request timeout, which sets the index's
+	// write lifetime.
+	timeout time.Duration
 }
 
 // builder is what the projections' constructors draw on.
@@ -55,7 +58,7 @@ func (b *builder) buildSearch(spec Spec) (*projection.Search, error) {
 		return nil, err
 	}
 	log := b.log.With().Str("projection", spec.Name).Logger()
-	b.searches = append(b.searches, &searchParts{spec: spec, es: es, search: search,
+	b.searches = append(b.searches, &searchParts{spec: spec, es: es, search: search, timeout: opts.Timeout,
 		probe: projection.NewEngineProbe(es, opts.URL), index: projection.NewIndexKeeper(es, spec.Search.Index, spec.Search.Mapping, log)})
 	return search, nil
 }

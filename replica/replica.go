@@ -1,7 +1,6 @@
 package replica
 
 import (
-	"cmp"
 	"context"
 	"net/http"
 	"strconv"
@@ -118,8 +117,7 @@ func (r *Replica) Run(ctx context.Context) {
 			log := r.log.With().Str("projection", s.spec.Name).Logger()
 			s.probe.Announce(ctx, log)
 			_, _ = s.index.Ensure(ctx)
-			timeout := cmp.Or(s.spec.Search.Timeout, r.cfg.Elastic.Timeout)
-			s.probe.WarnGCDeletes(ctx, log, s.spec.Search.Index, projection.WriteLifetime(timeout))
+			s.probe.WarnGCDeletes(ctx, log, s.spec.Search.Index, projection.WriteLifetime(s.timeout))
 		}()
 	}
 	_ = r.elector.Start(ctx)
