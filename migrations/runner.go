@@ -136,8 +136,24 @@ func (e *LockTimeoutError) Error() string {
 			b.WriteString(bl.String())
 		}
 	}
-	b.WriteString("; end that transaction or wait for it, then run wlproj migrate again (what was applied stays applied)")
+	b.WriteString("; " + e.Hint() + ", then run wlproj migrate again (what was applied stays applied)")
 	return b.String()
+}
+
+// Hint says what lets the statement through. A session in the way that is
+// running statements (not idle in its transaction) is working, not stuck:
+// if every try still met it, its transactions outlast the lock timeout,
+// and only a longer one (or a quieter moment) finds the gap between them.
+func (e *LockTimeoutError) Hint() string {
+	working := len(e.Blockers) > 0
+	for _, b := range e.Blockers {
+		working = working && b.State == "active"
+	}
+	if working {
+		return "the session in the way is running statements whose transactions outlast MIGRATE_LOCK_TIMEOUT: " +
+			"give it a longer MIGRATE_LOCK_TIMEOUT (the application's inserts wait up to that long per try) or a quieter moment"
+	}
+	return "end that transaction or wait for it"
 }
 
 func (e *LockTimeoutError) Unwrap() error { return e.Err }
@@ -290,7 +306,7 @@ func (r *runner) backoff(ctx context.Context, lt *LockTimeoutError) error {
 	for _, b := range lt.Blockers {
 		ev = ev.Int("blocked_by_pid", b.PID).Str("blocked_by", b.String())
 	}
-	ev.Msg("migration statement gave up waiting for a lock so as not to hold up the application's writes; retrying")
+	ev.Str("hint", lt.Hint()).Msg("migration statement gave up waiting for a lock so as not to hold up the application's writes; retrying")
 	return serviceutil.Sleep(ctx, d)
 }
 

@@ -214,6 +214,7 @@ func TestLockTimeoutNamesStatementAndBlocker(t *testing.T) {
 	require.Equal(t, int(appPID), lt.Blockers[0].PID)
 	require.Equal(t, "the-app", lt.Blockers[0].Application)
 	require.Contains(t, err.Error(), fmt.Sprintf("pid %d", appPID))
+	require.Contains(t, err.Error(), "end that transaction", "behind an idle transaction the hint is to end it")
 	require.Empty(t, res.Applied)
 	var version int64
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT max(version_id) FROM goose_db_version`).Scan(&version))
@@ -223,6 +224,49 @@ func TestLockTimeoutNamesStatementAndBlocker(t *testing.T) {
 	res, err = migrations.Run(ctx, db.URL, expect, migrations.Config{UpTo: 15}, zerolog.Nop())
 	require.NoError(t, err)
 	require.Equal(t, []int64{15}, res.Applied)
+}
+
+// TestLockTimeoutBehindWorkAsksForALongerTimeout: behind a session whose
+// transactions are working (a statement running) for longer than the lock
+// timeout, every try fails however long the runner retries; the error says
+// so and names MIGRATE_LOCK_TIMEOUT, and a lock timeout longer than that
+// transaction lets the same statement through.
+func TestLockTimeoutBehindWorkAsksForALongerTimeout(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, expect := databaseAt(t, 14)
+	busy := func(hold time.Duration) <-chan error {
+		started := make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			tx, err := db.Pool.Begin(ctx)
+			if err == nil {
+				defer tx.Rollback(ctx)
+				_, err = tx.Exec(ctx, `LOCK TABLE outbox_events IN ROW EXCLUSIVE MODE`)
+			}
+			close(started)
+			if err == nil {
+				_, err = tx.Exec(ctx, `SELECT pg_sleep($1)`, hold.Seconds())
+			}
+			done <- err
+		}()
+		<-started
+		return done
+	}
+
+	held := busy(3 * time.Second)
+	_, err := migrations.Run(ctx, db.URL, expect, migrations.Config{LockTimeout: 100 * time.Millisecond, LockWait: time.Second, UpTo: 15}, zerolog.Nop())
+	var lt *migrations.LockTimeoutError
+	require.True(t, errors.As(err, &lt), "want a LockTimeoutError, got %v", err)
+	require.Equal(t, "active", lt.Blockers[0].State)
+	require.Contains(t, err.Error(), "MIGRATE_LOCK_TIMEOUT", "behind a working session the hint is a longer lock timeout")
+	require.NoError(t, <-held)
+
+	held = busy(time.Second)
+	res, err := migrations.Run(ctx, db.URL, expect, migrations.Config{LockTimeout: 5 * time.Second, UpTo: 15}, zerolog.Nop())
+	require.NoError(t, err, "a lock timeout longer than the working transaction lets the statement through")
+	require.Equal(t, []int64{15}, res.Applied)
+	require.NoError(t, <-held)
 }
 
 // TestConcurrentBuildWaitsWithoutBlockingWrites: a CONCURRENTLY build waits
