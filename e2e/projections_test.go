@@ -28,6 +28,12 @@ import (
 // chronicle as timeline; books' source table is booksSource, if any. It
 // returns the file and the two indexes.
 func twoIndexes(t *testing.T, engineURL, index, booksSource string) (file, books, blocks string) {
+	return twoIndexesOn(t, engineURL, engineURL, index, booksSource)
+}
+
+// twoIndexesOn is twoIndexes with books on the engine at booksURL and
+// blocks on the one at blocksURL.
+func twoIndexesOn(t *testing.T, booksURL, blocksURL, index, booksSource string) (file, books, blocks string) {
 	dir := t.TempDir()
 	books, blocks = index+"-books", index+"-blocks"
 	mapping := filepath.Join(dir, "books.json")
@@ -43,12 +49,16 @@ projections:
     %[5]s
   blocks:
     kind: search
-    engine: {urls: [%[1]s]}
+    engine: {urls: [%[6]s]}
     index: %[3]s
   timeline:
     kind: chronicle
-`, engineURL, books, blocks, mapping, sourceLine(booksSource))), 0o600))
-	t.Cleanup(func() { _ = harness.DeleteIndex(context.Background(), harness.ElasticURL(t), books+"*", blocks+"*") })
+`, booksURL, books, blocks, mapping, sourceLine(booksSource), blocksURL)), 0o600))
+	t.Cleanup(func() {
+		for _, url := range []string{booksURL, blocksURL} {
+			_ = harness.DeleteIndex(context.Background(), url, books+"*", blocks+"*")
+		}
+	})
 	return file, books, blocks
 }
 
@@ -209,4 +219,44 @@ func readyProjections(t *testing.T, r *harness.Replica) string {
 	}
 	require.NoError(t, json.Unmarshal(body, &ready), string(body))
 	return string(ready.Projections)
+}
+
+// Two search projections on two different engines at once, from one file:
+// books on the stack's engine, blocks on another engine of the matrix
+// started beside it (OpenSearch 2 beside Elasticsearch). A leader failover
+// mid-stream; then each engine holds its own projection's documents and
+// none of the other's, each verifies clean against the model, and wlproj
+// verify of blocks reads the second engine from the file.
+func TestProjectionsOnTwoEngines(t *testing.T) {
+	t.Parallel()
+	second, info := harness.SecondEngine(t, harness.OtherEngine(t))
+	require.NotEqual(t, harness.Engine(t).Distribution, info.Distribution, "two different engines")
+	c := newCluster(t)
+	first := harness.ElasticURL(t)
+	file, books, blocks := twoIndexesOn(t, first, second, c.index, "")
+	c.env = append(c.env, "OUTBOX_PROJECTIONS_FILE="+file)
+	c.run("a", "b")
+
+	c.produceTo("books", "book", 30, 1, 3)
+	c.produceTo("blocks", "book", 30, 1, 2)
+	harness.Eventually(t, 60*time.Second, "both projections under way", func() bool {
+		return c.count(`projection = 'books' AND status = 'done'`) > 0 && c.count(`projection = 'blocks' AND status = 'done'`) > 0
+	})
+	c.leader().Kill()
+	c.leader()
+	c.produceTo("books", "book", 30, 4, 5)
+	c.produceTo("blocks", "book", 30, 3, 4)
+	harness.Drained(t, c.db.Pool, 90*time.Second)
+
+	harness.VerifiedProjectionOn(t, c.db.Pool, first, books, "books")
+	harness.VerifiedProjectionOn(t, c.db.Pool, second, blocks, "blocks")
+	for _, place := range []struct{ url, has, lacks string }{{first, books, blocks}, {second, blocks, books}} {
+		n, err := harness.DocCount(context.Background(), place.url, place.has)
+		require.NoError(t, err)
+		require.Equal(t, 30, n, "%s holds %s's documents", place.url, place.has)
+		_, err = harness.DocCount(context.Background(), place.url, place.lacks)
+		var missing *harness.StatusError
+		require.ErrorAs(t, err, &missing, "%s holds no index %s", place.url, place.lacks)
+	}
+	require.Contains(t, c.cli("verify", "--projections-file", file, "--projection", "blocks"), "clean: the index holds")
 }

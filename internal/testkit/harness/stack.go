@@ -74,20 +74,29 @@ func StackEnv(t testing.TB) map[string]string {
 		if path == "" {
 			path = filepath.Join(root, ".stack", "env")
 		}
-		f, err := os.Open(path)
-		if err != nil {
-			return
-		}
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			line := strings.TrimPrefix(sc.Text(), "export ")
-			if k, v, ok := strings.Cut(line, "="); ok {
-				stackEnv[k] = strings.Trim(v, "'")
-			}
+		if vars, err := readEnvFile(path); err == nil {
+			stackEnv = vars
 		}
 	})
 	return stackEnv
+}
+
+// readEnvFile reads the variables of an env file stack.sh wrote.
+func readEnvFile(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	vars := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimPrefix(sc.Text(), "export ")
+		if k, v, ok := strings.Cut(line, "="); ok {
+			vars[k] = strings.Trim(v, "'")
+		}
+	}
+	return vars, sc.Err()
 }
 
 func lookup(t testing.TB, override, key string) string {

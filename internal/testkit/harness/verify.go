@@ -218,10 +218,17 @@ func Verified(t testing.TB, pool *pgxpool.Pool, index string, expected ...Failur
 	return VerifiedProjection(t, pool, index, "search", expected...)
 }
 
-// VerifiedProjection is VerifyProjection for tests.
+// VerifiedProjection is VerifyProjection for tests, on the stack's engine.
 func VerifiedProjection(t testing.TB, pool *pgxpool.Pool, index, projection string, expected ...Failure) Verdict {
 	t.Helper()
-	v, err := VerifyProjection(context.Background(), pool, ElasticURL(t), index, projection, expected...)
+	return VerifiedProjectionOn(t, pool, ElasticURL(t), index, projection, expected...)
+}
+
+// VerifiedProjectionOn is VerifyProjection for tests, on the engine at
+// elasticURL.
+func VerifiedProjectionOn(t testing.TB, pool *pgxpool.Pool, elasticURL, index, projection string, expected ...Failure) Verdict {
+	t.Helper()
+	v, err := VerifyProjection(context.Background(), pool, elasticURL, index, projection, expected...)
 	require.NoError(t, err)
 	require.True(t, v.OK(), "%s\nfailed_unexpected=%v regressed=%v missing=%v resurrected=%v ledger_mismatch=%v",
 		v, v.Unexpected, v.Regressed, v.Missing, v.Resurrected, v.LedgerMismatch)
