@@ -88,10 +88,11 @@ func (c *projectionsListCmd) Run(g *globals) error {
 
 func writeProjectionSpecs(w io.Writer, specs replica.Specs) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tKIND\tINDEX\tENGINE\tAUTH\tMAPPING\tSOURCE TABLE")
+	// TABLE: a search projection's source of truth, a chronicle's own.
+	fmt.Fprintln(tw, "NAME\tKIND\tINDEX\tENGINE\tAUTH\tMAPPING\tTABLE")
 	for _, s := range specs {
 		if s.Search == nil {
-			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\n", s.Name, s.Kind)
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t%s\n", s.Name, s.Kind, s.Chronicle.TableName())
 			continue
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Kind, s.Search.Index, strings.Join(s.Search.URLs, ","),

@@ -234,11 +234,15 @@ func TestProjectionsOnTwoEngines(t *testing.T) {
 	c := newCluster(t)
 	first := harness.ElasticURL(t)
 	file, books, blocks := twoIndexesOn(t, first, second, c.index, "")
+	// The chronicle, the file's last projection, into a table of its own.
+	c.db.Exec(t, `CREATE TABLE app_timeline (LIKE chronicle_events INCLUDING ALL)`)
+	appendFile(t, file, "    table: app_timeline\n")
 	c.env = append(c.env, "OUTBOX_PROJECTIONS_FILE="+file)
 	c.run("a", "b")
 
 	c.produceTo("books", "book", 30, 1, 3)
 	c.produceTo("blocks", "book", 30, 1, 2)
+	c.produceTo("timeline", "book", 5, 1, 2)
 	harness.Eventually(t, 60*time.Second, "both projections under way", func() bool {
 		return c.count(`projection = 'books' AND status = 'done'`) > 0 && c.count(`projection = 'blocks' AND status = 'done'`) > 0
 	})
@@ -259,4 +263,16 @@ func TestProjectionsOnTwoEngines(t *testing.T) {
 		require.ErrorAs(t, err, &missing, "%s holds no index %s", place.url, place.lacks)
 	}
 	require.Contains(t, c.cli("verify", "--projections-file", file, "--projection", "blocks"), "clean: the index holds")
+	require.Equal(t, 10, c.db.Int(t, `SELECT count(DISTINCT event_id) FROM app_timeline`), "the chronicle in its own table")
+	require.Zero(t, c.appended(), "and not in chronicle_events")
+}
+
+// appendFile adds text at the end of the file at path.
+func appendFile(t *testing.T, path, text string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteString(text)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
 }

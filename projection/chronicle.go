@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -34,7 +35,19 @@ type ChronicleConfig struct {
 	// MaxPayloadBytes is the largest payload appended; a larger one fails as
 	// payload_invalid. Defaults to 256 KiB.
 	MaxPayloadBytes int
+	// Table receives the events: table or schema.table, unquoted, with
+	// ChronicleColumns and a unique index on event_id. Defaults to
+	// ChronicleTableDefault.
+	Table string
 }
+
+// ChronicleTableDefault is the chronicle's table unless configured
+// otherwise (migrations/00006 creates it).
+const ChronicleTableDefault = "chronicle_events"
+
+// ChronicleColumns are the columns a chronicle's table must have;
+// event_id must be unique (a resend appends nothing).
+var ChronicleColumns = []string{"event_id", "projection", "entity_type", "entity_id", "op", "version", "payload", "scope_key", "occurred_at"}
 
 // Chronicle appends every event, in full, to the chronicle_events table: a
 // timeline of what happened to each entity. Unlike the search index it keeps
@@ -44,6 +57,7 @@ type ChronicleConfig struct {
 type Chronicle struct {
 	pool            *pgxpool.Pool
 	maxPayloadBytes int
+	insertSQL       string
 }
 
 var _ Handler = (*Chronicle)(nil)
@@ -57,7 +71,9 @@ func NewChronicle(cfg ChronicleConfig) (*Chronicle, error) {
 	if err := bounds.Check("MaxPayloadBytes", cfg.MaxPayloadBytes, ChronicleMaxPayloadBytesRange); err != nil {
 		return nil, err
 	}
-	return &Chronicle{pool: cfg.Pool, maxPayloadBytes: cfg.MaxPayloadBytes}, nil
+	table := pgx.Identifier(strings.Split(cmp.Or(cfg.Table, ChronicleTableDefault), ".")).Sanitize()
+	return &Chronicle{pool: cfg.Pool, maxPayloadBytes: cfg.MaxPayloadBytes,
+		insertSQL: strings.Replace(chronicleInsertSQL, "INSERT INTO chronicle_events", "INSERT INTO "+table, 1)}, nil
 }
 
 // chronicleInsertSQL appends a whole batch in one statement; RETURNING
@@ -147,7 +163,7 @@ func (c *Chronicle) insert(ctx context.Context, idx []int, events []outbox.Event
 			payloads[k] = "{}"
 		}
 	}
-	rows, err := c.pool.Query(ctx, chronicleInsertSQL, pgx.NamedArgs{
+	rows, err := c.pool.Query(ctx, c.insertSQL, pgx.NamedArgs{
 		"ids": ids, "projections": projections, "entity_types": types, "entity_ids": entityIDs, "ops": ops,
 		"versions": versions, "payloads": payloads, "scope_keys": scopes, "occurred_at": at,
 	})

@@ -142,3 +142,25 @@ func TestLatestOnlyIsDeclaredByTheHandler(t *testing.T) {
 	reg := Registry{"search": &Search{}, "chronicle": &Chronicle{}}
 	require.Equal(t, map[string]bool{"search": true}, reg.LatestOnly())
 }
+
+// A chronicle configured with a table of its own appends there, and there
+// only: the default table stays empty, and a resend appends nothing.
+func TestChronicleWritesItsConfiguredTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := harness.NewDatabase(t)
+	db.Exec(t, `CREATE SCHEMA app`)
+	db.Exec(t, `CREATE TABLE app.timeline (LIKE chronicle_events INCLUDING ALL)`)
+	c, err := NewChronicle(ChronicleConfig{Pool: db.Pool, Table: "app.timeline"})
+	require.NoError(t, err)
+	events := []outbox.Event{chronicleEvent(1, "b1", outbox.OpUpsert, `{"title": "draft"}`), chronicleEvent(2, "b1", outbox.OpDelete, `{}`)}
+	for _, r := range c.Handle(ctx, events) {
+		require.NoError(t, r.Err)
+		require.False(t, r.Superseded)
+	}
+	for _, r := range c.Handle(ctx, events) {
+		require.True(t, r.Superseded, "a resend appends nothing")
+	}
+	require.Equal(t, 2, db.Int(t, `SELECT count(*) FROM app.timeline`))
+	require.Zero(t, db.Int(t, `SELECT count(*) FROM chronicle_events`), "the default table untouched")
+}

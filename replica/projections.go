@@ -78,7 +78,8 @@ func (b *builder) registry(specs Specs) (projection.Registry, error) {
 		case KindSearch:
 			h, err = b.buildSearch(spec)
 		case KindChronicle:
-			h, err = projection.NewChronicle(projection.ChronicleConfig{Pool: b.pool, MaxPayloadBytes: b.cfg.ChronicleMaxPayloadBytes})
+			h, err = projection.NewChronicle(projection.ChronicleConfig{Pool: b.pool, MaxPayloadBytes: b.cfg.ChronicleMaxPayloadBytes,
+				Table: spec.Chronicle.TableName()})
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s projection: %w", spec.Name, err)

@@ -32,8 +32,25 @@ import (
 type Spec struct {
 	Name string `json:"name"`
 	// Kind is KindSearch or KindChronicle.
-	Kind   string      `json:"kind"`
-	Search *SearchSpec `json:"search,omitempty"`
+	Kind      string         `json:"kind"`
+	Search    *SearchSpec    `json:"search,omitempty"`
+	Chronicle *ChronicleSpec `json:"chronicle,omitempty"`
+}
+
+// ChronicleSpec is a chronicle projection: a table every event is
+// appended to.
+type ChronicleSpec struct {
+	// Table is table or schema.table in the outbox's database; empty:
+	// projection.ChronicleTableDefault.
+	Table string `json:"table,omitempty"`
+}
+
+// TableName is the table the chronicle appends to.
+func (c *ChronicleSpec) TableName() string {
+	if c == nil || c.Table == "" {
+		return projection.ChronicleTableDefault
+	}
+	return c.Table
 }
 
 // The kinds a projection may have.

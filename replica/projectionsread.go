@@ -39,7 +39,7 @@ func (f fileReader) fail(n *yaml.Node, projection, key, format string, args ...a
 var (
 	topKeys       = []string{"projections"}
 	searchKeys    = []string{"kind", "engine", "index", "mapping_file", "source_table", "max_payload_bytes"}
-	chronicleKeys = []string{"kind"}
+	chronicleKeys = []string{"kind", "table"}
 	engineKeys    = []string{"urls", "username", "password_env", "password_file", "api_key_env", "api_key_file", "ca_file", "timeout", "password", "api_key"}
 )
 
@@ -115,10 +115,25 @@ func (f fileReader) projection(name string, n *yaml.Node) (Spec, error) {
 		return Spec{}, err
 	}
 	spec := Spec{Name: name, Kind: kind}
-	if kind == KindSearch {
+	switch kind {
+	case KindSearch:
 		spec.Search, err = f.search(name, n, m)
+	case KindChronicle:
+		spec.Chronicle, err = f.chronicle(name, m)
 	}
 	return spec, err
+}
+
+// chronicle reads a chronicle's table; nil leaves the default.
+func (f fileReader) chronicle(name string, m map[string]*yaml.Node) (*ChronicleSpec, error) {
+	t, ok := m["table"]
+	if !ok {
+		return nil, nil
+	}
+	if !tableName.MatchString(t.Value) {
+		return nil, f.fail(t, name, "table", "%q is not a table name (table or schema.table, unquoted)", t.Value)
+	}
+	return &ChronicleSpec{Table: t.Value}, nil
 }
 
 func (f fileReader) search(name string, n *yaml.Node, m map[string]*yaml.Node) (*SearchSpec, error) {

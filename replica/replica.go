@@ -34,10 +34,17 @@ type Replica struct {
 // listeners so that a taken port fails here; nothing runs yet. An error
 // from a package's Config is a *bounds.FieldError naming the Go field.
 func New(ctx context.Context, cfg Config, log zerolog.Logger) (*Replica, error) {
+	fromFile := cfg.Projections != nil
 	cfg = cfg.withDefaults()
 	r := &Replica{cfg: cfg, log: log}
 	var err error
 	if r.pool, err = pgpool.Open(ctx, cfg.DatabaseURL, cfg.Consume.Concurrency+6, "wlproj:"+cfg.WorkerID); err != nil {
+		return nil, err
+	}
+	// The tables a projections file names; those of the environment's
+	// defaults are the migrations' (chronicle_events) or checked by verify.
+	if err := checkTables(ctx, r.pool, cfg.Projections, fromFile, log); err != nil {
+		r.close()
 		return nil, err
 	}
 	if err := r.build(); err != nil {
