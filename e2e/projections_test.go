@@ -24,7 +24,8 @@ import (
 )
 
 // twoIndexes writes a projections file of books and blocks, each on its
-// own index of the cluster's engine (books with a mapping file), and the
+// own index of the cluster's engine (books with a mapping file, blocks
+// sent in bulks of 7 documents, 3 at once), and the
 // chronicle as timeline; books' source table is booksSource, if any. It
 // returns the file and the two indexes.
 func twoIndexes(t *testing.T, engineURL, index, booksSource string) (file, books, blocks string) {
@@ -51,6 +52,7 @@ projections:
     kind: search
     engine: {urls: [%[6]s]}
     index: %[3]s
+    bulk: {actions: 7, concurrency: 3}
   timeline:
     kind: chronicle
 `, booksURL, books, blocks, mapping, sourceLine(booksSource), blocksURL)), 0o600))

@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/olivere/elastic/v7"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/wlproj/wlproj/classify"
 	"github.com/wlproj/wlproj/internal/bounds"
@@ -35,6 +36,15 @@ const IndexDefault = "search"
 const MaxPayloadBytesDefault = 1 << 20
 
 var MaxPayloadBytesRange = bounds.Range[int]{Min: 1, Max: 100 << 20}
+
+// What SearchConfig's sending settings accept. A bulk's bytes stay below
+// the engine's http.max_content_length (100mb by default); concurrency is
+// per batch, and the loop's OUTBOX_CONCURRENCY batches run beside it.
+var (
+	BulkActionsRange     = bounds.Range[int]{Min: 0, Max: 100_000}
+	BulkBytesRange       = bounds.Range[int]{Min: 64 << 10, Max: 90 << 20}
+	BulkConcurrencyRange = bounds.Range[int]{Min: 1, Max: 16}
+)
 
 const (
 	// bulkBytesMax splits a batch into several bulk requests, well below the
@@ -58,6 +68,15 @@ type SearchConfig struct {
 	// MaxPayloadBytes is the largest upsert payload sent; a larger one fails
 	// as payload_invalid. Defaults to 1 MiB.
 	MaxPayloadBytes int
+	// BulkActions caps the documents of one _bulk request; 0: a batch's
+	// documents go in as few requests as BulkBytes allows.
+	BulkActions int
+	// BulkBytes caps the body of one _bulk request (a larger document goes
+	// alone). Defaults to 8 MiB.
+	BulkBytes int
+	// BulkConcurrency is how many of one batch's _bulk requests are in
+	// flight at once. Defaults to 1: one after the other.
+	BulkConcurrency int
 }
 
 // Search projects outbox events into one Elasticsearch index with the bulk
@@ -68,6 +87,8 @@ type Search struct {
 	index           string
 	maxPayloadBytes int
 	bulkBytes       int
+	bulkActions     int
+	bulkConcurrency int
 	rebuild         RebuildTarget
 }
 
@@ -97,10 +118,15 @@ func NewSearch(cfg SearchConfig) (*Search, error) {
 	case cfg.Index != strings.ToLower(cfg.Index) || strings.ContainsAny(cfg.Index, ` "*\<|,>/?#`):
 		return nil, bounds.Invalid("Index", "%q is not a valid index name (lowercase, no spaces or \\/*?\"<>|,#)", cfg.Index)
 	}
-	if err := bounds.Check("MaxPayloadBytes", cfg.MaxPayloadBytes, MaxPayloadBytesRange); err != nil {
+	cfg.BulkBytes = cmp.Or(cfg.BulkBytes, bulkBytesMax)
+	cfg.BulkConcurrency = cmp.Or(cfg.BulkConcurrency, 1)
+	if err := bounds.First(bounds.Check("MaxPayloadBytes", cfg.MaxPayloadBytes, MaxPayloadBytesRange),
+		bounds.Check("BulkActions", cfg.BulkActions, BulkActionsRange), bounds.Check("BulkBytes", cfg.BulkBytes, BulkBytesRange),
+		bounds.Check("BulkConcurrency", cfg.BulkConcurrency, BulkConcurrencyRange)); err != nil {
 		return nil, err
 	}
-	return &Search{client: cfg.Client, index: cfg.Index, maxPayloadBytes: cfg.MaxPayloadBytes, bulkBytes: bulkBytesMax}, nil
+	return &Search{client: cfg.Client, index: cfg.Index, maxPayloadBytes: cfg.MaxPayloadBytes, bulkBytes: cfg.BulkBytes,
+		bulkActions: cfg.BulkActions, bulkConcurrency: cfg.BulkConcurrency}, nil
 }
 
 // Index is the index, or alias, the handler writes to.
@@ -163,15 +189,7 @@ func (s *Search) Handle(ctx context.Context, events []outbox.Event) []Result {
 			send = append(send, candidates[doc][0])
 		}
 		slices.Sort(send)
-		for rest := send; len(rest) > 0; {
-			n, total := 0, 0
-			for n < len(rest) && (n == 0 || total+actions[rest[n]].size() <= s.bulkBytes) {
-				total += actions[rest[n]].size()
-				n++
-			}
-			s.send(ctx, target, rest[:n], events, actions, results)
-			rest = rest[n:]
-		}
+		s.sendAll(ctx, target, s.requests(send, actions), events, actions, results)
 		docs = docs[:0:0]
 		for doc, idx := range candidates {
 			sent, older := idx[0], idx[1:]
@@ -199,6 +217,43 @@ func (s *Search) Handle(ctx context.Context, events []outbox.Event) []Result {
 		slices.Sort(docs)
 	}
 	return results
+}
+
+// requests splits the events at send into _bulk requests of at most
+// bulkActions documents and bulkBytes bytes; a larger document goes alone.
+func (s *Search) requests(send []int, actions []bulkAction) [][]int {
+	var out [][]int
+	for rest := send; len(rest) > 0; {
+		n, total := 0, 0
+		for n < len(rest) && (n == 0 || (total+actions[rest[n]].size() <= s.bulkBytes && (s.bulkActions == 0 || n < s.bulkActions))) {
+			total += actions[rest[n]].size()
+			n++
+		}
+		out = append(out, rest[:n])
+		rest = rest[n:]
+	}
+	return out
+}
+
+// sendAll sends the requests, up to bulkConcurrency at once. They hold
+// different documents (one candidate of each per round), so their order
+// does not matter, and each writes only its own events' results.
+func (s *Search) sendAll(ctx context.Context, target Rebuilding, requests [][]int, events []outbox.Event, actions []bulkAction, results []Result) {
+	if s.bulkConcurrency == 1 || len(requests) == 1 {
+		for _, idx := range requests {
+			s.send(ctx, target, idx, events, actions, results)
+		}
+		return
+	}
+	var g errgroup.Group
+	g.SetLimit(s.bulkConcurrency)
+	for _, idx := range requests {
+		g.Go(func() error {
+			s.send(ctx, target, idx, events, actions, results)
+			return nil
+		})
+	}
+	_ = g.Wait()
 }
 
 // candidates builds each event's request and groups the valid ones by

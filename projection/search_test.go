@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -887,4 +888,64 @@ func TestSearchRefusedRepairFallsBackToTheNextRepair(t *testing.T) {
 	requireFailed(t, res[1], classify.Deterministic, "mapping_error")
 	requireApplied(t, res[2])
 	b.requireDoc(t, "book:7", 3, "Emma")
+}
+
+// bulkCounter is a front for the engine that counts the _bulk requests and
+// the most in flight at once, holding each for hold so that those sent
+// together overlap.
+type bulkCounter struct {
+	URL                   string
+	hold                  time.Duration
+	inFlight, most, bulks atomic.Int32
+}
+
+func newBulkCounter(t *testing.T, target string, hold time.Duration) *bulkCounter {
+	t.Helper()
+	u, err := url.Parse(target)
+	require.NoError(t, err)
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	c := &bulkCounter{hold: hold}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/_bulk") {
+			c.bulks.Add(1)
+			n := c.inFlight.Add(1)
+			defer c.inFlight.Add(-1)
+			for m := c.most.Load(); n > m && !c.most.CompareAndSwap(m, n); m = c.most.Load() {
+			}
+			time.Sleep(c.hold)
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	c.URL = srv.URL
+	return c
+}
+
+// A projection's sending settings: BulkActions splits a batch into
+// requests of that many documents, sent one after the other by default
+// and BulkConcurrency at once when set; every document lands either way.
+func TestSearchBulkSettingsSplitAndOverlapRequests(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, c := range []struct{ concurrency, most int32 }{{0, 1}, {3, 3}} {
+		front := newBulkCounter(t, b.base, time.Second)
+		client, err := NewElasticClient(ElasticOptions{URL: front.URL})
+		require.NoError(t, err)
+		s, err := NewSearch(SearchConfig{Client: client, Index: b.index, BulkActions: 2, BulkConcurrency: int(c.concurrency)})
+		require.NoError(t, err)
+		version := int64(c.concurrency + 1)
+		var events []outbox.Event
+		for i := int64(1); i <= 10; i++ {
+			events = append(events, upsert(i, "book", fmt.Sprint(i), v(version), book(fmt.Sprint("title ", i))))
+		}
+		res := handle(t, s, events...)
+		for _, ev := range events {
+			requireApplied(t, res[ev.ID])
+			b.requireDoc(t, DocumentID(ev.EntityType, ev.EntityID), version, "")
+		}
+		require.EqualValues(t, 5, front.bulks.Load(), "ten documents, two a request")
+		require.Equal(t, c.most, front.most.Load(), "requests in flight at once with BulkConcurrency %d", c.concurrency)
+	}
+	_, err := NewSearch(SearchConfig{Client: b.client, Index: b.index, BulkConcurrency: 17})
+	require.ErrorContains(t, err, "BulkConcurrency")
 }

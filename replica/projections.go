@@ -53,7 +53,9 @@ func (b *builder) buildSearch(spec Spec) (*projection.Search, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine client: %w", err)
 	}
-	search, err := projection.NewSearch(projection.SearchConfig{Client: es, Index: spec.Search.Index, MaxPayloadBytes: spec.Search.MaxPayloadBytes})
+	bulk := spec.Search.Bulk
+	search, err := projection.NewSearch(projection.SearchConfig{Client: es, Index: spec.Search.Index, MaxPayloadBytes: spec.Search.MaxPayloadBytes,
+		BulkActions: bulk.Actions, BulkBytes: bulk.Bytes, BulkConcurrency: bulk.Concurrency})
 	if err != nil {
 		return nil, err
 	}

@@ -87,6 +87,18 @@ type SearchSpec struct {
 	SourceTable string `json:"source_table,omitempty"`
 	// MaxPayloadBytes is the largest upsert payload.
 	MaxPayloadBytes int `json:"max_payload_bytes"`
+	// Bulk is how the projection's batches are sent; zeros: the defaults.
+	Bulk BulkSpec `json:"bulk,omitzero"`
+}
+
+// BulkSpec is a search projection's sending settings: its _bulk requests'
+// size and how many of one batch are in flight at once (see
+// projection.SearchConfig). How many events a batch holds is the loop's
+// (OUTBOX_BATCH_SIZE), for every projection.
+type BulkSpec struct {
+	Actions     int `json:"actions,omitempty"`
+	Bytes       int `json:"bytes,omitempty"`
+	Concurrency int `json:"concurrency,omitempty"`
 }
 
 // ProjectionsError is a bad projections file: the file, the projection

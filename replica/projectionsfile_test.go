@@ -47,8 +47,10 @@ projections:
     index: blocks
     mapping_file: `+mapping+`
     max_payload_bytes: 2048
+    bulk: {actions: 250, bytes: 4194304, concurrency: 2}
   timeline:
     kind: chronicle
+    table: app.timeline
 `)
 	specs, err := LoadProjections(path, env)
 	require.NoError(t, err)
@@ -64,6 +66,9 @@ projections:
 	require.Equal(t, 45*time.Second, blocks.Timeout)
 	require.Equal(t, 45*time.Second, blocks.Engine.Timeout)
 	require.Zero(t, books.Timeout, "ELASTIC_TIMEOUT_SECONDS then")
+	require.Equal(t, BulkSpec{Actions: 250, Bytes: 4 << 20, Concurrency: 2}, blocks.Bulk)
+	require.Zero(t, books.Bulk, "the defaults then")
+	require.Equal(t, "app.timeline", specs[2].Chronicle.TableName())
 	name, ok := specs.Chronicle()
 	require.True(t, ok)
 	require.Equal(t, "timeline", name)
@@ -114,6 +119,12 @@ func TestLoadProjectionsRefusesBadFiles(t *testing.T) {
 			`:5: projection "books": engine.timeout: "fast" is not a duration such as 30s`},
 		{"timeout out of range", "projections:\n  books:\n    kind: search\n    index: books\n    engine: {urls: [http://e:9200], timeout: 1h}\n",
 			`:5: projection "books": engine.timeout: `},
+		{"bulk unknown key", "projections:\n  books:\n    kind: search\n    index: books\n    engine: {urls: [http://e:9200]}\n    bulk: {size: 10}\n",
+			`:6: projection "books": bulk.size: unknown key (known here: actions, bytes, concurrency)`},
+		{"bulk concurrency out of range", "projections:\n  books:\n    kind: search\n    index: books\n    engine: {urls: [http://e:9200]}\n    bulk: {concurrency: 64}\n",
+			`:6: projection "books": bulk.concurrency: `},
+		{"bulk bytes not a number", "projections:\n  books:\n    kind: search\n    index: books\n    engine: {urls: [http://e:9200]}\n    bulk:\n      bytes: 8MiB\n",
+			`:7: projection "books": bulk.bytes: must be a whole number`},
 		{"bad chronicle table", "projections:\n  timeline:\n    kind: chronicle\n    table: 'Timeline'\n",
 			`:4: projection "timeline": table: "Timeline" is not a table name`},
 		{"chronicle key of search", "projections:\n  timeline:\n    kind: chronicle\n    index: books\n",

@@ -38,7 +38,8 @@ func (f fileReader) fail(n *yaml.Node, projection, key, format string, args ...a
 // key does not silently leave its setting at the default.
 var (
 	topKeys       = []string{"projections"}
-	searchKeys    = []string{"kind", "engine", "index", "mapping_file", "source_table", "max_payload_bytes"}
+	searchKeys    = []string{"kind", "engine", "index", "mapping_file", "source_table", "max_payload_bytes", "bulk"}
+	bulkKeys      = []string{"actions", "bytes", "concurrency"}
 	chronicleKeys = []string{"kind", "table"}
 	engineKeys    = []string{"urls", "username", "password_env", "password_file", "api_key_env", "api_key_file", "ca_file", "timeout", "password", "api_key"}
 )
@@ -160,15 +161,40 @@ func (f fileReader) search(name string, n *yaml.Node, m map[string]*yaml.Node) (
 	if s.SourceTable = scalar(m["source_table"]); s.SourceTable != "" && !tableName.MatchString(s.SourceTable) {
 		return nil, f.fail(m["source_table"], name, "source_table", "%q is not a table name (table or schema.table, unquoted)", s.SourceTable)
 	}
-	if v, ok := m["max_payload_bytes"]; ok {
-		if err := v.Decode(&s.MaxPayloadBytes); err != nil {
-			return nil, f.fail(v, name, "max_payload_bytes", "must be a whole number of bytes")
-		}
-		if err := bounds.Check("max_payload_bytes", s.MaxPayloadBytes, projection.MaxPayloadBytesRange); err != nil {
-			return nil, f.fail(v, name, "max_payload_bytes", "%s", err)
+	if err := f.number(name, "max_payload_bytes", m["max_payload_bytes"], &s.MaxPayloadBytes, projection.MaxPayloadBytesRange); err != nil {
+		return nil, err
+	}
+	if b, ok := m["bulk"]; ok {
+		if err := f.bulk(name, b, &s.Bulk); err != nil {
+			return nil, err
 		}
 	}
 	return s, nil
+}
+
+// bulk reads a search projection's sending settings.
+func (f fileReader) bulk(name string, n *yaml.Node, b *BulkSpec) error {
+	m, err := f.mapping(n, name, "bulk", bulkKeys)
+	if err != nil {
+		return err
+	}
+	return bounds.First(f.number(name, "bulk.actions", m["actions"], &b.Actions, projection.BulkActionsRange),
+		f.number(name, "bulk.bytes", m["bytes"], &b.Bytes, projection.BulkBytesRange),
+		f.number(name, "bulk.concurrency", m["concurrency"], &b.Concurrency, projection.BulkConcurrencyRange))
+}
+
+// number reads a whole number within r into dst; nothing when n is nil.
+func (f fileReader) number(name, key string, n *yaml.Node, dst *int, r bounds.Range[int]) error {
+	if n == nil {
+		return nil
+	}
+	if err := n.Decode(dst); err != nil {
+		return f.fail(n, name, key, "must be a whole number")
+	}
+	if err := bounds.Check(key, *dst, r); err != nil {
+		return f.fail(n, name, key, "%s", err)
+	}
+	return nil
 }
 
 var (
