@@ -24,9 +24,9 @@ SELECT 'book', b.id, 'upsert', (:round - 1) * 3 + v,
  ORDER BY random();
 
 INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload, scope_key)
-SELECT 'block', bl.id, 'upsert', (:round - 1) * 3 + v,
+SELECT 'block', bl.id, 'upsert', (:round - 1) * 4 + v,
        jsonb_build_object('kind', 'block', 'book_id', bl.book, 'library_id', bl.lib, 'position', bl.pos,
-                          'body', 'Paragraph ' || bl.pos || ' revision ' || ((:round - 1) * 3 + v) || '. '
+                          'body', 'Paragraph ' || bl.pos || ' revision ' || ((:round - 1) * 4 + v) || '. '
                                   || repeat('The quick brown fox jumps over the lazy dog. ', 18),
                           'updated_at', now()),
        bl.lib
@@ -37,9 +37,11 @@ SELECT 'block', bl.id, 'upsert', (:round - 1) * 3 + v,
        generate_series(1, 3) v
  ORDER BY random();
 
--- Some blocks are deleted after their last edit.
+-- Some blocks are deleted after their last edit. A round takes four versions
+-- of a block, three edits and the delete, so that the next round's edits
+-- come after the delete (one version used twice fails as version_reused).
 INSERT INTO outbox_events (entity_type, entity_id, op, event_version, scope_key)
-SELECT 'block', 'lib1-shelf1-book' || k || '-block' || p, 'delete', :round * 3 + 1, 'lib1'
+SELECT 'block', 'lib1-shelf1-book' || k || '-block' || p, 'delete', :round * 4, 'lib1'
   FROM generate_series(1, 10) k, generate_series(1, 3) p;
 
 -- The chronicle: who did what to each book, and the block deletes, every
@@ -52,7 +54,7 @@ SELECT 'chronicle', 'book', 'lib' || l || '-shelf' || s || '-book' || k, 'upsert
   FROM generate_series(1, 3) l, generate_series(1, 4) s, generate_series(1, 10) k, generate_series(1, 3) v
  ORDER BY random();
 INSERT INTO outbox_events (projection, entity_type, entity_id, op, event_version, payload, scope_key)
-SELECT 'chronicle', 'block', 'lib1-shelf1-book' || k || '-block' || p, 'delete', :round * 3 + 1,
+SELECT 'chronicle', 'block', 'lib1-shelf1-book' || k || '-block' || p, 'delete', :round * 4,
        jsonb_build_object('event', 'deleted', 'by', 'author-' || (k % 17)), 'lib1'
   FROM generate_series(1, 10) k, generate_series(1, 3) p;
 
