@@ -11,9 +11,9 @@ import (
 )
 
 // A replica agrees with its leader until both hashes are known and differ:
-// no leader yet, or a leader of a binary that records none, is no
-// difference; the leader's own record is read for the name asked, not
-// another name's.
+// no leader yet, a leader of a binary that records none, or a schema
+// without the column, is no difference; the record is read for the name
+// asked, not another name's.
 func TestCompareProjections(t *testing.T) {
 	t.Parallel()
 	db := harness.NewDatabase(t)
@@ -43,4 +43,8 @@ func TestCompareProjections(t *testing.T) {
 	a = compare("wlproj")
 	require.Equal(t, "bbbb", a.Leader)
 	require.False(t, a.Agree())
+
+	// Schema 21, which this binary runs on, has no column to read.
+	db.Exec(t, `ALTER TABLE outbox_leader DROP COLUMN projections`)
+	require.Equal(t, outbox.ProjectionsAgreement{Hash: "aaaa"}, compare("wlproj"), "nothing recorded on schema 21")
 }
