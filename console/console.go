@@ -7,7 +7,9 @@ import (
 	"errors"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -94,12 +96,36 @@ type Deps struct {
 	// Projections are the projections the binary knows: the overview shows
 	// each one's lag and pause, and only these can be paused.
 	Projections []string
-	Log         zerolog.Logger
+	// ProjectionSpecs say how each projection is built, in the projections
+	// file's order, for the overview to list. Defaults to none.
+	ProjectionSpecs []ProjectionInfo
+	// ProjectionsHash identifies this replica's projections (the replica's
+	// Specs.Hash); the overview sets it beside the hash the leader recorded.
+	// Defaults to none: the overview makes no comparison.
+	ProjectionsHash string
+	Log             zerolog.Logger
 	// Horizon reads the database's vacuum horizon for the overview and
 	// remembers since when it has seen each holder; the replica shares the
 	// one its metrics poller reads, so an age Postgres does not show counts
 	// from the poller's first sight. Defaults to a watch of the console's own.
 	Horizon *outbox.HorizonWatch
+}
+
+// ProjectionInfo is how one projection is built, as the overview lists it.
+// It holds no secret: the replica fills it from its projections file, whose
+// secrets are only named there, and leaves their names out too.
+type ProjectionInfo struct {
+	Name string
+	// Kind is "search" or "chronicle".
+	Kind string
+	// Alias is the index alias a search projection writes.
+	Alias string
+	// Nodes are a search projection's engine URLs; New drops any user info
+	// from them.
+	Nodes []string
+	// SourceTable is what a scheduled verify compares a search projection
+	// with; "" for the ledger alone.
+	SourceTable string
 }
 
 func (c Config) withDefaults() Config {
@@ -180,6 +206,7 @@ func New(cfg Config, deps Deps) (*Console, error) {
 	if c.deps.Horizon == nil {
 		c.deps.Horizon = &outbox.HorizonWatch{}
 	}
+	c.deps.ProjectionSpecs = withoutUserInfo(deps.ProjectionSpecs)
 	c.deps.Log = deps.Log.With().Str("service", "console").Logger()
 	c.handler = c.routes()
 	if cfg.Port != 0 {
@@ -248,4 +275,27 @@ func staticFiles(fsys fs.FS) http.Handler {
 		}
 		files.ServeHTTP(w, r)
 	})
+}
+
+// withoutUserInfo copies specs with each node URL stripped to what a page
+// may show. A file's URLs carry no credentials (the replica refuses them),
+// but without a file the nodes are ELASTIC_URL's, which may; a query string
+// could hold a key. A URL that does not parse is not shown at all: its text
+// could be anything.
+func withoutUserInfo(specs []ProjectionInfo) []ProjectionInfo {
+	out := slices.Clone(specs)
+	for i := range out {
+		nodes := make([]string, 0, len(out[i].Nodes))
+		for _, raw := range out[i].Nodes {
+			u, err := url.Parse(strings.TrimSpace(raw))
+			if err != nil || u.Host == "" {
+				nodes = append(nodes, "(not a URL)")
+				continue
+			}
+			u.User, u.RawQuery, u.ForceQuery, u.Fragment = nil, "", false, ""
+			nodes = append(nodes, u.String())
+		}
+		out[i].Nodes = nodes
+	}
+	return out
 }

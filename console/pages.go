@@ -36,6 +36,10 @@ type overviewView struct {
 	// Horizon is who holds the database's vacuum horizon, and the dead
 	// rows of the outbox and the ledger.
 	Horizon outbox.Horizon
+	// Specs are how this replica builds each projection, and Agreement its
+	// projections hash beside the leader's; nil without a hash.
+	Specs     []ProjectionInfo
+	Agreement *outbox.ProjectionsAgreement
 }
 
 type replicaRow struct {
@@ -87,7 +91,25 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
+	if v.Agreement, err = c.projectionsAgreement(ctx); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	v.Specs = c.deps.ProjectionSpecs
 	c.render(w, r, http.StatusOK, "overview", "Overview", v)
+}
+
+// projectionsAgreement sets this replica's projections hash beside the
+// leader's, as /readyz does; nil when the replica gave none.
+func (c *Console) projectionsAgreement(ctx context.Context) (*outbox.ProjectionsAgreement, error) {
+	if c.deps.ProjectionsHash == "" {
+		return nil, nil
+	}
+	a, err := outbox.CompareProjections(ctx, c.deps.Pool, c.deps.LeaderName, c.deps.ProjectionsHash)
+	if err != nil {
+		return nil, err
+	}
+	return &a, nil
 }
 
 // activityBuckets reads the chart's hour, or reuses the last read for a

@@ -68,6 +68,7 @@ var allowedMetrics = map[string]bool{
 	"outbox_ack_errors_total":                        true,
 	"outbox_reclaim_errors_total":                    true,
 	"outbox_events_rotation_held":                    true,
+	"outbox_projections_agree":                       true,
 	"wlproj_build_info":                              true,
 	"up":                                             true,
 }
@@ -200,6 +201,7 @@ var wantAlerts = []string{
 	"OutboxSchemaBehind",
 	"OutboxLeaderErrors",
 	"OutboxLeaderRefused",
+	"OutboxProjectionsDisagree",
 }
 
 var reRunbookURL = regexp.MustCompile(`^https://\S+/runbook\.md#([a-z0-9-]+)$`)

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
@@ -89,7 +88,9 @@ type Deps struct {
 	// the operator console's /console/ when it has no port of its own.
 	Routes map[string]http.Handler
 	// ProjectionsHash identifies the projections this replica runs, and
-	// LeaderName the leader record whose hash /readyz compares it with.
+	// LeaderName the leader record whose hash /readyz and the
+	// outbox_projections_agree gauge compare it with; without it, neither
+	// does.
 	ProjectionsHash, LeaderName string
 	// Horizon reads the database's vacuum horizon for its gauges and
 	// remembers since when it has seen each holder; the replica shares it
@@ -104,6 +105,8 @@ type Server struct {
 	deps    Deps
 	servers []*httpserve.Server
 	ready   *metrics.Gauge
+	// agree is outbox_projections_agree; nil without a ProjectionsHash.
+	agree   *metrics.Gauge
 	gauges  struct{ lag, oldest, inflight, stuck *metrics.Gauge }
 	horizon *horizonGauges
 	// schema holds the database's schema version against this binary's.
@@ -115,6 +118,7 @@ type Server struct {
 func init() {
 	metrichelp.Describe(map[string]string{
 		"outbox_projection_paused": "1 while an operator has paused the projection (wlproj pause), else 0.",
+		"outbox_projections_agree": "0 while the leader recorded another projections hash than this replica's, else 1 (also while the leader's is unknown).",
 	})
 }
 
@@ -161,6 +165,11 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.gauges.stuck = metrics.GetOrCreateGauge(`outbox_stuck_processing_events`, nil)
 	for _, p := range deps.Projections {
 		pausedGauge(p)
+	}
+	if deps.ProjectionsHash != "" {
+		// Agreeing until read: an unknown leader hash is no difference.
+		s.agree = metrics.GetOrCreateGauge(`outbox_projections_agree`, nil)
+		s.agree.Set(1)
 	}
 
 	api := http.NewServeMux()
@@ -310,22 +319,26 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	s.write(w, ok, b)
 }
 
-// projections reads the leader's projections hash next to this replica's;
-// nil when it cannot be read (the database check covers reachability).
+// projections reads the leader's projections hash next to this replica's
+// and refreshes outbox_projections_agree; nil when it cannot be read (the
+// database check covers reachability), which leaves the gauge as it was.
 func (s *Server) projections(ctx context.Context) *projectionsBody {
 	if s.deps.ProjectionsHash == "" {
 		return nil
 	}
-	var leaderHash *string
-	err := s.deps.Pool.QueryRow(ctx, outbox.LeaderProjectionsSQL, s.deps.LeaderName).Scan(&leaderHash)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	a, err := outbox.CompareProjections(ctx, s.deps.Pool, s.deps.LeaderName, s.deps.ProjectionsHash)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.deps.Log.Warn().Err(err).Msg("read the leader's projections hash")
+		}
 		return nil
 	}
-	b := &projectionsBody{Hash: s.deps.ProjectionsHash, Agree: true}
-	if leaderHash != nil {
-		b.Leader, b.Agree = *leaderHash, *leaderHash == s.deps.ProjectionsHash
+	if a.Agree() {
+		s.agree.Set(1)
+	} else {
+		s.agree.Set(0)
 	}
-	return b
+	return &projectionsBody{Hash: a.Hash, Leader: a.Leader, Agree: a.Agree()}
 }
 
 // paused reads the paused projections and refreshes their gauges. A failed
@@ -442,6 +455,7 @@ func (s *Server) refreshOnce(ctx context.Context) {
 	s.gauges.inflight.Set(float64(snap.InFlight))
 	s.gauges.stuck.Set(float64(snap.Stuck))
 	s.paused(qctx)
+	s.projections(qctx)
 	h, err := s.deps.Horizon.Read(qctx, s.deps.Pool)
 	if err != nil {
 		if ctx.Err() == nil {

@@ -38,6 +38,12 @@ func start(t *testing.T, pool *pgxpool.Pool, dbURL string, change func(*Config))
 
 // startLogging is start with the server logging to log.
 func startLogging(t *testing.T, pool *pgxpool.Pool, dbURL string, change func(*Config), log zerolog.Logger) *fixture {
+	return startWith(t, pool, dbURL, change, log, Deps{})
+}
+
+// startWith is startLogging with more of the server's Deps: those the
+// fixture does not fill itself.
+func startWith(t *testing.T, pool *pgxpool.Pool, dbURL string, change func(*Config), log zerolog.Logger, deps Deps) *fixture {
 	f := &fixture{t: t, draining: &atomic.Bool{}, port: harness.Port(t)}
 	var err error
 	f.elector, err = leader.New(leader.Config{DatabaseURL: dbURL, WorkerID: "w1", Name: harness.UniqueName("health_")},
@@ -53,13 +59,14 @@ func startLogging(t *testing.T, pool *pgxpool.Pool, dbURL string, change func(*C
 		change(&cfg)
 	}
 	f.metrics = cmpOr(cfg.MetricsPort, f.port)
-	f.srv, err = New(cfg, Deps{Pool: pool, Elector: f.elector, Draining: f.draining, Log: log,
-		PingES: func(context.Context) error {
-			if e := f.esErr.Load(); e != nil {
-				return *e
-			}
-			return nil
-		}})
+	deps.Pool, deps.Elector, deps.Draining, deps.Log = pool, f.elector, f.draining, log
+	deps.PingES = func(context.Context) error {
+		if e := f.esErr.Load(); e != nil {
+			return *e
+		}
+		return nil
+	}
+	f.srv, err = New(cfg, deps)
 	require.NoError(t, err)
 	require.NoError(t, f.srv.Start(context.Background()))
 	t.Cleanup(f.srv.Stop)

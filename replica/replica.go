@@ -68,7 +68,8 @@ func (r *Replica) build() error {
 	horizon := &outbox.HorizonWatch{}
 	if r.cfg.Console.UsersFile != "" {
 		r.console, err = console.New(r.cfg.Console, console.Deps{Pool: r.pool, State: r.elector.State,
-			LeaderName: r.cfg.Leader.Name, Projections: r.cfg.Projections.Names(), Log: r.log, Horizon: horizon})
+			LeaderName: r.cfg.Leader.Name, Projections: r.cfg.Projections.Names(), Log: r.log, Horizon: horizon,
+			ProjectionSpecs: consoleSpecs(r.cfg.Projections), ProjectionsHash: r.cfg.Projections.Hash()})
 		if err != nil {
 			return err
 		}
@@ -87,6 +88,20 @@ func (r *Replica) build() error {
 	// connection (an old primary back as a primary) does not lead.
 	r.elector.PoolServers = leader.PoolServers(r.pool)
 	return nil
+}
+
+// consoleSpecs is what the console's overview lists of each projection:
+// where it writes and reads, none of its secrets or their sources.
+func consoleSpecs(specs Specs) []console.ProjectionInfo {
+	out := make([]console.ProjectionInfo, 0, len(specs))
+	for _, s := range specs {
+		p := console.ProjectionInfo{Name: s.Name, Kind: s.Kind}
+		if s.Search != nil {
+			p.Alias, p.Nodes, p.SourceTable = s.Search.Index, s.Search.URLs, s.Search.SourceTable
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // consoleRoutes are what the console adds to the HTTP listener: nothing
