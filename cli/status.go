@@ -182,11 +182,11 @@ func (c *statusCmd) projectionHashes(ctx context.Context, conn *pgx.Conn, l *out
 	if err != nil {
 		return nil // names() read it already; it cannot fail now but for a race with an edit
 	}
-	var leaderHash *string
-	if err := conn.QueryRow(ctx, outbox.LeaderProjectionsSQL, l.Name).Scan(&leaderHash); err != nil || leaderHash == nil {
+	a, err := outbox.CompareProjections(ctx, conn, l.Name, specs.Hash())
+	if err != nil || a.Leader == "" {
 		return nil
 	}
-	return &projectionHashesJSON{File: c.ProjectionsFile, Hash: specs.Hash(), Leader: *leaderHash, Agree: specs.Hash() == *leaderHash}
+	return &projectionHashesJSON{File: c.ProjectionsFile, Hash: a.Hash, Leader: a.Leader, Agree: a.Agree()}
 }
 
 func writeProjectionHashes(w io.Writer, h *projectionHashesJSON) {

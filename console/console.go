@@ -124,7 +124,7 @@ type ProjectionInfo struct {
 	// from them.
 	Nodes []string
 	// SourceTable is what a scheduled verify compares a search projection
-	// with; "" for the ledger alone.
+	// with ("" for the ledger alone), or the table a chronicle appends to.
 	SourceTable string
 }
 

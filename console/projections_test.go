@@ -16,7 +16,7 @@ func withProjections(hash string) setupOption {
 		d.ProjectionSpecs = []ProjectionInfo{
 			{Name: "search", Kind: "search", Alias: "books", SourceTable: "public.books_search",
 				Nodes: []string{"https://wlproj:hunter2@es-a:9200", " https://es-b:9200/?api_key=k3y-s3cret"}},
-			{Name: "chronicle", Kind: "chronicle"},
+			{Name: "chronicle", Kind: "chronicle", SourceTable: "app.timeline"},
 		}
 	}
 }
@@ -36,7 +36,7 @@ func TestOverviewListsProjectionsAndSaysWhenTheyDiffer(t *testing.T) {
 		require.NotContains(t, r.body, secret)
 	}
 	require.Contains(t, r.body, `<tr id="spec-search"><td>search</td><td>search</td><td>books</td><td><div>https://es-a:9200</div><div>https://es-b:9200/</div></td>`+"\n"+`<td>public.books_search</td></tr>`)
-	require.Contains(t, r.body, `<tr id="spec-chronicle"><td>chronicle</td><td>chronicle</td><td>-</td><td>-</td>`+"\n"+`<td>-</td></tr>`)
+	require.Contains(t, r.body, `<tr id="spec-chronicle"><td>chronicle</td><td>chronicle</td><td>-</td><td>-</td>`+"\n"+`<td>app.timeline</td></tr>`)
 	require.Contains(t, r.body, "This replica's projections hash is <code>aaaa1111aaaa1111</code>; the leader has recorded none")
 
 	b.db.Exec(t, `INSERT INTO outbox_leader (name, holder, epoch, projections) VALUES ('wlproj', 'replica-a', 3, 'aaaa1111aaaa1111')`)

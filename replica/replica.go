@@ -96,8 +96,11 @@ func consoleSpecs(specs Specs) []console.ProjectionInfo {
 	out := make([]console.ProjectionInfo, 0, len(specs))
 	for _, s := range specs {
 		p := console.ProjectionInfo{Name: s.Name, Kind: s.Kind}
-		if s.Search != nil {
+		switch {
+		case s.Search != nil:
 			p.Alias, p.Nodes, p.SourceTable = s.Search.Index, s.Search.URLs, s.Search.SourceTable
+		case s.Kind == KindChronicle:
+			p.SourceTable = s.Chronicle.TableName()
 		}
 		out = append(out, p)
 	}
