@@ -45,6 +45,7 @@ func Open(ctx context.Context, databaseURL string, maxConns int, application str
 	cfg.ConnConfig.ConnectTimeout = cmp.Or(cfg.ConnConfig.ConnectTimeout, connectTimeoutDefault)
 	cfg.MaxConns = int32(maxConns)
 	cfg.ConnConfig.RuntimeParams["application_name"] = application
+	withoutJIT(cfg.ConnConfig.RuntimeParams)
 	cfg.BeforeConnect = BeforeConnect(cfg.ConnConfig)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -72,3 +72,39 @@ func TestOpenGivesUpOnAHostThatNeverAnswers(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT 1`).Scan(&one), "the second host, after the first timed out")
 	require.Less(t, time.Since(start), 10*time.Second)
 }
+
+// wlproj's sessions, the pool's and the CLI's, run with JIT off (their
+// short statements compiled for seconds when an estimate crossed
+// jit_above_cost); a URL that sets jit keeps its own.
+func TestSessionsRunWithoutJIT(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := harness.NewDatabase(t)
+	jit := func(q interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}) string {
+		var v string
+		require.NoError(t, q.QueryRow(ctx, `SHOW jit`).Scan(&v))
+		return v
+	}
+	pool, err := Open(ctx, db.URL, 1, "test")
+	require.NoError(t, err)
+	defer pool.Close()
+	require.Equal(t, "off", jit(pool))
+
+	cfg, err := ParseURL(db.URL)
+	require.NoError(t, err)
+	conn, err := Connect(ctx, cfg)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	require.Equal(t, "off", jit(conn))
+
+	sep := "?"
+	if u, _ := url.Parse(db.URL); u.RawQuery != "" {
+		sep = "&"
+	}
+	own, err := Open(ctx, db.URL+sep+"jit=on", 1, "test")
+	require.NoError(t, err)
+	defer own.Close()
+	require.Equal(t, "on", jit(own), "the URL's own setting")
+}

@@ -31,7 +31,21 @@ func ParseURL(databaseURL string) (*pgx.ConnConfig, error) {
 	if err := CheckHosts(&cfg.Config); err != nil {
 		return nil, &URLError{Err: err}
 	}
+	withoutJIT(cfg.RuntimeParams)
 	return cfg, nil
+}
+
+// withoutJIT turns Postgres's JIT compilation off for wlproj's sessions,
+// unless the URL sets jit itself. Their statements are short and walk
+// indexes, but the planner's estimates of a function's rows (1000) and of
+// partitions put some over jit_above_cost: the console's status statement,
+// 12 ms of work, was estimated at a million and spent 2.7 s compiling,
+// holding its snapshot all along (TestNoSessionHoldsTheHorizon). A startup
+// parameter costs no round trip and holds for every statement.
+func withoutJIT(params map[string]string) {
+	if _, set := params["jit"]; !set {
+		params["jit"] = "off"
+	}
 }
 
 // CheckURL refuses a postgres:// URL whose user name, password or database
