@@ -131,6 +131,9 @@ type searchTarget struct {
 	Alias           string
 	SourceTable     string
 	MaxPayloadBytes int
+	// MappingFile is the file's mapping_file: a rebuild's new index's
+	// body unless --mapping names another.
+	MappingFile string
 }
 
 // target is the named search projection's target from the projections
@@ -156,5 +159,5 @@ func (f projectionsFlags) target(name string, flags searchTarget) (searchTarget,
 	engine := s.Engine
 	engine.Timeout = cmp.Or(s.Timeout, flags.Engine.Timeout)
 	return searchTarget{Engine: engine, Alias: s.Index, SourceTable: cmp.Or(flags.SourceTable, s.SourceTable),
-		MaxPayloadBytes: s.MaxPayloadBytes}, nil
+		MaxPayloadBytes: s.MaxPayloadBytes, MappingFile: cmp.Or(flags.MappingFile, s.MappingFile)}, nil
 }

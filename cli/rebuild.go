@@ -24,7 +24,7 @@ type rebuildCmd struct {
 	ElasticIndex string        `help:"The alias readers and the replicas use; if it is a concrete index, the first rebuild turns it into an alias. With a projections file, the projection's index instead." env:"ELASTIC_INDEX" default:"${elastic_index}" field:"Alias"`
 	Projection   string        `help:"Search projection to rebuild: search without a projections file, else one of the file's, whose engine, index and source table it takes." default:"${search_projection}"`
 	FromTable    string        `name:"from-table" help:"The source-of-truth table: entity_type text, entity_id text, doc jsonb, version bigint; default: the projection's source_table in the projections file." placeholder:"TABLE"`
-	Mapping      string        `help:"JSON file with the new index's settings and mappings (as PUT /<index> takes); default: the current index's." type:"existingfile" placeholder:"FILE"`
+	Mapping      string        `help:"JSON file with the new index's settings and mappings (as PUT /<index> takes); default: the projections file's mapping_file, else the current index's." type:"existingfile" placeholder:"FILE"`
 	EmitOutbox   bool          `name:"emit-outbox" help:"Enqueue an upsert event per source row for the leader to project, instead of bulk-loading (run as a role that may insert events)."`
 	EmitRate     int           `help:"--emit-outbox: rows enqueued per second at most (unset: see below)." field:"EmitRate"`
 	EmitBacklog  int           `help:"--emit-outbox: enqueue only while at most this many events of the projection are pending (unset: see below)." field:"EmitBacklog"`
@@ -104,7 +104,7 @@ func (c *rebuildCmd) config(ctx context.Context) (rebuild.Config, *pgxpool.Pool,
 		return rebuild.Config{}, nil, usagef("--by and --why are required: say who is rebuilding and why")
 	}
 	target, err := c.target(c.Projection, searchTarget{Engine: c.options(), Alias: c.ElasticIndex, SourceTable: c.FromTable,
-		MaxPayloadBytes: c.MaxPayload})
+		MaxPayloadBytes: c.MaxPayload, MappingFile: c.Mapping})
 	if err != nil {
 		return rebuild.Config{}, nil, err
 	}
@@ -120,11 +120,13 @@ func (c *rebuildCmd) config(ctx context.Context) (rebuild.Config, *pgxpool.Pool,
 		EmitOutbox: c.EmitOutbox, EmitRate: c.EmitRate, EmitBacklog: c.EmitBacklog, BulkSize: c.BulkSize,
 		Concurrency: c.Concurrency, MaxPayloadBytes: target.MaxPayloadBytes, ConfirmTimeout: c.Confirm, AllowRefused: c.AllowRefused,
 		By: c.By, Why: c.Why}
-	if c.Mapping != "" {
-		if cfg.Mapping, err = os.ReadFile(c.Mapping); err != nil {
+	// The projections file's mapping_file, when --mapping names none: an
+	// edited mapping file takes effect with the next rebuild.
+	if target.MappingFile != "" {
+		if cfg.Mapping, err = os.ReadFile(target.MappingFile); err != nil {
 			return cfg, nil, usagef("--mapping: %v", err)
 		}
-		cfg.MappingFile = c.Mapping
+		cfg.MappingFile = target.MappingFile
 	}
 	if cfg.Client, err = projection.NewElasticClient(target.Engine); err != nil {
 		return cfg, nil, err

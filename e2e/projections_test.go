@@ -24,21 +24,26 @@ import (
 )
 
 // twoIndexes writes a projections file of books and blocks, each on its
-// own index of the cluster's engine (books with a mapping file, blocks
-// sent in bulks of 7 documents, 3 at once), and the
-// chronicle as timeline; books' source table is booksSource, if any. It
-// returns the file and the two indexes.
-func twoIndexes(t *testing.T, engineURL, index, booksSource string) (file, books, blocks string) {
-	return twoIndexesOn(t, engineURL, engineURL, index, booksSource)
+// own index of the cluster's engine with a mapping file of its own (books'
+// isbn and blocks' title are keywords; blocks is sent in bulks of 7
+// documents, 3 at once), and the chronicle as timeline. With sources, each
+// search projection rebuilds and verifies from a table of its own,
+// books_source and blocks_source, which the test creates
+// (createSources). It returns the file and the two indexes.
+func twoIndexes(t *testing.T, engineURL, index string, sources bool) (file, books, blocks string) {
+	return twoIndexesOn(t, engineURL, engineURL, index, sources)
 }
 
 // twoIndexesOn is twoIndexes with books on the engine at booksURL and
 // blocks on the one at blocksURL.
-func twoIndexesOn(t *testing.T, booksURL, blocksURL, index, booksSource string) (file, books, blocks string) {
+func twoIndexesOn(t *testing.T, booksURL, blocksURL, index string, sources bool) (file, books, blocks string) {
 	dir := t.TempDir()
 	books, blocks = index+"-books", index+"-blocks"
-	mapping := filepath.Join(dir, "books.json")
-	require.NoError(t, os.WriteFile(mapping, []byte(`{"mappings": {"properties": {"isbn": {"type": "keyword"}}}}`), 0o600))
+	mappings := map[string]string{"books": "isbn", "blocks": "title"}
+	for name, keyword := range mappings {
+		body := fmt.Sprintf(`{"mappings": {"properties": {%q: {"type": "keyword"}}}}`, keyword)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name+".json"), []byte(body), 0o600))
+	}
 	file = filepath.Join(dir, "projections.yaml")
 	require.NoError(t, os.WriteFile(file, []byte(fmt.Sprintf(`
 projections:
@@ -46,16 +51,18 @@ projections:
     kind: search
     engine: {urls: [%[1]s]}
     index: %[2]s
-    mapping_file: %[4]s
+    mapping_file: %[4]s/books.json
     %[5]s
   blocks:
     kind: search
     engine: {urls: [%[6]s]}
     index: %[3]s
+    mapping_file: %[4]s/blocks.json
     bulk: {actions: 7, concurrency: 3}
+    %[7]s
   timeline:
     kind: chronicle
-`, booksURL, books, blocks, mapping, sourceLine(booksSource), blocksURL)), 0o600))
+`, booksURL, books, blocks, dir, sourceLine(sources, "books_source"), blocksURL, sourceLine(sources, "blocks_source"))), 0o600))
 	t.Cleanup(func() {
 		for _, url := range []string{booksURL, blocksURL} {
 			_ = harness.DeleteIndex(context.Background(), url, books+"*", blocks+"*")
@@ -64,11 +71,27 @@ projections:
 	return file, books, blocks
 }
 
-func sourceLine(table string) string {
-	if table == "" {
+func sourceLine(sources bool, table string) string {
+	if !sources {
 		return ""
 	}
 	return "source_table: " + table
+}
+
+// createSources creates the source tables of twoIndexes' projections.
+func (c *cluster) createSources() {
+	for _, table := range []string{"books_source", "blocks_source"} {
+		c.db.Exec(c.t, `CREATE TABLE `+table+` (entity_type text NOT NULL, entity_id text NOT NULL, doc jsonb NOT NULL,
+			version bigint NOT NULL, PRIMARY KEY (entity_type, entity_id))`)
+	}
+}
+
+// fillSource writes version of each of entities books into table, as the
+// application's truth the next rebuild loads.
+func (c *cluster) fillSource(table string, entities, version int) {
+	c.db.Exec(c.t, `INSERT INTO `+table+` SELECT 'book', g::text, jsonb_build_object('title', 'book ' || g || ' v' || $2::int, 'isbn', 'i-' || g), $2
+		FROM generate_series(1, $1) g
+		ON CONFLICT (entity_type, entity_id) DO UPDATE SET doc = excluded.doc, version = excluded.version`, entities, version)
 }
 
 // produceTo inserts versions from to last of each of entities documents
@@ -90,7 +113,7 @@ func (c *cluster) produceTo(projection, entityType string, entities, from, last 
 func TestProjectionsFileRunsTwoIndexes(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
-	file, books, blocks := twoIndexes(t, harness.ElasticURL(t), c.index, "")
+	file, books, blocks := twoIndexes(t, harness.ElasticURL(t), c.index, false)
 	c.env = append(c.env, "OUTBOX_PROJECTIONS_FILE="+file)
 	c.run("a", "b")
 
@@ -107,21 +130,32 @@ func TestProjectionsFileRunsTwoIndexes(t *testing.T) {
 		require.Equal(t, 30, n, "%s holds its projection's documents only", index)
 	}
 	requireKeyword(t, books, "isbn")
+	requireKeyword(t, blocks, "title")
 
-	out := c.cli("pause", "--projections-file", file, "--projection", "books", "--by", "e2e", "--why", "reindex books")
-	require.Contains(t, out, "paused books")
-	c.produceTo("books", "book", 30, 4, 8)
-	c.produceTo("blocks", "book", 30, 3, 6)
-	harness.Eventually(t, 60*time.Second, "blocks drains while books waits", func() bool {
-		return c.count(`projection = 'blocks' AND status <> 'done'`) == 0
-	})
-	require.Equal(t, 150, c.count(`projection = 'books' AND status <> 'done'`), "no book of the second wave was sent")
-	c.leader().Kill()
-	c.leader()
-	c.cli("resume", "--projections-file", file, "--projection", "books", "--by", "e2e", "--why", "reindexed")
-	harness.Drained(t, c.db.Pool, 60*time.Second)
+	// Each paused in turn while the other drains; a failover while books waits.
+	c.pausedWhileOtherDrains(file, "books", "blocks", 4, func() { c.leader().Kill(); c.leader() })
+	c.pausedWhileOtherDrains(file, "blocks", "books", 9, func() {})
 	harness.VerifiedProjection(t, c.db.Pool, books, "books")
 	harness.VerifiedProjection(t, c.db.Pool, blocks, "blocks")
+}
+
+// pausedWhileOtherDrains pauses paused, sends a wave of 30 books × 5
+// versions from version `from` to each projection, sees other drain while
+// none of paused's is sent, runs meanwhile, resumes paused and sees it
+// drain.
+func (c *cluster) pausedWhileOtherDrains(file, paused, other string, from int, meanwhile func()) {
+	c.t.Helper()
+	out := c.cli("pause", "--projections-file", file, "--projection", paused, "--by", "e2e", "--why", "reindex "+paused)
+	require.Contains(c.t, out, "paused "+paused)
+	c.produceTo(paused, "book", 30, from, from+4)
+	c.produceTo(other, "book", 30, from, from+4)
+	harness.Eventually(c.t, 60*time.Second, other+" drains while "+paused+" waits", func() bool {
+		return c.count(`projection = '`+other+`' AND status <> 'done'`) == 0
+	})
+	require.Equal(c.t, 150, c.count(`projection = '`+paused+`' AND status <> 'done'`), "none of %s's wave was sent", paused)
+	meanwhile()
+	c.cli("resume", "--projections-file", file, "--projection", paused, "--by", "e2e", "--why", "reindexed")
+	harness.Drained(c.t, c.db.Pool, 60*time.Second)
 }
 
 // requireKeyword checks that field is mapped as a keyword in index's
@@ -136,31 +170,38 @@ func requireKeyword(t *testing.T, index, field string) {
 	}
 }
 
-// rebuild and verify of one search projection of the file take its
-// engine, alias and source table from the file: books is rebuilt from its
-// table behind its alias while blocks keeps its index, and each verifies
-// clean against its own truth.
-func TestProjectionsFileRebuildsAndVerifiesOne(t *testing.T) {
+// rebuild and verify of each search projection of the file take its
+// engine, alias, source table and mapping file from the file: books is
+// rebuilt from books_source while blocks keeps its index, then blocks from
+// blocks_source (its mapping file edited meanwhile: the rebuild applies
+// it) while books keeps its new one; each verifies clean against its own
+// table.
+func TestProjectionsFileRebuildsAndVerifiesEach(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
-	file, books, blocks := twoIndexes(t, harness.ElasticURL(t), c.index, "books_source")
-	c.db.Exec(t, `CREATE TABLE books_source (entity_type text NOT NULL, entity_id text NOT NULL, doc jsonb NOT NULL,
-		version bigint NOT NULL, PRIMARY KEY (entity_type, entity_id))`)
+	c.createSources()
+	file, books, blocks := twoIndexes(t, harness.ElasticURL(t), c.index, true)
 	c.env = append(c.env, "OUTBOX_PROJECTIONS_FILE="+file)
 	c.run("a", "b")
 	c.produceTo("books", "book", 20, 1, 3)
 	c.produceTo("blocks", "book", 20, 1, 2)
 	harness.Drained(t, c.db.Pool, 60*time.Second)
-	c.db.Exec(t, `INSERT INTO books_source SELECT 'book', g::text, jsonb_build_object('title', 'book ' || g || ' v3', 'isbn', 'i-' || g), 3
-		FROM generate_series(1, 20) g`)
-	blocksBefore := concreteIndexes(t, blocks)
+	c.fillSource("books_source", 20, 3)
+	c.fillSource("blocks_source", 20, 2)
+	require.NoError(t, os.WriteFile(filepath.Join(filepath.Dir(file), "blocks.json"),
+		[]byte(`{"mappings": {"properties": {"title": {"type": "keyword"}, "isbn": {"type": "keyword"}}}}`), 0o600))
 
-	out := c.cli("rebuild", "--projections-file", file, "--projection", "books", "--by", "e2e", "--why", "new mapping", "--progress", "json")
-	require.Contains(t, out, "swapped")
-	require.NotEqual(t, concreteIndexes(t, books), blocksBefore)
-	require.Equal(t, blocksBefore, concreteIndexes(t, blocks), "blocks' index untouched")
-	c.cli("verify", "--projections-file", file, "--projection", "books")
-	c.cli("verify", "--projections-file", file, "--projection", "blocks")
+	for _, p := range []struct{ name, index, other string }{{"books", books, blocks}, {"blocks", blocks, books}} {
+		before, other := concreteIndexes(t, p.index), concreteIndexes(t, p.other)
+		out := c.cli("rebuild", "--projections-file", file, "--projection", p.name, "--by", "e2e", "--why", "new mapping", "--progress", "json")
+		require.Contains(t, out, "swapped")
+		require.NotEqual(t, before, concreteIndexes(t, p.index), "%s rebuilt into a new index", p.name)
+		require.Equal(t, other, concreteIndexes(t, p.other), "%s's index untouched", p.other)
+		require.Contains(t, c.cli("verify", "--projections-file", file, "--projection", p.name), "clean: the index holds")
+	}
+	requireKeyword(t, books, "isbn")
+	requireKeyword(t, blocks, "title")
+	requireKeyword(t, blocks, "isbn") // the edited mapping file's
 	harness.VerifiedProjection(t, c.db.Pool, books, "books")
 	harness.VerifiedProjection(t, c.db.Pool, blocks, "blocks")
 
@@ -184,7 +225,7 @@ func concreteIndexes(t *testing.T, alias string) []string {
 func TestProjectionAddedByARollingRestart(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, "OUTBOX_UNKNOWN_PROJECTION_WAIT=5m")
-	file, books, _ := twoIndexes(t, harness.ElasticURL(t), c.index, "")
+	file, books, _ := twoIndexes(t, harness.ElasticURL(t), c.index, false)
 	old := c.start("old") // ELASTIC_* only: search and the chronicle
 	harness.Leader(t, old)
 	c.env = append(c.env, "OUTBOX_PROJECTIONS_FILE="+file)
@@ -229,13 +270,13 @@ func readyProjections(t *testing.T, r *harness.Replica) string {
 // mid-stream; then each engine holds its own projection's documents and
 // none of the other's, each verifies clean against the model, and wlproj
 // verify of blocks reads the second engine from the file.
-func TestProjectionsOnTwoEngines(t *testing.T) {
+func TestTwoEnginesAtOnceFromOneProjectionsFile(t *testing.T) {
 	t.Parallel()
 	second, info := harness.SecondEngine(t, harness.OtherEngine(t))
 	require.NotEqual(t, harness.Engine(t).Distribution, info.Distribution, "two different engines")
 	c := newCluster(t)
 	first := harness.ElasticURL(t)
-	file, books, blocks := twoIndexesOn(t, first, second, c.index, "")
+	file, books, blocks := twoIndexesOn(t, first, second, c.index, false)
 	// The chronicle, the file's last projection, into a table of its own.
 	c.db.Exec(t, `CREATE TABLE app_timeline (LIKE chronicle_events INCLUDING ALL)`)
 	appendFile(t, file, "    table: app_timeline\n")
