@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"text/tabwriter"
 
 	"github.com/jackc/pgx/v5"
@@ -14,6 +15,7 @@ import (
 
 type docCmd struct {
 	dbFlags
+	projectionsFlags
 	Entity     string `arg:"" help:"The document as the search index's _id: entity_type:entity_id, e.g. book:42, with a ':' or '%' in the type percent-encoded (crm%3Acontact:42)."`
 	Projection string `help:"The projection whose ledger to read." default:"${search_projection}"`
 	All        bool   `help:"Also list done events; this reads the whole outbox table."`
@@ -30,6 +32,16 @@ func (c *docCmd) Run(g *globals) error {
 	if !ok {
 		return commandError(c, usagef("ENTITY %q: want the document's _id, entity_type:entity_id, e.g. book:42 "+
 			"(a ':' or '%%' in the type percent-encoded: crm%%3Acontact:42)", c.Entity))
+	}
+	known, err := c.names()
+	if err != nil {
+		return commandError(c, badFile(err))
+	}
+	if !slices.Contains(known, c.Projection) {
+		// Shown all the same: a projection removed from the file keeps its
+		// ledger and events until the retention, and a misspelt one says so.
+		g.logger.Warn().Str("projection", c.Projection).Strs("configured", known).
+			Msg("not a configured projection: its ledger and events, if any, are shown all the same")
 	}
 	return opsRun(c, func(ctx context.Context, conn *pgx.Conn) error {
 		d, err := outbox.ReadDocument(ctx, conn, c.Projection, entityType, entityID, c.All)

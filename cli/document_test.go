@@ -79,3 +79,20 @@ func TestCmdDocRefusesWhatIsNoDocumentID(t *testing.T) {
 		require.Contains(t, errOut, "want the document's _id", arg)
 	}
 }
+
+// A projection the configuration does not name (misspelt, or removed from
+// the projections file) is read all the same, with a warning naming the
+// configured ones; a configured one gets none.
+func TestCmdDocWarnsOfAProjectionNotConfigured(t *testing.T) {
+	t.Parallel()
+	b := opsSetup(t)
+	code, out, errOut := b.run(t, "doc", "book:b1", "--projection", "serch")
+	require.Zero(t, code, errOut)
+	require.Contains(t, out, "ledger: serch book:b1 was never applied")
+	require.Contains(t, errOut, "not a configured projection")
+	require.Contains(t, errOut, `"configured":["chronicle","search"]`)
+
+	code, _, errOut = b.run(t, "doc", "book:b1")
+	require.Zero(t, code)
+	require.NotContains(t, errOut, "not a configured projection")
+}
