@@ -274,10 +274,16 @@ func (r *runner) runNoTx(ctx context.Context, f file, stmts []statement) error {
 
 // failed turns a statement's error into the migration's error: a lock
 // timeout becomes a LockTimeoutError (retry set while within LockWait,
-// counted from the start of the statement's first try, timeout ago).
+// counted from the start of the statement's first try, timeout ago), and
+// so does a deadlock, which rolled the statement back as a timeout does.
+// A lock timeout longer than deadlock_timeout (1 s by default, and the
+// hint's advice behind a working session) lets Postgres find a cycle
+// first: seen in 00021's swap, which takes outbox_events and then the
+// views over it while the old release's reader held a view and waited
+// for the table.
 func (r *runner) failed(f file, i int, st statement, timeout time.Duration, blockers []Blocker, err error) error {
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" { // lock_not_available
+	if !errors.As(err, &pgErr) || (pgErr.Code != "55P03" && pgErr.Code != "40P01") { // lock_not_available, deadlock_detected
 		return fmt.Errorf("migration %s: statement %q: %w", f.Name, firstLine(st.SQL), err)
 	}
 	key := fmt.Sprintf("%d/%d", f.Version, i)
