@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/wlproj/wlproj/outbox"
 )
 
 // withProjections gives the console a replica's projections and hash as
@@ -39,12 +41,13 @@ func TestOverviewListsProjectionsAndSaysWhenTheyDiffer(t *testing.T) {
 	require.Contains(t, r.body, `<tr id="spec-chronicle"><td>chronicle</td><td>chronicle</td><td>-</td><td>-</td>`+"\n"+`<td>app.timeline</td></tr>`)
 	require.Contains(t, r.body, "This replica's projections hash is <code>aaaa1111aaaa1111</code>; the leader has recorded none")
 
-	b.db.Exec(t, `INSERT INTO outbox_leader (name, holder, epoch, projections) VALUES ('wlproj', 'replica-a', 3, 'aaaa1111aaaa1111')`)
+	b.db.Exec(t, `INSERT INTO outbox_leader (name, holder, epoch) VALUES ('wlproj', 'replica-a', 3)`)
+	b.db.Exec(t, outbox.RecordProjectionsSQL, "wlproj", 3, "aaaa1111aaaa1111")
 	r = c.get(Prefix)
 	require.Contains(t, r.body, "run the same projections: this replica <code>aaaa1111aaaa1111</code>, the leader <code>aaaa1111aaaa1111</code>")
 	require.NotContains(t, r.body, `id="projections-differ"`)
 
-	b.db.Exec(t, `UPDATE outbox_leader SET projections = 'bbbb2222bbbb2222' WHERE name = 'wlproj'`)
+	b.db.Exec(t, outbox.RecordProjectionsSQL, "wlproj", 3, "bbbb2222bbbb2222")
 	r = c.get(Prefix)
 	require.Contains(t, r.body, `<strong class="bad" id="projections-differ">This replica's projections differ from the leader's</strong>: this replica <code>aaaa1111aaaa1111</code>, the leader <code>bbbb2222bbbb2222</code>`)
 	require.Contains(t, r.body, "<code>wlproj projections list</code> on each replica")
@@ -59,7 +62,8 @@ func TestOverviewListsProjectionsAndSaysWhenTheyDiffer(t *testing.T) {
 func TestOverviewWithoutProjectionsHashComparesNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.db.Exec(t, `INSERT INTO outbox_leader (name, holder, epoch, projections) VALUES ('wlproj', 'replica-a', 3, 'bbbb2222bbbb2222')`)
+	b.db.Exec(t, `INSERT INTO outbox_leader (name, holder, epoch) VALUES ('wlproj', 'replica-a', 3)`)
+	b.db.Exec(t, outbox.RecordProjectionsSQL, "wlproj", 3, "bbbb2222bbbb2222")
 	r := b.operator(t).get(Prefix)
 	require.Equal(t, http.StatusOK, r.code)
 	require.NotContains(t, r.body, `id="projections-hash"`)

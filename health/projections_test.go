@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wlproj/wlproj/internal/testkit/harness"
+	"github.com/wlproj/wlproj/outbox"
 )
 
 // outbox_projections_agree is 1 while the leader's projections hash is
@@ -33,14 +34,15 @@ func TestProjectionsAgreeGauge(t *testing.T) {
 	r := f.get(f.port, "/readyz")
 	require.Equal(t, &projectionsBody{Hash: "aaaa1111", Agree: true}, r.body.Projections, r.raw)
 
-	db.Exec(t, `INSERT INTO outbox_leader (name, holder, epoch, projections) VALUES ('wlproj', 'w2', 1, 'bbbb2222')`)
+	db.Exec(t, `INSERT INTO outbox_leader (name, holder, epoch) VALUES ('wlproj', 'w2', 1)`)
+	db.Exec(t, outbox.RecordProjectionsSQL, "wlproj", 1, "bbbb2222")
 	f.srv.refreshOnce(ctx)
 	require.Equal(t, 0.0, agree(), "the leader runs other projections")
 	r = f.get(f.port, "/readyz")
 	require.Equal(t, http.StatusOK, r.code, "a difference never fails readiness: %s", r.raw)
 	require.Equal(t, &projectionsBody{Hash: "aaaa1111", Leader: "bbbb2222", Agree: false}, r.body.Projections, r.raw)
 
-	db.Exec(t, `UPDATE outbox_leader SET projections = 'aaaa1111' WHERE name = 'wlproj'`)
+	db.Exec(t, outbox.RecordProjectionsSQL, "wlproj", 1, "aaaa1111")
 	f.srv.refreshOnce(ctx)
 	require.Equal(t, 1.0, agree(), "the files agree again")
 }

@@ -66,7 +66,7 @@ type Config struct {
 	// WorkerID identifies this replica in outbox_leader and pg_stat_activity. Required.
 	WorkerID string
 	// ProjectionsHash identifies the projections this replica runs; the
-	// leader records it in outbox_leader (outbox.RecordProjectionsSQL).
+	// leader records it in outbox_leader_projections (outbox.RecordProjectionsSQL).
 	// Empty records nothing.
 	ProjectionsHash string
 	// CheckInterval is how often the leader verifies its lock connection.

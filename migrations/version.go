@@ -15,7 +15,7 @@ import (
 // reports ready (health checks it), so it never claims on a schema its
 // statements would fail on.
 //
-// 22 (the leader's projections hash, outbox_leader.projections) does not
+// 22 (the leader's projections hash, outbox_leader_projections) does not
 // raise it: a binary of 22 on 21 records no hash (it logs why) and its
 // /readyz leaves the comparison out.
 //

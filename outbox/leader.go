@@ -65,14 +65,21 @@ ON CONFLICT (name) DO UPDATE
    SET holder = excluded.holder, epoch = greatest(outbox_leader.epoch + 1, excluded.epoch), acquired_at = now()
 RETURNING epoch`
 
-// RecordProjectionsSQL stores in leader $1's record, for its epoch $2, the
-// hash $3 of the projections it runs (replica.Specs.Hash; schema 22): the
-// replicas and `wlproj status` compare theirs with it.
-const RecordProjectionsSQL = `UPDATE outbox_leader SET projections = $3 WHERE name = $1 AND epoch = $2`
+// RecordProjectionsSQL stores for leader $1, at its epoch $2, the hash $3
+// of the projections it runs (replica.Specs.Hash; schema 22): the replicas
+// and `wlproj status` compare theirs with it. A deposed leader's late
+// record (an older epoch) changes nothing.
+const RecordProjectionsSQL = `
+INSERT INTO outbox_leader_projections (name, epoch, projections) VALUES ($1, $2, $3)
+ON CONFLICT (name) DO UPDATE SET epoch = excluded.epoch, projections = excluded.projections, recorded_at = now()
+ WHERE outbox_leader_projections.epoch <= excluded.epoch`
 
 // LeaderProjectionsSQL reads what RecordProjectionsSQL stored for leader
-// $1; NULL for a leader of a binary before 22.
-const LeaderProjectionsSQL = `SELECT projections FROM outbox_leader WHERE name = $1`
+// $1 at its current epoch: none for a leader of a binary before 22, whose
+// epoch has no record, rather than the hash of the leader before it.
+const LeaderProjectionsSQL = `
+SELECT p.projections FROM outbox_leader_projections p JOIN outbox_leader l ON l.name = p.name AND l.epoch = p.epoch
+ WHERE p.name = $1`
 
 // EpochSQL reads the current epoch of the name $1.
 const EpochSQL = `SELECT epoch FROM outbox_leader WHERE name = $1`

@@ -26,9 +26,9 @@ type ProjectionsAgreement struct {
 // fire through every upgrade from a binary that records none.
 func (a ProjectionsAgreement) Agree() bool { return a.Leader == "" || a.Leader == a.Hash }
 
-// undefinedColumn is the SQLSTATE of a schema before 22, which has no
-// outbox_leader.projections: this binary runs on 21 (migrations.RequiredVersion).
-const undefinedColumn = "42703"
+// undefinedTable is the SQLSTATE of a schema before 22, which has no
+// outbox_leader_projections: this binary runs on 21 (migrations.RequiredVersion).
+const undefinedTable = "42P01"
 
 // LeaderProjections reads the projections hash the leader of name
 // recorded; "" when none is known (see ProjectionsAgreement.Leader),
@@ -39,7 +39,7 @@ func LeaderProjections(ctx context.Context, db Querier, name string) (string, er
 	err := db.QueryRow(ctx, LeaderProjectionsSQL, name).Scan(&hash)
 	var pgErr *pgconn.PgError
 	switch {
-	case errors.Is(err, pgx.ErrNoRows), errors.As(err, &pgErr) && pgErr.Code == undefinedColumn:
+	case errors.Is(err, pgx.ErrNoRows), errors.As(err, &pgErr) && pgErr.Code == undefinedTable:
 		return "", nil
 	case err != nil:
 		return "", fmt.Errorf("leader projections of %s: %w", name, err)

@@ -251,6 +251,9 @@ SELECT to_regclass('public.outbox_events') IS NOT NULL
     FROM to_regclass('public.goose_db_version') AS t WHERE t IS NOT NULL \gexec
   -- The elector upserts its row to bump the epoch (the fencing token).
   GRANT SELECT, INSERT, UPDATE ON public.outbox_leader TO :"runtime_role";
+  -- and records the hash of the projections it runs (schema 22).
+  SELECT format('GRANT SELECT, INSERT, UPDATE ON %s TO %I', t, :'runtime_role')
+    FROM to_regclass('public.outbox_leader_projections') AS t WHERE t IS NOT NULL \gexec
   -- Auto-replay writes an audit row per replay, and reads them for its
   -- budget; discard and archive write theirs. Audit rows are never changed.
   GRANT SELECT, INSERT ON public.outbox_replay_audit TO :"runtime_role";
