@@ -191,9 +191,16 @@ func newModel(t *testing.T, seed uint64, docs int) *model {
 		repaired:        map[string]bool{}}
 	client, err := projection.NewElasticClient(projection.ElasticOptions{URL: m.base})
 	require.NoError(t, err)
-	for _, proj := range modelProjections {
+	for i, proj := range modelProjections {
 		m.index[proj] = harness.NewIndex(t)
-		search, err := projection.NewSearch(projection.SearchConfig{Client: client, Index: m.index[proj]})
+		// The second projection sends its share of a batch in small bulks,
+		// several at once (a projections file's bulk:), so the histories
+		// also run through requests that overlap and finish in any order.
+		cfg := projection.SearchConfig{Client: client, Index: m.index[proj]}
+		if i == 1 {
+			cfg.BulkActions, cfg.BulkConcurrency = 1+m.rng.IntN(4), 3
+		}
+		search, err := projection.NewSearch(cfg)
 		require.NoError(t, err)
 		m.h[proj] = &modelHandler{search: search}
 	}
