@@ -218,9 +218,12 @@ func writeStatus(w io.Writer, s outbox.Snapshot, h outbox.Horizon, maxProcessing
 	fmt.Fprintf(tw, "lag\t%d pending, %s\n", s.Lag, oldest)
 	fmt.Fprintf(tw, "in flight\t%d\n", s.InFlight)
 	fmt.Fprintf(tw, "stuck\t%d (lease expired or processing longer than %s)\n", s.Stuck, maxProcessing)
-	fmt.Fprintf(tw, "retention\t%s: rows go with their partition within %s; %d done older than that "+
-		"(the rotation is late: see its log), oldest done %s\n",
-		durationText(retention), durationText(rotationLate(retention)), s.DoneOverRetention, formatAge(s.OldestDoneAge))
+	late := "none older than that"
+	if s.DoneOverRetention > 0 {
+		late = fmt.Sprintf("%d done older than that: the rotation is late, see its log", s.DoneOverRetention)
+	}
+	fmt.Fprintf(tw, "retention\t%s: rows go with their partition within %s; %s; oldest done %s\n",
+		durationText(retention), durationText(rotationLate(retention)), late, formatAge(s.OldestDoneAge))
 	switch l := s.Leader; {
 	case l == nil:
 		fmt.Fprintf(tw, "leader\tnone has ever led\n")

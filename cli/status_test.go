@@ -99,9 +99,15 @@ func TestOpsStatus(t *testing.T) {
 		"stuck       1 (lease expired or processing longer than 5m0s)",
 		"leader      none active; last was worker-a, epoch 4",
 		"top failed reasons:", "search      timeout        3", "chronicle   mapping_error  2",
+		"rows go with their partition within 252h; none older than that; oldest done",
 	} {
 		require.Contains(t, out, want)
 	}
+	// Only a done row past one and a half retentions says the rotation is late.
+	b.db.Exec(t, `UPDATE outbox_events SET processed_at = now() - interval '3 hours' WHERE status = 'done'`)
+	code, out, errOut = b.run(t, "status", "--retention", "1h")
+	require.Zero(t, code, errOut)
+	require.Contains(t, out, "rows go with their partition within 1h30m; 1 done older than that: the rotation is late, see its log")
 
 	code, out, _ = b.run(t, "status", "--json", "--exact", "--max-processing-seconds", "3600")
 	require.Zero(t, code)
