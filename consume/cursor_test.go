@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wlproj/wlproj/internal/testkit/harness"
@@ -118,4 +119,32 @@ func TestUnknownProjectionWaitsBeforeFailing(t *testing.T) {
 		return b.Count(t, `projection = 'ghost' AND status = 'failed' AND error_reason = 'unknown_projection'`) == 1
 	})
 	require.GreaterOrEqual(t, time.Since(inserted), wait)
+}
+
+// Events of a projection the loop does not know are read once, then left
+// unread until the newest of them is UnknownWait old: the loop does not
+// fetch the same batch at every poll only to leave it again. A row aged
+// meanwhile shows it: read again before then, it would be failed at once.
+func TestUnknownProjectionIsNotReadAgainWhileItWaits(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	const wait = time.Hour
+	h := funcHandler(func(context.Context, outbox.Event) projection.Result { return projection.Result{} })
+	l, err := NewLoop(Config{UnknownWait: wait}, b.Store, projection.Registry{"search": h}, zerolog.Nop())
+	require.NoError(t, err)
+	b.Exec(t, `INSERT INTO outbox_events (projection, entity_type, entity_id, op) VALUES ('ghost', 'book', 'g', 'upsert')`)
+	l.refreshQueues(ctx)
+	now := time.Now()
+	events, err := l.readQueued(ctx, now)
+	require.NoError(t, err)
+	require.Empty(t, events, "left unread while it waits")
+
+	b.Exec(t, `UPDATE outbox_events SET created_at = now() - interval '2 hours' WHERE projection = 'ghost'`)
+	events, err = l.readQueued(ctx, now.Add(time.Minute))
+	require.NoError(t, err)
+	require.Empty(t, events, "not read again before the wait is over")
+	events, err = l.readQueued(ctx, now.Add(wait+time.Second))
+	require.NoError(t, err)
+	require.Len(t, events, 1, "read again once it is over, and now old enough to fail")
 }

@@ -53,10 +53,12 @@ type Loop struct {
 	// the next tries queued ones first. Run's goroutine's.
 	queues      *queues
 	claimedLast bool
-	// warnedUnknown names the projections whose events the loop left
-	// unread for not knowing them (unknownWaits), so it warns once each.
-	// Run's goroutine's.
-	warnedUnknown map[string]bool
+	// unknownUntil is, for each projection whose events the loop left
+	// unread for not knowing them (unknownWaits), when the newest of them
+	// read is UnknownWait old: it neither reads them again before then
+	// (each read would fetch the same batch to leave it again) nor warns
+	// again. Run's goroutine's.
+	unknownUntil map[string]time.Time
 	// headWanted is set by the listener when someone asks for a claim
 	// from the head at once (outbox.HeadChannel: a resume, a repair).
 	headWanted atomic.Bool
@@ -88,7 +90,7 @@ func NewLoop(cfg Config, store *outbox.Store, handlers projection.Registry, log 
 	latest := handlers.LatestOnly()
 	return &Loop{cfg: cfg, store: store, pool: store.Pool, handlers: handlers, latest: latest,
 		latestNames: slices.Sorted(maps.Keys(latest)), names: slices.Sorted(slices.Values(names)), order: newOrder(),
-		log: log.With().Str("service", "consume").Logger(), inflight: map[int64]struct{}{}, warnedUnknown: map[string]bool{}}, nil
+		log: log.With().Str("service", "consume").Logger(), inflight: map[int64]struct{}{}, unknownUntil: map[string]time.Time{}}, nil
 }
 
 // Config returns the effective configuration.

@@ -290,6 +290,9 @@ func (l *Loop) queueError(ctx context.Context, err error, msg string) bool {
 // rotation that has some.
 func (l *Loop) readQueued(ctx context.Context, now time.Time) ([]outbox.Event, error) {
 	for _, name := range l.queues.rotation() {
+		if now.Before(l.unknownUntil[name]) {
+			continue // its events wait unread: the same batch until then
+		}
 		from, gen := l.queues.from(name)
 		events, to, err := l.store.ReadQueued(ctx, name, from, l.cfg.BulkSize, l.latest[name])
 		countError(ctx, claimErrorsTotal, err)
@@ -318,11 +321,11 @@ func (l *Loop) unknownWaits(name string, events []outbox.Event, now time.Time) b
 	if now.Sub(events[len(events)-1].CreatedAt) >= l.cfg.UnknownWait {
 		return false
 	}
-	if !l.warnedUnknown[name] {
+	if _, warned := l.unknownUntil[name]; !warned {
 		l.log.Warn().Str("projection", name).Dur("wait", l.cfg.UnknownWait).
 			Msg("events name a projection this replica does not know; they wait for a leader that knows it, then fail as unknown_projection")
-		l.warnedUnknown[name] = true
 	}
+	l.unknownUntil[name] = events[len(events)-1].CreatedAt.Add(l.cfg.UnknownWait)
 	return true
 }
 
