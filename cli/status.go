@@ -139,7 +139,7 @@ func (c *statusCmd) Run(g *globals) error {
 		}
 		hashes := c.projectionHashes(ctx, conn, s.Leader)
 		if c.JSON {
-			out := statusJSON{ProjectionsHashes: hashes,
+			out := statusJSON{
 				TakenAt: s.TakenAt.UTC(), Counts: s.Counts, DoneExact: s.DoneExact, Lag: s.Lag,
 				OldestPendingAgeSeconds: s.OldestPendingAge.Seconds(), InFlight: s.InFlight, Stuck: s.Stuck,
 				RetentionSeconds: c.Retention.Seconds(), DoneOverRetention: s.DoneOverRetention,
@@ -152,7 +152,7 @@ func (c *statusCmd) Run(g *globals) error {
 			if l := s.Leader; l != nil {
 				out.Leader = &leaderJSON{Name: l.Name, WorkerID: l.Holder, Epoch: l.Epoch, Since: l.AcquiredAt.UTC(), Active: l.Active}
 			}
-			out.Projections = projectionsJSON(s.Projections)
+			out.Projections, out.ProjectionsHashes = projectionsJSON(s.Projections), hashes
 			out.Rebuilds = rebuildsJSON(s.Rebuilds)
 			out.Horizon, out.Vacuum = horizonToJSON(h), vacuumJSON(h.Tables)
 			return writeJSONLines(g.stdout, []statusJSON{out})

@@ -300,7 +300,7 @@ func (l *Loop) readQueued(ctx context.Context, now time.Time) ([]outbox.Event, e
 			return nil, err
 		}
 		if l.unknownWaits(name, events, now) {
-			continue // read again from the same position at the next poll
+			continue // read again from the same position once unknownUntil passes
 		}
 		l.queues.read(name, gen, to, events, now)
 		if len(events) > 0 {

@@ -199,7 +199,7 @@ func unwrapPath(err error) string {
 // search index that cfg's ELASTIC_* settings describe (verified against
 // OUTBOX_VERIFY_FROM_TABLE) and the chronicle.
 func DefaultSpecs(cfg Config) Specs {
-	search := &SearchSpec{Engine: cfg.Elastic, URLs: strings.Split(cfg.Elastic.URL, ","), Index: cmp.Or(cfg.Index, projection.IndexDefault),
+	search := &SearchSpec{Engine: cfg.Elastic, URLs: nodeURLs(cfg.Elastic.URL), Index: cmp.Or(cfg.Index, projection.IndexDefault),
 		Username: cfg.Elastic.Username, CAFile: cfg.Elastic.CAFile, MaxPayloadBytes: cmp.Or(cfg.MaxPayloadBytes, projection.MaxPayloadBytesDefault),
 		SourceTable: cfg.Verify.SourceTable}
 	if cfg.Elastic.Password != "" {
@@ -209,4 +209,20 @@ func DefaultSpecs(cfg Config) Specs {
 		search.APIKeyFrom = "env ELASTIC_API_KEY"
 	}
 	return Specs{{Name: projection.SearchName, Kind: KindSearch, Search: search}, {Name: projection.ChronicleName, Kind: KindChronicle}}
+}
+
+// nodeURLs is ELASTIC_URL's nodes as a projections file lists them, without
+// the credentials ELASTIC_URL may carry (a file's URLs never do), so that
+// nothing that lists or hashes the set sees them; none when the client
+// would refuse the URL anyway.
+func nodeURLs(raw string) []string {
+	nodes, _, _, err := projection.ParseNodes(raw)
+	if err != nil {
+		return nil
+	}
+	urls := make([]string, len(nodes))
+	for i, n := range nodes {
+		urls[i] = n.String()
+	}
+	return urls
 }

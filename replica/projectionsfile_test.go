@@ -152,11 +152,11 @@ func TestLoadProjectionsRefusesBadFiles(t *testing.T) {
 // chronicle, as before the file existed; a listing says where the
 // password comes from, not what it is.
 func TestDefaultSpecsAreTodaysTwoProjections(t *testing.T) {
-	specs := DefaultSpecs(Config{Elastic: projection.ElasticOptions{URL: "http://a:9200,http://b:9200", Username: "u", Password: secret},
+	specs := DefaultSpecs(Config{Elastic: projection.ElasticOptions{URL: "http://u:" + secret + "@a:9200,http://b:9200", Username: "u", Password: secret},
 		Index: "books", Verify: verify.ServiceConfig{SourceTable: "search_index"}})
 	require.Equal(t, []string{"chronicle", "search"}, specs.Names())
 	s := specs[0].Search
-	require.Equal(t, []string{"http://a:9200", "http://b:9200"}, s.URLs)
+	require.Equal(t, []string{"http://a:9200", "http://b:9200"}, s.URLs, "ELASTIC_URL's nodes, without its credentials")
 	require.Equal(t, "books", s.Index)
 	require.Equal(t, "search_index", s.SourceTable, "OUTBOX_VERIFY_FROM_TABLE")
 	require.Equal(t, "env ELASTIC_PASSWORD", s.PasswordFrom)
