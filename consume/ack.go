@@ -2,6 +2,7 @@ package consume
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/wlproj/wlproj/outbox"
@@ -56,6 +57,10 @@ func (l *Loop) ackDone(ctx context.Context, epoch, claim int64, byID map[int64]o
 		}
 	}
 	acked, err := ackDone(ctx, epoch, claim, out.done, ledger)
+	if errors.Is(err, outbox.ErrDeposed) {
+		res.Fenced += len(out.done)
+		return
+	}
 	if err != nil {
 		res.AckErrors++
 		countError(ctx, ackErrorsTotal, err)
@@ -68,7 +73,7 @@ func (l *Loop) ackDone(ctx context.Context, epoch, claim int64, byID map[int64]o
 		ev := byID[id]
 		secs, ok := acked[id]
 		if !ok {
-			res.Fenced++
+			res.countMissing(claim)
 			continue
 		}
 		res.Done++
@@ -94,6 +99,10 @@ func (l *Loop) ackFailed(ctx context.Context, epoch, claim int64, byID map[int64
 		}
 	}
 	changed, err := ackFailed(ctx, epoch, claim, failures)
+	if errors.Is(err, outbox.ErrDeposed) {
+		res.Fenced += len(failures)
+		return
+	}
 	if err != nil {
 		res.AckErrors++
 		countError(ctx, ackErrorsTotal, err)
@@ -109,7 +118,7 @@ func (l *Loop) ackFailed(ctx context.Context, epoch, claim int64, byID map[int64
 		ids[i] = f.ID
 		ev := byID[f.ID]
 		if !ok[f.ID] {
-			res.Fenced++
+			res.countMissing(claim)
 			continue
 		}
 		failedTotal(ev.Projection, f.Reason).Inc()
@@ -127,4 +136,19 @@ func (l *Loop) ackFailed(ctx context.Context, epoch, claim int64, byID map[int64
 			Msg("event failed")
 	}
 	l.untrack(ids)
+}
+
+// countMissing counts a row its ack did not change. A claimed row (claim
+// set) is fenced: another claim or epoch owns it. A queued row's ack that
+// the fencing guard let through (a refused one returns outbox.ErrDeposed)
+// misses only rows that left the queue meanwhile: an earlier read's
+// failure made one pending after this read took it (a rewind re-read it),
+// or an operator discarded it. The claim path has them now, so the read
+// is confirmed all the same.
+func (r *BatchResult) countMissing(claim int64) {
+	if claim == 0 {
+		r.Unqueued++
+		return
+	}
+	r.Fenced++
 }

@@ -25,6 +25,9 @@ type BatchResult struct {
 	// AckErrors counts the acks that could not be written: the batch's
 	// events come back (a lease, or a queue's rewind).
 	AckErrors int
+	// Unqueued counts queued rows that left the queue between the read and
+	// its ack (see countMissing): they are the claim path's now.
+	Unqueued int
 }
 
 // outcome is what a batch's results mean for its rows, before any write.
@@ -126,7 +129,7 @@ func (l *Loop) process(ctx context.Context, epoch int64, events []outbox.Event) 
 	batchDuration.Observe(elapsed.Seconds())
 	l.log.Info().Int64("epoch", epoch).Int("events", len(events)).Int("done", res.Done).
 		Int("superseded", res.Superseded).Int("retried", res.Retried).Int("failed", res.Failed).
-		Int("fenced", res.Fenced).Float64("duration_ms", float64(elapsed.Microseconds())/1000).Msg("batch")
+		Int("fenced", res.Fenced).Int("unqueued", res.Unqueued).Float64("duration_ms", float64(elapsed.Microseconds())/1000).Msg("batch")
 	return res
 }
 

@@ -43,14 +43,15 @@ type queue struct {
 	dirty      bool
 }
 
-// queueFlight is one read in flight, known by its first event's id.
+// queueFlight is one read in flight, known by its events' first element:
+// a read again after a rewind starts at the same row and must not be
+// confirmed by the earlier read's acks, nor the earlier by its.
 type queueFlight struct {
-	first      int64
-	to         outbox.Position
-	since      time.Time
-	events     int
-	acked      bool
-	generation int
+	head   *outbox.Event
+	to     outbox.Position
+	since  time.Time
+	events int
+	acked  bool
 }
 
 func newQueues(origin *outbox.Position, saved map[string]outbox.Position) *queues {
@@ -120,16 +121,18 @@ func (qs *queues) read(name string, gen int, to outbox.Position, events []outbox
 	}
 	q.claimed = to
 	if len(events) == 0 {
-		q.flights = append(q.flights, &queueFlight{to: to, acked: true, generation: gen})
+		q.flights = append(q.flights, &queueFlight{to: to, acked: true})
 		q.settle()
 		return
 	}
 	qs.next = (slices.Index(qs.names, name) + 1) % len(qs.names)
-	q.flights = append(q.flights, &queueFlight{first: events[0].ID, to: to, since: at, events: len(events), generation: gen})
+	q.flights = append(q.flights, &queueFlight{head: &events[0], to: to, since: at, events: len(events)})
 }
 
-// confirm marks the flight of these events acked, and moves the confirmed
-// position over every acked flight at the front.
+// confirm marks the flight of exactly this read (the same events, not
+// another read of the same rows) acked, and moves the confirmed position
+// over every acked flight at the front. A read from before a rewind has
+// no flight any more and confirms nothing.
 func (qs *queues) confirm(events []outbox.Event) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
@@ -138,7 +141,7 @@ func (qs *queues) confirm(events []outbox.Event) {
 		return
 	}
 	for _, f := range q.flights {
-		if f.first == events[0].ID && f.generation == q.generation {
+		if f.head == &events[0] {
 			f.acked = true
 		}
 	}

@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -259,26 +260,34 @@ WITH acked AS (
 
 // ackQueuedSQL is ackDoneSQL for queued rows: it writes no row of theirs
 // (they are done once the position passes them), only the ledger, and
-// matches the rows still queued under the leader's fencing guard.
+// matches the rows still queued under the leader's fencing guard. It says
+// whether the guard held (led) beside the rows, in the same snapshot: a
+// row missing while the guard held left the queue meanwhile (an earlier
+// read's failure made it pending, an operator discarded it), and its read
+// may still be confirmed; missing because the guard failed, it is the
+// next leader's.
 const ackQueuedSQL = `
 WITH acked AS (
   SELECT id, projection, entity_type, entity_id, op, coalesce(event_version, id) AS version,
          extract(epoch FROM now() - created_at) AS secs
     FROM outbox_events
    WHERE id = ANY(@ids) AND status = 'queued' AND ` + leaderGuard + `
-` + ackLedgerSQL
+` + ackLedgerCTEs + `
+SELECT g.led, a.id, a.secs FROM (SELECT ` + leaderGuard + ` AS led) g LEFT JOIN acked a ON true`
 
-// ackLedgerSQL moves the ledger for the acked rows named in @applied. The
+// ackLedgerCTEs moves the ledger for the acked rows named in @applied. The
 // partition is read once per statement (an InitPlan), not per row as the
 // column's default would.
-const ackLedgerSQL = `), newest AS (
+const ackLedgerCTEs = `), newest AS (
   SELECT DISTINCT ON (projection, entity_type, entity_id) projection, entity_type, entity_id, version, op, id
     FROM acked WHERE id = ANY(@applied)
    ORDER BY projection, entity_type, entity_id, version DESC, id DESC
 ), ledger AS (
   INSERT INTO outbox_ledger (slot, projection, entity_type, entity_id, version, deleted, event_id, applied_at)
   SELECT (SELECT outbox_ledger_slot()), projection, entity_type, entity_id, version, op = 'delete', id, now() FROM newest
-)
+)`
+
+const ackLedgerSQL = ackLedgerCTEs + `
 SELECT id, secs FROM acked`
 
 // AckDone marks rows of one claim done and records the applied ones (a
@@ -292,8 +301,50 @@ func (s *Store) AckDone(ctx context.Context, epoch, claim int64, ids, applied []
 // AckQueuedDone is AckDone of queued rows (read by position): it writes
 // only the ledger, and returns the rows still queued when the fencing guard
 // let it through; their position's next checkpoint makes them done.
+// ErrDeposed when the fencing guard refused it: the epoch is not this
+// leader's any more, and nothing changed.
 func (s *Store) AckQueuedDone(ctx context.Context, epoch int64, ids, applied []int64) (map[int64]float64, error) {
-	return s.ackDone(ctx, ackQueuedSQL, epoch, 0, ids, applied)
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	if applied == nil {
+		applied = []int64{}
+	}
+	acked := make(map[int64]float64, len(ids))
+	var secs pgtype.Float8
+	led, err := s.guarded(ctx, ackQueuedSQL, s.args(epoch, map[string]any{"ids": ids, "applied": applied}),
+		[]any{&secs}, func(id int64) { acked[id] = secs.Float64 })
+	if err != nil {
+		return nil, fmt.Errorf("ack done: %w", err)
+	}
+	if !led {
+		return nil, fmt.Errorf("ack done: %w", ErrDeposed)
+	}
+	return acked, nil
+}
+
+// ErrDeposed says a queued row's ack was refused by the fencing guard: the
+// leader's epoch is over. Rows missing from an ack that returns no error
+// left the queue meanwhile instead.
+var ErrDeposed = errors.New("deposed: the epoch is no longer this leader's")
+
+// guarded runs a statement whose rows are (led, id, extra...): led on
+// every row, with a null id on the one row when none matched; each is
+// called for every row with an id, once extra holds its values.
+func (s *Store) guarded(ctx context.Context, sql string, args pgx.NamedArgs, extra []any, each func(int64)) (bool, error) {
+	var led bool
+	var id pgtype.Int8
+	dest := append([]any{&led, &id}, extra...)
+	err := s.byKey(ctx, sql, args, func(rows pgx.Rows) error {
+		if err := rows.Scan(dest...); err != nil {
+			return err
+		}
+		if id.Valid {
+			each(id.Int64)
+		}
+		return nil
+	})
+	return led, err
 }
 
 func (s *Store) ackDone(ctx context.Context, sql string, epoch, claim int64, ids, applied []int64) (map[int64]float64, error) {
@@ -397,7 +448,9 @@ RETURNING e.id`
 var (
 	ackFailedSQL = strings.Replace(ackFailedSQLText, "{{match}}", `e.status = 'processing' AND e.locked_by = @owner
    AND e.claim_token = @epoch AND e.claim_seq = @claim AND `+leaderGuard, 1)
-	ackQueuedFailedSQL = strings.Replace(ackFailedSQLText, "{{match}}", `e.status = 'queued' AND `+leaderGuard, 1)
+	ackQueuedFailedSQL = `WITH changed AS (` +
+		strings.Replace(ackFailedSQLText, "{{match}}", `e.status = 'queued' AND `+leaderGuard, 1) + `)
+SELECT g.led, c.id FROM (SELECT ` + leaderGuard + ` AS led) g LEFT JOIN changed c ON true`
 )
 
 // AckFailed records failures of one claim: retry (back to pending with
@@ -409,14 +462,35 @@ func (s *Store) AckFailed(ctx context.Context, epoch, claim int64, failures []Fa
 
 // AckQueuedFailed is AckFailed of queued rows: each becomes pending with its
 // backoff, or failed, with its error in history, as a claimed row would.
+// Like AckQueuedDone, it returns ErrDeposed when the fencing guard refused
+// it, and rows missing otherwise left the queue meanwhile.
 func (s *Store) AckQueuedFailed(ctx context.Context, epoch int64, failures []Failure) ([]int64, error) {
-	return s.ackFailed(ctx, ackQueuedFailedSQL, epoch, 0, failures)
+	if len(failures) == 0 {
+		return nil, nil
+	}
+	var changed []int64
+	led, err := s.guarded(ctx, ackQueuedFailedSQL, s.args(epoch, failureColumns(failures)), nil,
+		func(id int64) { changed = append(changed, id) })
+	if err != nil {
+		return nil, fmt.Errorf("ack failed: %w", err)
+	}
+	if !led {
+		return nil, fmt.Errorf("ack failed: %w", ErrDeposed)
+	}
+	return changed, nil
 }
 
 func (s *Store) ackFailed(ctx context.Context, sql string, epoch, claim int64, failures []Failure) ([]int64, error) {
 	if len(failures) == 0 {
 		return nil, nil
 	}
+	cols := failureColumns(failures)
+	cols["claim"] = claim
+	return s.ids(ctx, "ack failed", sql, s.args(epoch, cols))
+}
+
+// failureColumns turns failures into the arrays ackFailedSQLText unnests.
+func failureColumns(failures []Failure) map[string]any {
 	n := len(failures)
 	ids, terminal, retry := make([]int64, n), make([]bool, n), make([]float64, n)
 	class, reason, message := make([]string, n), make([]string, n), make([]string, n)
@@ -424,10 +498,8 @@ func (s *Store) ackFailed(ctx context.Context, sql string, epoch, claim int64, f
 		ids[i], terminal[i], retry[i] = f.ID, f.Terminal, f.RetryIn.Seconds()
 		class[i], reason[i], message[i] = f.Class, f.Reason, truncate(f.Message, 2000)
 	}
-	return s.ids(ctx, "ack failed", sql, s.args(epoch, map[string]any{
-		"ids": ids, "terminal": terminal, "retry_secs": retry, "class": class,
-		"reason": reason, "message": message, "keep": HistoryKeep, "claim": claim,
-	}))
+	return map[string]any{"ids": ids, "terminal": terminal, "retry_secs": retry, "class": class,
+		"reason": reason, "message": message, "keep": HistoryKeep}
 }
 
 const releaseSQL = `
