@@ -15,6 +15,10 @@ import (
 // reports ready (health checks it), so it never claims on a schema its
 // statements would fail on.
 //
+// 23 (outbox_queue_home, the xid trigger) does not raise it: on 22 a
+// replica finds no record of the cluster its positions belong to and leads
+// without that check (it logs why), as every binary before 23 does.
+//
 // 22 (the leader's projections hash, outbox_leader_projections) does not
 // raise it: a binary of 22 on 21 records no hash (it logs why) and its
 // /readyz leaves the comparison out.

@@ -100,7 +100,7 @@ SELECT format('ALTER %s %s OWNER TO %I', CASE c.relkind WHEN 'v' THEN 'VIEW' ELS
                  to_regclass('public.outbox_ledger_2'), to_regclass('public.outbox_ledger_rotation'),
                  to_regclass('public.outbox_ledger_entries'), to_regclass('public.outbox_events_0'),
                  to_regclass('public.outbox_events_1'), to_regclass('public.outbox_events_2'),
-                 to_regclass('public.outbox_events_rotation'))
+                 to_regclass('public.outbox_events_rotation'), to_regclass('public.outbox_queue_home'))
    AND c.relowner <> (SELECT oid FROM pg_roles WHERE rolname = :'owner_role') \gexec
 SELECT format('ALTER FUNCTION %s OWNER TO %I', p.oid::regprocedure, :'owner_role')
   FROM pg_proc p
@@ -111,7 +111,8 @@ SELECT format('ALTER FUNCTION %s OWNER TO %I', p.oid::regprocedure, :'owner_role
                  to_regprocedure('public.outbox_ledger_slot()'),
                  to_regprocedure('public.outbox_ledger_entry(text, text, text)'),
                  to_regprocedure('public.outbox_applied_to_ledger()'),
-                 to_regprocedure('public.outbox_events_slot()'))
+                 to_regprocedure('public.outbox_events_slot()'),
+                 to_regprocedure('public.outbox_events_stamp_xid()'))
    AND p.proowner <> (SELECT oid FROM pg_roles WHERE rolname = :'owner_role') \gexec
 
 SELECT to_regclass('public.outbox_events') IS NOT NULL
@@ -139,7 +140,7 @@ SELECT to_regclass('public.outbox_events') IS NOT NULL
                       to_regclass('public.outbox_ledger_2'), to_regclass('public.outbox_ledger_rotation'),
                       to_regclass('public.outbox_ledger_entries'), to_regclass('public.outbox_events_0'),
                       to_regclass('public.outbox_events_1'), to_regclass('public.outbox_events_2'),
-                      to_regclass('public.outbox_events_rotation')]) AS t
+                      to_regclass('public.outbox_events_rotation'), to_regclass('public.outbox_queue_home')]) AS t
    WHERE t IS NOT NULL \gexec
   SELECT format('REVOKE ALL ON FUNCTION %s FROM %I', f, :'runtime_role')
     FROM unnest(ARRAY[to_regprocedure('public.outbox_behind(xid8, bigint, pg_snapshot, pg_snapshot, xid8, bigint)'),
@@ -222,6 +223,10 @@ SELECT to_regclass('public.outbox_events') IS NOT NULL
   -- migration that makes rows queued (00018, as the owner) writes.
   SELECT format('GRANT SELECT ON %s TO %I', t, :'runtime_role')
     FROM to_regclass('public.outbox_queue_origin') AS t WHERE t IS NOT NULL \gexec
+  -- Every replica reads which cluster the positions belong to (schema 23)
+  -- and leads only there; only wlproj queue rebase, as the owner, writes it.
+  SELECT format('GRANT SELECT ON %s TO %I', t, :'runtime_role')
+    FROM to_regclass('public.outbox_queue_home') AS t WHERE t IS NOT NULL \gexec
   -- Each checkpoint adds its acks to their minute (an upsert), the console
   -- reads them, the pruner deletes old minutes.
   SELECT format('GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO %I', t, :'runtime_role')
