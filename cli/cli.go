@@ -32,6 +32,7 @@ type commandLine struct {
 	Pause   pauseCmd   `cmd:"" help:"Pause a projection: its events stay pending while the others drain. Audited."`
 	Resume  resumeCmd  `cmd:"" help:"Resume a paused projection where it stopped. Audited."`
 	Verify  verifyCmd  `cmd:"" help:"Check that the search index holds what the source table (or the ledger) says; exit 4 on drift."`
+	Queue   queueCmd   `cmd:"" help:"The queue's storage: rebase it after the database moved to another Postgres cluster. Audited."`
 
 	Projections projectionsCmd `cmd:"" help:"Check or list the projections file (OUTBOX_PROJECTIONS_FILE)."`
 	Build       versionCmd     `cmd:"" name:"version" help:"Print the version, commit, dirty flag, Go version and build date."`

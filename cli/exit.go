@@ -63,13 +63,15 @@ func codeOf(err error) int {
 		repair  *verify.RefusedError
 		url     *pgpool.URLError
 		unknown *outbox.UnknownProjectionError
+		rebase  *outbox.RebaseRefusedError
 	)
 	switch {
 	case errors.Is(err, replay.ErrAuditRequired), errors.Is(err, replay.ErrNoSelector),
 		errors.As(err, &usage), errors.As(err, &field), errors.As(err, &input), errors.As(err, &url),
 		errors.As(err, &unknown):
 		return exitUsage
-	case errors.As(err, &refused), errors.As(err, &rebuilt), errors.As(err, &busy), errors.As(err, &repair):
+	case errors.As(err, &refused), errors.As(err, &rebuilt), errors.As(err, &busy), errors.As(err, &repair),
+		errors.As(err, &rebase):
 		return exitRefused
 	}
 	return exitFailure

@@ -97,6 +97,9 @@ type Deps struct {
 	// with the console, so both give the same age. Defaults to a watch of
 	// the server's own.
 	Horizon *outbox.HorizonWatch
+	// Gates are more readiness checks, by name: each says why this
+	// replica may not lead, "" when it may (the replica's queue_home).
+	Gates map[string]func() string
 }
 
 // Server is the replica's HTTP surface, a startstop.Service.
@@ -383,6 +386,13 @@ func (s *Server) readiness(ctx context.Context) (map[string]string, bool) {
 		checks["schema"] = "ok"
 	} else {
 		fail("schema", schema.check(s.cfg.SchemaInterval))
+	}
+	for name, problem := range s.deps.Gates {
+		if why := problem(); why != "" {
+			fail(name, why)
+		} else {
+			checks[name] = "ok"
+		}
 	}
 	if s.cfg.RequireES {
 		if err := s.deps.PingES(ctx); err != nil {

@@ -20,13 +20,15 @@ import (
 
 // Replica is one wlproj process: built by New, run by Run.
 type Replica struct {
-	cfg      Config
-	log      zerolog.Logger
-	pool     *pgxpool.Pool
-	parts    daemonParts
-	elector  *leader.Elector
-	console  *console.Console // nil when off
-	health   *health.Server
+	cfg     Config
+	log     zerolog.Logger
+	pool    *pgxpool.Pool
+	parts   daemonParts
+	elector *leader.Elector
+	console *console.Console // nil when off
+	health  *health.Server
+	// home says whether the queue's positions belong to this cluster.
+	home     *homeGate
 	draining atomic.Bool
 }
 
@@ -74,8 +76,10 @@ func (r *Replica) build() error {
 			return err
 		}
 	}
+	r.home = &homeGate{pool: r.pool, log: r.log}
 	r.health, err = health.New(r.cfg.Health, health.Deps{Pool: r.pool, Elector: r.elector, PingES: r.parts.pingES,
 		Draining: &r.draining, Log: r.log, Projections: r.cfg.Projections.Names(),
+		Gates:           map[string]func() string{"queue_home": r.home.Problem},
 		ProjectionsHash: r.cfg.Projections.Hash(), LeaderName: r.cfg.Leader.Name, Routes: r.consoleRoutes(), Horizon: horizon})
 	if err != nil {
 		return err
@@ -83,7 +87,10 @@ func (r *Replica) build() error {
 	// A replica on a schema older than its binary needs stands aside: its
 	// claims would fail or walk a missing index, and the other replica,
 	// or this one after wlproj migrate, leads instead.
-	r.elector.CanLead = r.health.SchemaOK
+	// Nor does one on a database whose queue positions count another
+	// cluster's transactions (restored or copied elsewhere): it would pass
+	// every new event unread.
+	r.elector.CanLead = func() bool { return r.health.SchemaOK() && r.home.OK() }
 	// A replica whose pool reaches another server than its lock
 	// connection (an old primary back as a primary) does not lead.
 	r.elector.PoolServers = leader.PoolServers(r.pool)
@@ -154,9 +161,9 @@ func (r *Replica) Run(ctx context.Context) {
 // health and metrics.
 func (r *Replica) servers() []startstop.Service {
 	if r.console == nil {
-		return []startstop.Service{r.health}
+		return []startstop.Service{r.home, r.health}
 	}
-	return []startstop.Service{r.console, r.health}
+	return []startstop.Service{r.home, r.console, r.health}
 }
 
 func (r *Replica) logConsole() {
