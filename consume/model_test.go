@@ -27,7 +27,9 @@ import (
 // The model test: random per-document histories (good upserts, upserts the
 // strict mapping refuses, deletes, out-of-order and reused versions, null
 // versions), written in random chunks between random batches, with
-// concurrent flights, leaders killed between their bulk and its ack, a
+// concurrent flights, acks that fail with batches in flight (a rewind, and
+// reads again of rows earlier batches still hold), producers that write
+// xid, leaders killed between their bulk and its ack, a
 // deposed leader's bulk delivered late, replays, discards, pruning, late
 // commits, pauses and resumes, and repair events (verify --repair's: an
 // upsert or a delete at the version the ledger holds) in between. After
@@ -204,6 +206,7 @@ func newModel(t *testing.T, seed uint64, docs int) *model {
 		require.NoError(t, err)
 		m.h[proj] = &modelHandler{search: search}
 	}
+	refuseLedger(t, m.b)
 	m.newLeader(t)
 	m.queue = m.histories(docs)
 	return m
@@ -297,8 +300,10 @@ func (m *model) run(t *testing.T) {
 			m.round(t, ctx)
 		case r < 55:
 			m.repairSome(t)
-		case r < 63:
+		case r < 60:
 			m.concurrentRounds(t, ctx)
+		case r < 63:
+			m.rewindRounds(t, ctx)
 		case r < 70:
 			m.killedRound(t, "kill")
 		case r < 75:
@@ -371,9 +376,13 @@ func (m *model) insertIn(t *testing.T, tx pgx.Tx, n int) {
 	chunk := m.queue[:n]
 	m.queue = m.queue[n:]
 	for _, e := range chunk {
+		// A producer may write xid itself, null or copied from an older
+		// row: the column is wlproj's, and each must be read as any other.
+		xid := []string{"", ", NULL", ", (SELECT min(xid) FROM outbox_events)"}[max(0, m.rng.IntN(12)-9)]
+		cols := map[bool]string{true: ", xid"}[xid != ""]
 		require.NoError(t, tx.QueryRow(context.Background(), `
-			INSERT INTO outbox_events (projection, entity_type, entity_id, op, event_version, payload)
-			VALUES ($5, 'book', $1, $2, $3, $4) RETURNING id`, e.entity, e.op, e.version, e.payload(), e.proj).Scan(&e.id))
+			INSERT INTO outbox_events (projection, entity_type, entity_id, op, event_version, payload`+cols+`)
+			VALUES ($5, 'book', $1, $2, $3, $4`+xid+`) RETURNING id`, e.entity, e.op, e.version, e.payload(), e.proj).Scan(&e.id))
 		m.byID[e.id] = e
 		m.events = append(m.events, e)
 	}
@@ -490,6 +499,76 @@ func (m *model) concurrentRounds(t *testing.T, ctx context.Context) {
 	wg.Wait()
 	m.loop.checkpoint(ctx, m.epoch, true)
 	m.logf("%d concurrent flights", len(flights))
+}
+
+// rewindRounds claims two or three batches ahead, fails the ack of one of
+// them (its ledger write is refused, as a dropped connection or a timeout
+// would fail it), which rewinds its projection's reads; then claims again
+// (the reads again, which may start at a row an earlier batch still holds)
+// and processes every batch at once, the later ones started first.
+func (m *model) rewindRounds(t *testing.T, ctx context.Context) {
+	t.Helper()
+	var flights []*flight
+	for range 2 + m.rng.IntN(2) {
+		f, err := m.loop.claim(ctx, m.epoch)
+		require.NoError(t, err)
+		if f == nil {
+			break
+		}
+		flights = append(flights, f)
+	}
+	if len(flights) == 0 {
+		return
+	}
+	// The failing batch is handled first, alone: one that waits for an
+	// earlier batch of one of its documents (order) cannot be.
+	var free []*flight
+	for _, f := range flights {
+		if len(f.after) == 0 {
+			free = append(free, f)
+		}
+	}
+	failing := free[m.rng.IntN(len(free))]
+	ids := make([]int64, len(failing.events))
+	for i, e := range failing.events {
+		ids[i] = e.ID
+	}
+	m.b.Exec(t, `INSERT INTO model_refuse SELECT unnest($1::bigint[])`, ids)
+	res, err := m.loop.handle(ctx, m.epoch, failing)
+	require.NoError(t, err)
+	m.b.Exec(t, `DELETE FROM model_refuse`)
+	for range 1 + m.rng.IntN(2) {
+		f, err := m.loop.claim(ctx, m.epoch)
+		require.NoError(t, err)
+		if f != nil {
+			flights = append(flights, f)
+		}
+	}
+	var wg sync.WaitGroup
+	for i := len(flights) - 1; i >= 0; i-- {
+		if flights[i] == failing {
+			continue
+		}
+		wg.Add(1)
+		go func(f *flight) {
+			defer wg.Done()
+			_, _ = m.loop.handle(ctx, m.epoch, f)
+		}(flights[i])
+	}
+	wg.Wait()
+	m.loop.checkpoint(ctx, m.epoch, true)
+	m.logf("%d flights, one's ack failed (%+v), then read again", len(flights), res)
+}
+
+// refuseLedger makes the ledger refuse the entries of the events listed
+// in model_refuse: an ack that writes one fails as a whole.
+func refuseLedger(t *testing.T, b bundle) {
+	t.Helper()
+	b.Exec(t, `CREATE TABLE model_refuse (event_id bigint PRIMARY KEY)`)
+	b.Exec(t, `CREATE FUNCTION model_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+	           BEGIN IF EXISTS (SELECT 1 FROM model_refuse WHERE event_id = NEW.event_id) THEN
+	             RAISE EXCEPTION 'the model refuses this ack'; END IF; RETURN NEW; END $$`)
+	b.Exec(t, `CREATE TRIGGER model_refuse BEFORE INSERT ON outbox_ledger FOR EACH ROW EXECUTE FUNCTION model_refuse()`)
 }
 
 // killedRound is a leader killed -9 after its bulk was sent ("kill") or
