@@ -76,7 +76,7 @@ func (s *Store) RotateLedger(ctx context.Context, epoch int64, retention, tombst
 	return LedgerRotation{Rotated: true, Slot: next, Carried: carried}, nil
 }
 
-// carryLedgerSQL copies one page of a partition's documents (%s), those
+// carryLedgerSQL copies one page of a partition's documents (slot %d), those
 // past a key, into the current partition (@cur) when their entry there is
 // still their newest one (no row of another partition is as new) and still
 // needed: a tombstone younger than the tombstone retention (it refuses an
@@ -85,10 +85,13 @@ func (s *Store) RotateLedger(ctx context.Context, epoch int64, retention, tombst
 // event could still be sent for (pending, processing, failed, discarded,
 // queued and not passed, archived in the dead letter): the leader judges
 // that event by it. It returns the page's last key and how many it copied.
+// The partition is read through the parent, pruned to it by its slot:
+// roles.sql's runtime role may read the parent and empty a partition, and
+// needs no more.
 const carryLedgerSQL = `
 WITH page AS (
-  SELECT DISTINCT ON (projection, entity_type, entity_id) * FROM %s
-   WHERE (projection, entity_type, entity_id) > (@p, @t, @i)
+  SELECT DISTINCT ON (projection, entity_type, entity_id) * FROM outbox_ledger
+   WHERE slot = %d AND (projection, entity_type, entity_id) > (@p, @t, @i)
    ORDER BY projection, entity_type, entity_id, version DESC, event_id DESC
    LIMIT @page
 ), backlog AS MATERIALIZED (
@@ -124,7 +127,7 @@ var carryPlan = []string{"SELECT set_config('enable_seqscan', 'off', true), set_
 // carryLedger runs carryLedgerSQL over partition next, page after page,
 // until a page comes back empty.
 func (s *Store) carryLedger(ctx context.Context, cur, next int, retention, tombstoneRetention time.Duration, page int) (int64, error) {
-	sql := fmt.Sprintf(carryLedgerSQL, ledgerPartition(next))
+	sql := fmt.Sprintf(carryLedgerSQL, next)
 	args := pgx.NamedArgs{"cur": cur, "next": next, "page": page, "p": "", "t": "", "i": "",
 		"retention_secs": retention.Seconds(), "tombstone_secs": tombstoneRetention.Seconds()}
 	var total int64
