@@ -6,6 +6,10 @@ import "fmt"
 // plan tests in package outbox_test.
 func CarryLedgerSQL(slot int) string { return fmt.Sprintf(carryLedgerSQL, slot) }
 
+// CarryBacklogSQL is the ledger rotation's carry of the backlog's entries
+// out of partition slot.
+func CarryBacklogSQL(slot int) string { return fmt.Sprintf(carryBacklogSQL, slot) }
+
 // CarryPlan is the carry's settings.
 var CarryPlan = carryPlan
 
