@@ -133,9 +133,11 @@ SELECT (SELECT count(*) FROM kept), l.projection, l.entity_type, l.entity_id
 // partition holds one as new: the pages then find it carried and pass over
 // it. The backlog was read per page before, a walk of every queued row not
 // passed (a paused projection's 300,000 made each page 562 ms, 12 s a
-// rotation of 20 pages); now once, one probe of the partition per document.
-// An event queued while the pages run is judged by the retentions alone,
-// as one queued after the TRUNCATE always was.
+// rotation of 20 pages); now once, one probe of the partition per document
+// (3.4 s and 908,000 buffers for the same 300,000 documents, the one
+// statement of the rotation whose cost grows with the backlog; 7 ms beside
+// none). An event queued while the pages run is judged by the retentions
+// alone, as one queued after the TRUNCATE always was.
 const carryBacklogSQL = `
 INSERT INTO outbox_ledger (slot, projection, entity_type, entity_id, version, deleted, event_id, applied_at)
 SELECT @cur, a.projection, a.entity_type, a.entity_id, a.version, a.deleted, a.event_id, a.applied_at
