@@ -105,3 +105,38 @@ func terminalFailedTotal(projection, reason string) *metrics.Counter {
 func supersededTotal(projection, cause string) *metrics.Counter {
 	return metrics.GetOrCreateCounter(fmt.Sprintf(`outbox_superseded_total{projection=%q,cause=%q}`, projection, cause))
 }
+
+// A rotation that fails is retried the next round and logged each time:
+// without these, only that log showed that a rotation never ran (a grant
+// missing, a lock never free) while its table grew. rotationErrorsTotal
+// counts the failed rounds per table and class (rotationErrorClass);
+// rotationLastSuccess is when a round of the table last ended without an
+// error (rotated, not due, or held).
+
+// rotationTables are the tables the pruner rotates, as the rotation
+// metrics name them.
+var rotationTables = []string{"outbox_events", "outbox_ledger"}
+
+func rotationErrorsTotal(table, class string) *metrics.Counter {
+	return metrics.GetOrCreateCounter(fmt.Sprintf(`outbox_rotation_errors_total{table=%q,class=%q}`, table, class))
+}
+
+func rotationLastSuccess(table string) *metrics.Gauge {
+	return metrics.GetOrCreateGauge(fmt.Sprintf(`outbox_rotation_last_success_timestamp_seconds{table=%q}`, table), nil)
+}
+
+func init() {
+	metrichelp.Describe(map[string]string{
+		"outbox_rotation_errors_total": "Rounds of the leader's rotation of a table (outbox_events, outbox_ledger) that failed, by class: " +
+			"permission_denied, lock_not_available, canceled, no_rotation_row, connection, other.",
+		"outbox_rotation_last_success_timestamp_seconds": "Unix time the leader's rotation of a table last ended a round without an error " +
+			"(it rotated, was not due, or was held); absent until the first.",
+	})
+	// Every series at zero from the start, so that increase() sees the
+	// first failure of a class.
+	for _, table := range rotationTables {
+		for _, class := range rotationErrorClasses {
+			rotationErrorsTotal(table, class)
+		}
+	}
+}

@@ -3,7 +3,14 @@ package consume
 import (
 	"cmp"
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/rs/zerolog"
 
@@ -100,26 +107,75 @@ type PruneResult struct {
 }
 
 // runOnce rotates the outbox, then the ledger, each when its current
-// partition is due, and drops the activity counts past the retention.
+// partition is due, and drops the activity counts past the retention. The
+// three are independent: one that fails (a grant missing, a lock never
+// free) holds neither of the others, and each rotation's outcome goes to
+// the rotation metrics (recordOutcome); the error returned joins them all.
 func (p *Pruner) runOnce(ctx context.Context, epoch int64) (PruneResult, error) {
 	var res PruneResult
-	if err := p.store.PruneActivity(ctx, p.cfg.Retention); err != nil {
-		return res, err
-	}
-	var err error
-	res.Events, err = p.store.RotateEvents(ctx, epoch, p.cfg.Retention, p.cfg.Batch)
+	activityErr := p.store.PruneActivity(ctx, p.cfg.Retention)
+	var eventsErr, ledgerErr error
+	res.Events, eventsErr = p.store.RotateEvents(ctx, epoch, p.cfg.Retention, p.cfg.Batch)
 	p.recordEvents(res.Events)
-	if err != nil {
-		return res, err
+	eventsErr = p.recordOutcome(ctx, "outbox_events", eventsErr)
+	res.Ledger, ledgerErr = p.store.RotateLedger(ctx, epoch, p.cfg.Retention, p.cfg.TombstoneRetention, p.cfg.Batch)
+	p.recordLedger(res.Ledger)
+	ledgerErr = p.recordOutcome(ctx, "outbox_ledger", ledgerErr)
+	return res, errors.Join(activityErr, eventsErr, ledgerErr)
+}
+
+// recordOutcome sets the table's last success, or counts its rotation's
+// error by class (unless ctx ended: leadership lost or the replica
+// stopping is no fault), and returns the error naming the table.
+func (p *Pruner) recordOutcome(ctx context.Context, table string, err error) error {
+	if err == nil {
+		rotationLastSuccess(table).Set(float64(time.Now().Unix()))
+		return nil
 	}
-	res.Ledger, err = p.store.RotateLedger(ctx, epoch, p.cfg.Retention, p.cfg.TombstoneRetention, p.cfg.Batch)
-	ledgerCarriedTotal.Add(int(res.Ledger.Carried))
-	if res.Ledger.Rotated {
+	if ctx.Err() == nil {
+		rotationErrorsTotal(table, rotationErrorClass(err)).Inc()
+	}
+	return fmt.Errorf("rotate %s: %w", table, err)
+}
+
+// rotationErrorClasses are the classes of outbox_rotation_errors_total:
+// what an operator does next differs for each (runbook, "Rotation
+// failing").
+var rotationErrorClasses = []string{"permission_denied", "lock_not_available", "canceled", "no_rotation_row", "connection", "other"}
+
+// rotationErrorClass is the class of a rotation's error, by SQLSTATE.
+func rotationErrorClass(err error) string {
+	var pgErr *pgconn.PgError
+	var netErr net.Error
+	var connectErr *pgconn.ConnectError
+	switch {
+	case errors.Is(err, outbox.ErrNoRotationRow):
+		return "no_rotation_row"
+	case errors.As(err, &pgErr):
+		switch {
+		case pgErr.Code == "42501": // insufficient_privilege
+			return "permission_denied"
+		case pgErr.Code == outbox.LockNotAvailable || pgErr.Code == "40P01": // lock_timeout, deadlock_detected
+			return "lock_not_available"
+		case pgErr.Code == "57014": // query_canceled: statement_timeout
+			return "canceled"
+		case strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "57P"): // connection, shutdown
+			return "connection"
+		}
+	case errors.As(err, &netErr), errors.As(err, &connectErr), errors.Is(err, io.ErrUnexpectedEOF):
+		return "connection"
+	}
+	return "other"
+}
+
+// recordLedger counts and logs what the ledger's rotation did.
+func (p *Pruner) recordLedger(r outbox.LedgerRotation) {
+	ledgerCarriedTotal.Add(int(r.Carried))
+	if r.Rotated {
 		ledgerRotationsTotal.Inc()
-		p.log.Info().Int("ledger_slot", res.Ledger.Slot).Int64("ledger_carried", res.Ledger.Carried).
+		p.log.Info().Int("ledger_slot", r.Slot).Int64("ledger_carried", r.Carried).
 			Dur("retention", p.cfg.Retention).Dur("tombstone_retention", p.cfg.TombstoneRetention).Msg("ledger rotated")
 	}
-	return res, err
 }
 
 // recordEvents counts and logs what the outbox's rotation did; a held

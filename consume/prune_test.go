@@ -194,6 +194,9 @@ func TestPrunerKeepsLedgerEntriesWhileAnEventCouldBeSent(t *testing.T) {
 		"processing": event("processing"),
 		"failed":     event("failed"),
 		"discarded":  event("discarded"),
+		// Queued, and no position has passed it: the backlog, which the
+		// rotation reads once before its pages.
+		"queued": event("queued"),
 		"archived": `WITH audit AS (INSERT INTO outbox_replay_audit (replayed_by, reason, selector, event_count, event_ids, action)
 			VALUES ('alice', 'old', '{}', 2, '{998,999}', 'archive') RETURNING id)
 			INSERT INTO outbox_dead_letter (id, projection, entity_type, entity_id, op, event_version, payload, status,

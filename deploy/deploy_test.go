@@ -68,6 +68,8 @@ var allowedMetrics = map[string]bool{
 	"outbox_ack_errors_total":                        true,
 	"outbox_reclaim_errors_total":                    true,
 	"outbox_events_rotation_held":                    true,
+	"outbox_rotation_errors_total":                   true,
+	"outbox_rotation_last_success_timestamp_seconds": true,
 	"outbox_projections_agree":                       true,
 	"wlproj_build_info":                              true,
 	"up":                                             true,
@@ -78,7 +80,7 @@ var allowedMetrics = map[string]bool{
 var promqlFunctions = map[string]bool{
 	"sum": true, "max": true, "min": true, "avg": true, "count": true, "topk": true,
 	"rate": true, "irate": true, "increase": true, "histogram_quantile": true,
-	"absent": true, "present_over_time": true, "max_over_time": true, "clamp_min": true,
+	"absent": true, "present_over_time": true, "max_over_time": true, "clamp_min": true, "time": true,
 }
 
 var promqlKeywords = map[string]bool{
@@ -187,6 +189,7 @@ func readYAML(t *testing.T, path string, v any) {
 
 var wantAlerts = []string{
 	"OutboxRotationHeld",
+	"OutboxRotationFailing",
 	"OutboxOldestPendingWarning",
 	"OutboxOldestPendingCritical",
 	"OutboxStuckProcessing",

@@ -87,8 +87,9 @@ SELECT coalesce((SELECT created_at > now() - make_interval(secs => $1) FROM %s O
 const eventsNeeded = `(%[1]s.status = 'pending' OR %[1]s.status = 'failed' OR %[1]s.status = 'discarded'
     OR (%[1]s.status = 'done' AND %[1]s.processed_at >= now() - make_interval(secs => @retention_secs)))`
 
-// carryEventsSQL moves one page of a partition's (%[1]s) needed rows into
-// the current partition (%[2]s, slot @cur), as they are but for their slot: a DELETE
+// carryEventsSQL moves one page of a partition's (%[1]s, slot %[3]d)
+// needed rows into the current partition (%[2]s, slot @cur), as they are
+// but for their slot: a DELETE
 // and an INSERT in one statement, so each row is in exactly one partition
 // for every reader. SKIP LOCKED leaves a row another statement is changing
 // (a claim, an operator's replay); one that changes status under the
@@ -96,10 +97,17 @@ const eventsNeeded = `(%[1]s.status = 'pending' OR %[1]s.status = 'failed' OR %[
 // later with an older snapshot finds it deleted and passes over it, as
 // Postgres does for any row deleted under it: a claim claims it next time,
 // an operator's action on it is refused and changes nothing.
+//
+// The rows are locked through the parent, pruned to the partition by its
+// slot: a row lock needs UPDATE on a column of the table it is taken
+// through, and roles.sql's runtime role has UPDATE on the parent's
+// lifecycle columns only, none on a partition (a partition's privileges
+// are checked only when it is named). Locking the rows there needs no
+// grant beyond what the ack has.
 var carryEventsSQL = `
 WITH moved AS (
   DELETE FROM %[1]s m
-   WHERE m.id = ANY(ARRAY(SELECT c.id FROM %[1]s c WHERE ` + fmt.Sprintf(eventsNeeded, "c") + `
+   WHERE m.id = ANY(ARRAY(SELECT c.id FROM outbox_events c WHERE c.slot = %[3]d AND ` + fmt.Sprintf(eventsNeeded, "c") + `
                     LIMIT @page FOR UPDATE SKIP LOCKED))
      AND ` + fmt.Sprintf(eventsNeeded, "m") + `
   RETURNING m.*
@@ -131,7 +139,7 @@ SELECT coalesce(
 // many of them its statistics promise), page after page, until a page
 // moves fewer rows than a page.
 func (s *Store) carryEvents(ctx context.Context, cur, next int, retention time.Duration, page int) (int64, error) {
-	sql := fmt.Sprintf(carryEventsSQL, eventsRotated.partitionOf(next), eventsRotated.partitionOf(cur))
+	sql := fmt.Sprintf(carryEventsSQL, eventsRotated.partitionOf(next), eventsRotated.partitionOf(cur), next)
 	args := pgx.NamedArgs{"cur": cur, "page": page, "retention_secs": retention.Seconds()}
 	var total int64
 	for {

@@ -44,14 +44,18 @@ func (s *Store) current(ctx context.Context, r rotated, period time.Duration) (s
 	err = s.Pool.QueryRow(ctx, `SELECT slot, opened_at <= now() - make_interval(secs => $1) FROM `+r.table,
 		period.Seconds()).Scan(&slot, &due)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, fmt.Errorf("%s's rotation has no row (%s was emptied): INSERT INTO %s (slot) VALUES (%d) "+
-			"as the owner; rows go to partition %d meanwhile", r.what, r.table, r.table, r.empty, r.empty)
+		return 0, false, fmt.Errorf("%w: %s's rotation has no row (%s was emptied): INSERT INTO %s (slot) VALUES (%d) "+
+			"as the owner; rows go to partition %d meanwhile", ErrNoRotationRow, r.what, r.table, r.table, r.empty, r.empty)
 	}
 	if err != nil {
 		return 0, false, fmt.Errorf("read %s's rotation: %w", r.what, err)
 	}
 	return slot, due, nil
 }
+
+// ErrNoRotationRow is a rotation that cannot run because its one-row
+// table was emptied by hand; its error says how to put the row back.
+var ErrNoRotationRow = errors.New("rotation row missing")
 
 // errNotReopened rolls back a reopening that its guard refused.
 var errNotReopened = errors.New("the rotation moved or the leader was deposed")

@@ -109,6 +109,7 @@ func TestStatementsAtScaleReadNoTableWhole(t *testing.T) {
 			outbox.CarryPlan},
 		{"events-held", outbox.EventsHeldSQL(1), []any{pgx.NamedArgs{"retention_secs": 86400.0}}, outbox.CarryPlan},
 		{"ledger-carry", outbox.CarryLedgerSQL(0), []any{carryArgs}, outbox.CarryPlan},
+		{"ledger-carry-backlog", outbox.CarryBacklogSQL(0), []any{carryArgs}, outbox.CarryPlan},
 		{"gauges", outbox.GaugesSQL, []any{300.0, outbox.GaugeCountCap}, nil},
 		{"projection-states", outbox.StatesSQL, nil, nil},
 		{"rebuild-writes", outbox.RebuildWritesSQL, nil, nil},

@@ -163,7 +163,10 @@ SELECT to_regclass('public.outbox_events') IS NOT NULL
   -- The outbox's rotation (21) moves the rows still needed out of the
   -- partition it empties into the current one (a DELETE and an INSERT of
   -- the same row, on the partitions), empties it with TRUNCATE, and moves
-  -- the rotation's row.
+  -- the rotation's row. No UPDATE on a partition: the carry locks the rows
+  -- it moves (FOR UPDATE SKIP LOCKED) through the parent, on whose
+  -- lifecycle columns the role has UPDATE already; a partition's own
+  -- privileges are checked only where it is named.
   SELECT format('GRANT SELECT, INSERT, DELETE, TRUNCATE ON %s TO %I', t, :'runtime_role')
     FROM unnest(ARRAY[to_regclass('public.outbox_events_0'), to_regclass('public.outbox_events_1'),
                       to_regclass('public.outbox_events_2')]) AS t
@@ -177,7 +180,8 @@ SELECT to_regclass('public.outbox_events') IS NOT NULL
   -- The ledger (19): the claim reads it, the ack and the rotation's carry
   -- insert into it (never an UPDATE or a DELETE), and the rotation empties a
   -- partition with TRUNCATE and moves the rotation's row; the first leader
-  -- of 19 sets log_only.
+  -- of 19 sets log_only. The carry reads a partition through the parent
+  -- (WHERE slot = n): no SELECT on the partitions.
   SELECT format('GRANT SELECT, INSERT ON %s TO %I', t, :'runtime_role')
     FROM to_regclass('public.outbox_ledger') AS t WHERE t IS NOT NULL \gexec
   SELECT format('GRANT TRUNCATE ON %s TO %I', t, :'runtime_role')

@@ -124,6 +124,7 @@ func (b *bundle) check(t *testing.T) {
 
 	b.drainAsRuntime(t)
 	b.archiveAsRuntime(t)
+	b.rotateAsRuntime(t)
 
 	conn, err := pgx.Connect(ctx, b.runtimeURL)
 	require.NoError(t, err)
@@ -291,4 +292,39 @@ func (b *bundle) archiveAsRuntime(t *testing.T) {
 	tag, err = tx.Exec(ctx, `DELETE FROM outbox_done_by_minute`)
 	require.NoError(t, err)
 	require.NotZero(t, tag.RowsAffected(), "the checkpoints counted the queued acks by minute")
+}
+
+// rotateAsRuntime runs the real binary as the runtime role with a
+// retention of a second: its leader's first pruner round rotates both the
+// outbox and the ledger (each current partition was written for more than
+// half a retention), with no rotation error counted and no permission
+// denied logged.
+func (b *bundle) rotateAsRuntime(t *testing.T) {
+	t.Helper()
+	index := harness.NewIndex(t)
+	r := harness.StartReplica(t, "rot", harness.ReplicaEnv(b.runtimeURL, harness.ElasticURL(t), index,
+		"OUTBOX_RETENTION=1s", "OUTBOX_LEDGER_TOMBSTONE_RETENTION=1s"))
+	harness.Healthy(t, r)
+	harness.Eventually(t, 30*time.Second, "both tables rotated by the runtime role", func() bool {
+		events, _, err1 := r.Metric("outbox_events_rotations_total")
+		ledger, _, err2 := r.Metric("outbox_ledger_rotations_total")
+		return err1 == nil && err2 == nil && events >= 1 && ledger >= 1
+	})
+	scrape, err := r.Scrape()
+	require.NoError(t, err)
+	for _, table := range []string{"outbox_events", "outbox_ledger"} {
+		_, ok, err := harness.ParseMetric(scrape, `outbox_rotation_last_success_timestamp_seconds{table="`+table+`"}`)
+		require.NoError(t, err)
+		require.True(t, ok, "a round of %s's rotation ended well", table)
+		for _, class := range []string{"permission_denied", "other"} {
+			n, _, err := harness.ParseMetric(scrape, `outbox_rotation_errors_total{table="`+table+`",class="`+class+`"}`)
+			require.NoError(t, err)
+			require.Zero(t, n, "%s's rotation failed: %s\n%s", table, class, r.Logs())
+		}
+	}
+	require.NotContains(t, r.Logs(), "permission denied")
+	require.NoError(t, r.Signal(syscall.SIGTERM))
+	code, err := r.ExitCode(15 * time.Second)
+	require.NoError(t, err)
+	require.Zero(t, code, r.Logs())
 }
