@@ -19,7 +19,7 @@ import (
 // the insert trigger's NOTIFY can be turned off for a two-phase commit)
 // does not raise it: it redefines functions with the same signatures and
 // rows, and this binary's SQL needs neither (status keeps its own copy of
-// outbox_visible_ranges).
+// the backlog's ranges).
 //
 // 22 (the leader's projections hash, outbox_leader_projections) does not
 // raise it: a binary of 22 on 21 records no hash (it logs why) and its

@@ -196,7 +196,7 @@ const RetentionCountCap = 1_000
 // after_id) with an xid below before_xid: one index probe per transaction
 // in progress, instead of a heap visit per uncommitted row (an open
 // producer transaction of 200k rows cost each walk 5,400 buffers).
-// Migration 00026's outbox_visible_ranges is the same; this copy keeps
+// Migration 00026's backlog function has the same ranges; this copy keeps
 // status running on schema 21.
 const visibleRangesSQL = `
   SELECT coalesce(lag(x) OVER w, '0'::xid8) AS after_xid,
