@@ -18,3 +18,14 @@ func TestRunRefusesATombstoneRetentionBelowRetention(t *testing.T) {
 	require.Contains(t, stderr.String(),
 		"OUTBOX_LEDGER_TOMBSTONE_RETENTION=24h0m0s must not be below OUTBOX_RETENTION=48h0m0s")
 }
+
+// run --help says what the retention does since the outbox is partitioned
+// (00021): whole partitions go by TRUNCATE; no row is deleted one by one.
+func TestRunHelpSaysTheRetentionTruncatesPartitions(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	require.Zero(t, Run([]string{"run", "--help"}, &stdout, &stderr), stderr.String())
+	help := stdout.String()
+	require.NotContains(t, help, "small batches")
+	require.Contains(t, help, "TRUNCATE")
+}

@@ -32,6 +32,7 @@ type statusJSON struct {
 	OldestPendingAgeSeconds float64               `json:"oldest_pending_age_seconds"`
 	RetentionSeconds        float64               `json:"retention_seconds"`
 	DoneOverRetention       int64                 `json:"done_over_retention"`
+	DoneOverRetentionCapped bool                  `json:"done_over_retention_capped"`
 	OldestDoneAgeSeconds    float64               `json:"oldest_done_age_seconds"`
 	InFlight                int64                 `json:"in_flight"`
 	Stuck                   int64                 `json:"stuck"`
@@ -143,8 +144,9 @@ func (c *statusCmd) Run(g *globals) error {
 				TakenAt: s.TakenAt.UTC(), Counts: s.Counts, DoneExact: s.DoneExact, Lag: s.Lag,
 				OldestPendingAgeSeconds: s.OldestPendingAge.Seconds(), InFlight: s.InFlight, Stuck: s.Stuck,
 				RetentionSeconds: c.Retention.Seconds(), DoneOverRetention: s.DoneOverRetention,
-				OldestDoneAgeSeconds: s.OldestDoneAge.Seconds(),
-				MaxProcessingSeconds: c.MaxProcessingSeconds, TopFailedReasons: []reasonCountJSON{},
+				DoneOverRetentionCapped: s.DoneOverRetentionCapped,
+				OldestDoneAgeSeconds:    s.OldestDoneAge.Seconds(),
+				MaxProcessingSeconds:    c.MaxProcessingSeconds, TopFailedReasons: []reasonCountJSON{},
 			}
 			for _, r := range s.TopFailedReasons {
 				out.TopFailedReasons = append(out.TopFailedReasons, reasonCountJSON(r))
@@ -220,7 +222,11 @@ func writeStatus(w io.Writer, s outbox.Snapshot, h outbox.Horizon, maxProcessing
 	fmt.Fprintf(tw, "stuck\t%d (lease expired or processing longer than %s)\n", s.Stuck, maxProcessing)
 	late := "none older than that"
 	if s.DoneOverRetention > 0 {
-		late = fmt.Sprintf("%d done older than that: the rotation is late, see its log", s.DoneOverRetention)
+		atLeast := ""
+		if s.DoneOverRetentionCapped {
+			atLeast = " or more" // the count stops at outbox.RetentionCountCap of each kind
+		}
+		late = fmt.Sprintf("%d%s done older than that: the rotation is late, see its log", s.DoneOverRetention, atLeast)
 	}
 	fmt.Fprintf(tw, "retention\t%s: rows go with their partition within %s; %s; oldest done %s\n",
 		durationText(retention), durationText(rotationLate(retention)), late, formatAge(s.OldestDoneAge))

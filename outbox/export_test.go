@@ -7,6 +7,7 @@ var (
 	ByKeyPlan      = byKeyPlan
 	ClaimStatement = claimStatement
 	GaugesSQL      = gaugesSQL
+	SnapshotSQL    = snapshotSQL
 
 	ReadQueuedSQL       = readQueuedSQL
 	ReadQueuedLedgerSQL = readQueuedLedgerSQL

@@ -58,8 +58,11 @@ type Snapshot struct {
 	// leader's pruner keeps it near the retention.
 	OldestDoneAge time.Duration
 	// DoneOverRetention counts done rows older than SnapshotOptions.Retention
-	// (not counted when that is zero): what the rotation is late on.
-	DoneOverRetention int64
+	// (not counted when that is zero): what the rotation is late on. The
+	// count stops at RetentionCountCap rows of each kind (done rows, each
+	// projection's queued rows); DoneOverRetentionCapped says it did.
+	DoneOverRetention       int64
+	DoneOverRetentionCapped bool
 	// Leader is the newest leader record, nil if no replica ever led.
 	Leader *LeaderInfo
 	// Projections is the lag and state of each projection, by name; only
@@ -129,13 +132,37 @@ const stuckWhere = `(lease_until < now()
 // Every count except done walks one of the partial indexes, so its cost
 // follows the backlog, failed set or in-flight set, never the done history.
 // The oldest pending row is found among the lowest pending ids (ids grow
-// with inserts; a revived row waits from its revival, pendingSince). One statement, so the numbers agree with each other.
+// with inserts; a revived row waits from its revival, pendingSince). One
+// statement, so the numbers agree with each other.
+//
+// The oldest queued row of each projection is its first in (xid, id)
+// order, read range by range of visibleRangesSQL so that an open
+// transaction's uncommitted rows are stepped over, not walked. The queued
+// rows past the retention ($3 seconds) are counted only when that first row
+// is past it, among the first GaugeCountCap rows: a walk of every queued
+// row the retention keeps cost 100-150 ms at 1 M rows to count none.
+// Each count stops at RetentionCountCap.
 var snapshotSQL = `
 WITH queued AS MATERIALIZED (
   SELECT count(*) FILTER (WHERE NOT in_flight) AS pending, count(*) FILTER (WHERE in_flight) AS processing,
          count(*) FILTER (WHERE in_flight AND ` + stuckWhere + `) AS stuck,
          min(created_at) FILTER (WHERE NOT in_flight) AS oldest, count(*) AS backlog
-    FROM outbox_queue_backlog)
+    FROM outbox_queue_backlog),
+ranges AS MATERIALIZED (` + visibleRangesSQL + `),
+heads AS MATERIALIZED (
+  SELECT h.projection, f.created_at AS first_at,
+         CASE WHEN $3::float8 > 0 AND f.created_at < now() - make_interval(secs => $3::float8) THEN (
+           SELECT count(*) FILTER (WHERE w.created_at < now() - make_interval(secs => $3::float8)) FROM (
+             SELECT q.created_at FROM ranges r CROSS JOIN LATERAL (` + queuedInRangeSQL + `
+                 LIMIT ` + strconv.Itoa(RetentionCountCap) + `) q
+              ORDER BY r.before_xid, q.xid, q.id LIMIT ` + strconv.Itoa(RetentionCountCap) + `) w) ELSE 0 END AS past
+    FROM outbox_queue_heads h
+    LEFT JOIN LATERAL (SELECT q.created_at FROM ranges r CROSS JOIN LATERAL (` + queuedInRangeSQL + ` LIMIT 1) q
+                        ORDER BY r.before_xid LIMIT 1) f ON true),
+done_past AS MATERIALIZED (
+  SELECT count(*) AS n FROM (SELECT 1 FROM outbox_events
+   WHERE $3::float8 > 0 AND status = 'done' AND processed_at < now() - make_interval(secs => $3::float8)
+   LIMIT ` + strconv.Itoa(RetentionCountCap) + `) d)
 SELECT
     (SELECT count(*) FROM outbox_events WHERE status = 'pending') + (SELECT pending FROM queued),
     (SELECT count(*) FROM outbox_events WHERE status = 'processing') + (SELECT processing FROM queued),
@@ -148,14 +175,46 @@ SELECT
                             + (SELECT count(*) FROM outbox_events WHERE status = 'queued') - (SELECT backlog FROM queued)
          ELSE (SELECT greatest(sum(pg_stat_get_live_tuples(relid)), 0)::bigint FROM pg_partition_tree('outbox_events')) END,
     now(),
-    least((SELECT min(processed_at) FROM outbox_events WHERE status = 'done'),
-          (SELECT min(f.created_at) FROM outbox_queue_heads h CROSS JOIN LATERAL (
-             SELECT created_at FROM outbox_events WHERE status = 'queued' AND projection = h.projection
-              ORDER BY xid, id LIMIT 1) f)),
-    CASE WHEN $3::float8 > 0 THEN (SELECT count(*) FROM outbox_events
-          WHERE status = 'done' AND processed_at < now() - make_interval(secs => $3::float8))
-        + (SELECT count(*) FROM outbox_events
-          WHERE status = 'queued' AND created_at < now() - make_interval(secs => $3::float8)) ELSE 0 END`
+    least((SELECT min(processed_at) FROM outbox_events WHERE status = 'done'), (SELECT min(first_at) FROM heads)),
+    (SELECT n FROM done_past) + (SELECT coalesce(sum(past), 0) FROM heads)::bigint,
+    (SELECT n FROM done_past) >= ` + strconv.Itoa(RetentionCountCap) + ` OR EXISTS (SELECT 1 FROM heads WHERE past >= ` +
+	strconv.Itoa(RetentionCountCap) + `)`
+
+// RetentionCountCap is where status stops counting the rows past the
+// retention, of each kind (done rows, each projection's queued rows): any
+// number of them says the rotation is late, and a count of the rows of a
+// rotation weeks late would hold status's snapshot for seconds. The walk
+// stops after this many rows along outbox_events_queued_idx, in order, a
+// plan the small limit keeps whatever the statistics say.
+const RetentionCountCap = 1_000
+
+// visibleRangesSQL is the (xid, id) ranges whose queued rows the statement
+// can see, in order: split at each transaction in progress in its snapshot
+// (pg_current_snapshot's xip list), whose rows it cannot see, and ending at
+// the snapshot's xmax, or past the session's own transaction, whose rows
+// it sees, when that began later. A range holds the rows above (after_xid,
+// after_id) with an xid below before_xid: one index probe per transaction
+// in progress, instead of a heap visit per uncommitted row (an open
+// producer transaction of 200k rows cost each walk 5,400 buffers).
+// Migration 00026's backlog function has the same ranges; this copy keeps
+// status running on schema 21.
+const visibleRangesSQL = `
+  SELECT coalesce(lag(x) OVER w, '0'::xid8) AS after_xid,
+         CASE WHEN lag(x) OVER w IS NULL THEN -9223372036854775808 ELSE 9223372036854775807 END AS after_id,
+         x AS before_xid
+    FROM (SELECT x FROM pg_snapshot_xip(pg_current_snapshot()) x
+          UNION ALL
+          SELECT CASE WHEN pg_current_xact_id_if_assigned() >= pg_snapshot_xmax(pg_current_snapshot())
+                      THEN '18446744073709551615'::xid8 ELSE pg_snapshot_xmax(pg_current_snapshot()) END) stops
+  WINDOW w AS (ORDER BY x)`
+
+// queuedInRangeSQL walks projection h's queued rows in range r of
+// visibleRangesSQL, in (xid, id) order along outbox_events_queued_idx.
+const queuedInRangeSQL = `
+               SELECT q.xid, q.id, q.created_at FROM outbox_events q
+                WHERE q.status = 'queued' AND q.projection = h.projection
+                  AND (q.xid, q.id) > (r.after_xid, r.after_id) AND q.xid < r.before_xid
+                ORDER BY q.xid, q.id`
 
 const topFailedSQL = `
 SELECT projection, coalesce(error_reason, ''), count(*)
@@ -205,7 +264,8 @@ func TakeSnapshotWith(ctx context.Context, db Querier, opts SnapshotOptions) (Sn
 	var pending, processing, failed, discarded, stuck, done int64
 	var oldest, oldestDone *time.Time
 	err := db.QueryRow(ctx, snapshotSQL, opts.MaxProcessing.Seconds(), opts.ExactDone, opts.Retention.Seconds()).
-		Scan(&pending, &processing, &failed, &discarded, &stuck, &oldest, &done, &s.TakenAt, &oldestDone, &s.DoneOverRetention)
+		Scan(&pending, &processing, &failed, &discarded, &stuck, &oldest, &done, &s.TakenAt, &oldestDone, &s.DoneOverRetention,
+			&s.DoneOverRetentionCapped)
 	if err != nil {
 		return s, fmt.Errorf("snapshot counts: %w", err)
 	}

@@ -164,6 +164,19 @@ func (a action) selectByIDs(ctx context.Context, tx pgx.Tx, ids []int64, limit i
 	if err := a.collectByIDs(ctx, tx, a.rows.byIDs, sortedIDs(ids), limit, f, rep); err != nil {
 		return err
 	}
+	if len(rep.Missing) > 0 {
+		// The outbox's rotation moves a row it keeps (a failed one, say)
+		// into the current partition by a DELETE and an INSERT. A lock
+		// that waited for the move finds the row it saw deleted, and the
+		// moved one came after its statement's snapshot: read the missing
+		// ids once more, in a statement whose snapshot sees the move.
+		missing := rep.Missing
+		rep.Missing = nil
+		if err := a.collectByIDs(ctx, tx, a.rows.byIDs, missing, limit, f, rep); err != nil {
+			return err
+		}
+		slices.SortFunc(rep.Events, func(x, y FailedEvent) int { return cmp.Compare(x.ID, y.ID) })
+	}
 	if problems := a.problems(rep); len(problems) > 0 {
 		rep.Events = nil
 		return &RefusedError{Action: a.name, Problems: problems}
