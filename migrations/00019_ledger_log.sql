@@ -115,6 +115,20 @@ CREATE OR REPLACE TRIGGER outbox_applied_to_ledger AFTER INSERT OR UPDATE ON out
     FOR EACH ROW EXECUTE FUNCTION outbox_applied_to_ledger();
 -- +goose StatementEnd
 
+-- New rows are queued once a binary of 19 has led (00018): it takes the
+-- ledger (log_only) before it reads a queued row, so until then a binary of
+-- before 17, which claims pending rows only, still sees every new row.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION outbox_new_row_status() RETURNS text LANGUAGE plpgsql STABLE SECURITY DEFINER AS $$
+BEGIN
+    IF coalesce((SELECT r.log_only FROM public.outbox_ledger_rotation r WHERE r.one), false) THEN
+        RETURN 'queued';
+    END IF;
+    RETURN 'pending';
+END
+$$;
+-- +goose StatementEnd
+
 -- What outbox_applied holds, copied in pages of 10,000 documents, one short
 -- transaction each (the trigger already copies what is written meanwhile;
 -- a copy twice is the same entry twice). A rerun copies again: harmless.
@@ -148,6 +162,15 @@ $$;
 -- Back to outbox_applied: every document's newest entry is merged into it,
 -- never backwards, then the ledger goes. Run it with the replicas of this
 -- binary stopped or still running, then roll the binaries back.
+-- New rows are pending from here on, for the binary of before 19 that
+-- follows (00018 turns the queued ones into what their position says).
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION outbox_new_row_status() RETURNS text LANGUAGE plpgsql STABLE SECURITY DEFINER AS $$
+BEGIN
+    RETURN 'pending';
+END
+$$;
+-- +goose StatementEnd
 -- +wlproj locks ACCESS EXCLUSIVE on outbox_applied (brief, catalog only)
 DROP TRIGGER IF EXISTS outbox_applied_to_ledger ON outbox_applied;
 -- +wlproj locks ROW EXCLUSIVE on outbox_applied (one statement over every document's entry)
