@@ -141,7 +141,7 @@ func TestReadyzNamesTheMissingGrant(t *testing.T) {
 func TestSchemaOKReadsAgainBeforeLeading(t *testing.T) {
 	db := harness.NewDatabase(t)
 	f := start(t, db.Pool, db.URL, func(c *Config) { c.SchemaInterval = time.Hour })
-	require.True(t, f.srv.SchemaOK())
+	harness.Eventually(t, 5*time.Second, "the first reading", f.srv.SchemaOK)
 	db.Exec(t, `DELETE FROM goose_db_version WHERE version_id >= $1`, migrations.RequiredVersion)
 	require.True(t, f.srv.SchemaOK(), "a reading this fresh stands")
 	time.Sleep(schemaFreshFor + 100*time.Millisecond)
