@@ -32,8 +32,7 @@ import (
 // older one's ledger writes are refused (it would judge events by
 // outbox_applied, which no longer moves), so it cannot ack: roll back by
 // migrating down to 18 first (wlproj migrate --down --to 18, which merges
-// the ledger back), then the
-// binaries.
+// the ledger back), then the binaries.
 //
 // Before that, 17: the leader reads queued rows by position, which 00017
 // adds (the xid column, outbox_positions, outbox_queue_origin). A release
