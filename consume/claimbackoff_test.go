@@ -50,7 +50,7 @@ func TestClaimBackoffDoublesToItsCapAndResets(t *testing.T) {
 		got = append(got, b.next())
 	}
 	require.Equal(t, []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond,
-		1600 * time.Millisecond, 3200 * time.Millisecond, 5 * time.Second, 5 * time.Second}, got)
+		1600 * time.Millisecond, 2 * time.Second, 2 * time.Second, 2 * time.Second}, got)
 	b.reset()
 	require.Equal(t, claimBackoffFirst, b.next())
 }
