@@ -75,6 +75,7 @@ func TestUpgradeFromPreviousReleaseUnderLoad(t *testing.T) {
 		if l := upgradeLags(t, db, s.at, until); len(l) > 0 {
 			t.Logf("  from %s (%s): %d events, lag p50 %s, p99 %s, max %s",
 				s.name, s.at.Format("15:04:05.000"), len(l), quantile(l, 0.5), quantile(l, 0.99), quantile(l, 1))
+			require.LessOrEqual(t, quantile(l, 0.99), upgradeLagBound, "lag p99 from %s on", s.name)
 		}
 	}
 	require.LessOrEqual(t, quantile(lag, 0.99), upgradeLagBound, "lag p99 over the upgrade")
