@@ -215,6 +215,7 @@ func (l *Loop) Run(ctx context.Context, epoch int64, drain <-chan struct{}) {
 	var wg sync.WaitGroup
 	poll := time.NewTimer(0)
 	defer poll.Stop()
+	var backoff claimBackoff
 
 	for {
 		select {
@@ -230,6 +231,9 @@ func (l *Loop) Run(ctx context.Context, epoch int64, drain <-chan struct{}) {
 		// the moment a bulk returns, so the engine never waits on Postgres.
 		// At most one batch waits so, within its lease like the others.
 		f, err := l.claim(ctx, epoch)
+		if err == nil {
+			backoff.reset()
+		}
 		if f != nil {
 			if len(f.events) >= quietAfter {
 				listening.set(false) // claiming after each cooldown anyway
@@ -240,7 +244,13 @@ func (l *Loop) Run(ctx context.Context, epoch int64, drain <-chan struct{}) {
 			continue
 		}
 		if err != nil && ctx.Err() == nil {
-			l.log.Error().Err(err).Msg("claim failed")
+			// Counted as a claim error where it failed; logged once per
+			// step of the backoff, which the next success resets.
+			wait := backoff.next()
+			l.log.Error().Err(err).Int("failures_in_a_row", backoff.failures).Dur("retry_in", wait).Msg("claim failed")
+			l.checkpoint(ctx, epoch, false)
+			waitAfterFailedClaim(ctx, wait, drain)
+			continue
 		}
 		listening.set(true) // a wake-up follows LISTEN: rows inserted meanwhile are claimed
 		l.checkpoint(ctx, epoch, false)

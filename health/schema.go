@@ -22,6 +22,13 @@ import (
 // campaigns, within about this long.
 const schemaIntervalDefault = 5 * time.Second
 
+// schemaFreshFor is how old a reading the elector's verdict may come from,
+// and schemaFreshTimeout how long the elector waits for a new one.
+const (
+	schemaFreshFor     = time.Second
+	schemaFreshTimeout = 500 * time.Millisecond
+)
+
 // insufficientPrivilege is the SQLSTATE of a role missing a grant.
 const insufficientPrivilege = "42501"
 
@@ -86,6 +93,7 @@ type schemaCheck struct {
 
 	mu     sync.Mutex // one read at a time
 	status atomic.Pointer[SchemaStatus]
+	readAt atomic.Int64 // unix nanoseconds of the last read's end, failed or not
 	runner startstop.Runner
 }
 
@@ -94,8 +102,20 @@ func newSchemaCheck(db migrations.Querier, interval, timeout time.Duration, log 
 		log: log.With().Str("service", "schema").Logger()}
 }
 
-// OK is the kept verdict; false before the first read.
+// OK is the elector's verdict: the kept one, read again first when it is
+// older than schemaFreshFor. A standby about to lead must not lead on a
+// reading from before a rollback began (one took over 5 s late on a
+// schema its claim refused); the elector asks between its one-second lock
+// slices and at every tick of a term, so this reads goose_db_version (one
+// row per migration, sub-millisecond) about once a second, in at most
+// schemaFreshTimeout; a failed read keeps the last verdict, as the
+// schedule's does.
 func (c *schemaCheck) OK() bool {
+	if time.Since(time.Unix(0, c.readAt.Load())) > schemaFreshFor {
+		ctx, cancel := context.WithTimeout(context.Background(), min(c.timeout, schemaFreshTimeout))
+		c.read(ctx)
+		cancel()
+	}
 	st := c.status.Load()
 	return st != nil && st.OK()
 }
@@ -153,6 +173,7 @@ func (c *schemaCheck) read(ctx context.Context) SchemaStatus {
 		schemaVersionGauge.Set(float64(s.Version))
 	}
 	c.status.Store(&next)
+	c.readAt.Store(time.Now().UnixNano())
 	c.logChange(prev, next)
 	return next
 }

@@ -133,3 +133,18 @@ func TestReadyzNamesTheMissingGrant(t *testing.T) {
 	require.Contains(t, check, "needs SELECT on goose_db_version: apply roles.sql again", check)
 	require.False(t, f.srv.SchemaOK())
 }
+
+// The elector's verdict is no older than schemaFreshFor, whatever the
+// schedule: a standby about to lead during a rollback reads the version
+// again rather than lead on a reading taken before the rollback began (it
+// led on a schema its claim refused, from a reading 5 s old).
+func TestSchemaOKReadsAgainBeforeLeading(t *testing.T) {
+	db := harness.NewDatabase(t)
+	f := start(t, db.Pool, db.URL, func(c *Config) { c.SchemaInterval = time.Hour })
+	harness.Eventually(t, 5*time.Second, "the first reading", f.srv.SchemaOK)
+	db.Exec(t, `DELETE FROM goose_db_version WHERE version_id >= $1`, migrations.RequiredVersion)
+	require.True(t, f.srv.SchemaOK(), "a reading this fresh stands")
+	time.Sleep(schemaFreshFor + 100*time.Millisecond)
+	require.False(t, f.srv.SchemaOK(), "read again: the schema was rolled back under it")
+	require.Equal(t, float64(migrations.RequiredVersion-1), gauge(t, "outbox_schema_version"))
+}

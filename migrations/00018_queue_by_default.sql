@@ -1,19 +1,35 @@
 -- +goose NO TRANSACTION
 -- +goose Up
 -- Switch step of the insert-only hot path: new rows are queued, read by
--- position and never updated when they succeed. Run it once every replica
--- runs a binary that reads positions (schema 17 or newer is required by
--- it): a binary of before 17 claims pending rows only and would leave
--- queued ones waiting.
+-- position and never updated when they succeed, once a binary that reads
+-- them leads. A binary of before 17 claims pending rows only and would
+-- leave queued ones waiting, so the default is a function that says
+-- 'pending' until such a binary has led: here always, and from 00019 on
+-- until outbox_ledger_rotation.log_only, which a binary of 19 or newer sets
+-- when it first leads, before it reads a queued row. So `wlproj migrate`
+-- to head runs while the previous release drains, and its leader keeps
+-- draining every new row until the replicas are restarted (runbook,
+-- Upgrade order); a fresh database, where no older binary ran, is switched
+-- at once by the migrate that created it.
 --
 -- The origin every projection's first position starts from is taken before
--- the default changes, in a statement of its own: a queued row is inserted
--- after the default's change committed, by a transaction that was either in
--- progress when the origin was taken or started after it, so no queued row
--- is visible in the origin. A rerun keeps the older origin, which sees even
--- less.
+-- the switch, in a statement of its own: a queued row is inserted after the
+-- switch committed, by a transaction that was either in progress when the
+-- origin was taken or started after it, so no queued row is visible in the
+-- origin. A rerun keeps the older origin, which sees even less.
 INSERT INTO outbox_queue_origin (snapshot) VALUES (pg_current_snapshot()) ON CONFLICT (one) DO NOTHING;
-ALTER TABLE outbox_events ALTER COLUMN status SET DEFAULT 'queued';
+
+-- SECURITY DEFINER and PL/pgSQL, as outbox_events_slot() (00021): a
+-- default runs as the inserting role, and the application's needs no
+-- grant; PL/pgSQL keeps its plan for the session.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION outbox_new_row_status() RETURNS text LANGUAGE plpgsql STABLE SECURITY DEFINER AS $$
+BEGIN
+    RETURN 'pending';
+END
+$$;
+-- +goose StatementEnd
+ALTER TABLE outbox_events ALTER COLUMN status SET DEFAULT outbox_new_row_status();
 
 -- +goose Down
 -- Back to claimed rows: new rows are pending again, and the queued ones
@@ -21,6 +37,7 @@ ALTER TABLE outbox_events ALTER COLUMN status SET DEFAULT 'queued';
 -- transaction. Run it with the replicas of this binary still running, then
 -- roll the binaries back.
 ALTER TABLE outbox_events ALTER COLUMN status SET DEFAULT 'pending';
+DROP FUNCTION IF EXISTS outbox_new_row_status();
 -- +wlproj locks ROW EXCLUSIVE on outbox_events (one short transaction per page of 10,000 ids)
 -- +goose StatementBegin
 DO $$

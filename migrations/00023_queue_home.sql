@@ -58,10 +58,8 @@ ALTER TABLE outbox_replay_audit DROP CONSTRAINT IF EXISTS outbox_replay_audit_ac
     CHECK (action IN ('replay', 'discard', 'archive', 'restore', 'pause', 'resume', 'rebuild', 'repair', 'rebase'));
 
 -- +goose Down
--- +wlproj locks ACCESS EXCLUSIVE on outbox_replay_audit (brief)
-ALTER TABLE outbox_replay_audit DROP CONSTRAINT IF EXISTS outbox_replay_audit_action_check,
-    ADD CONSTRAINT outbox_replay_audit_action_check
-    CHECK (action IN ('replay', 'discard', 'archive', 'restore', 'pause', 'resume', 'rebuild', 'repair')) NOT VALID;
+-- The audit's wider check stays: rebase rows keep their action, and a
+-- rollback past 00025 writes its own (migrate) row before each step.
 -- +wlproj locks none (a table of its own)
 DROP TABLE IF EXISTS outbox_queue_home;
 -- +wlproj locks SHARE ROW EXCLUSIVE on outbox_events (brief, catalog only)

@@ -108,7 +108,9 @@ func portString(p int) string {
 
 // Result reports what Up did.
 type Result struct {
-	Target  Target
+	Target Target
+	// From is the version before the run; Current the version after.
+	From    int64
 	Applied []int64
 	Current int64
 }
@@ -120,7 +122,48 @@ func Up(ctx context.Context, databaseURL string, want Expect) (Result, error) {
 }
 
 // Run checks the guard and applies the pending migrations up to cfg.UpTo.
+// On a database it migrates from nothing to 19 or beyond, it queues new
+// rows at once (queueFresh).
 func Run(ctx context.Context, databaseURL string, want Expect, cfg Config, log zerolog.Logger) (Result, error) {
+	res, err := migrate(ctx, databaseURL, want, cfg, log, nil, func(ctx context.Context, p *goose.Provider) ([]*goose.MigrationResult, error) {
+		if cfg.UpTo > 0 {
+			return p.UpTo(ctx, cfg.UpTo)
+		}
+		return p.Up(ctx)
+	})
+	if err != nil || res.From != 0 || res.Current < ledgerVersion {
+		return res, err
+	}
+	return res, queueFresh(ctx, databaseURL, cfg)
+}
+
+// ledgerVersion is the migration that lets a leader switch new rows to
+// queued (00019's outbox_ledger_rotation.log_only, 00018's default).
+const ledgerVersion = 19
+
+// queueFresh switches new rows to queued on a database migrated from
+// nothing: no binary of before 19, which claims pending rows only, ever ran
+// there, so there is nothing to wait for (on an upgrade the first leader of
+// a binary of 19 or newer switches them, when it takes the ledger).
+func queueFresh(ctx context.Context, databaseURL string, cfg Config) error {
+	db, _, err := open(ctx, databaseURL, Expect{}, cfg)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, `UPDATE outbox_ledger_rotation SET log_only = true WHERE NOT log_only`); err != nil {
+		return fmt.Errorf("migrate: queue new rows of a new database: %w", err)
+	}
+	return nil
+}
+
+// migrate opens the database behind the guard, calls before (if set) with
+// the versions applied, and runs step (goose's up or down) under the
+// advisory lock, again after each wait for a lock that a transactional
+// migration gave up (goose rolled it back whole).
+func migrate(ctx context.Context, databaseURL string, want Expect, cfg Config, log zerolog.Logger,
+	before func(context.Context, *sql.DB, map[int64]bool) error,
+	step func(context.Context, *goose.Provider) ([]*goose.MigrationResult, error)) (Result, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return Result{}, err
@@ -132,41 +175,32 @@ func Run(ctx context.Context, databaseURL string, want Expect, cfg Config, log z
 	}
 	defer db.Close()
 	logClientCheck(ctx, db, log)
-
-	files, err := loadFiles(embedded)
+	applied, err := appliedVersions(ctx, db)
 	if err != nil {
 		return res, err
+	}
+	for v := range applied {
+		res.From = max(res.From, v)
+	}
+	if before != nil {
+		if err := before(ctx, db, applied); err != nil {
+			return res, err
+		}
 	}
 	r := &runner{cfg: cfg, log: log, db: db, waits: map[string]*wait{}}
-	var gooseMigrations []*goose.Migration
-	for _, f := range files {
-		gooseMigrations = append(gooseMigrations, r.migration(f))
-	}
-	locker, err := lock.NewPostgresSessionLocker()
-	if err != nil {
-		return res, err
-	}
-	provider, err := goose.NewProvider(goose.DialectPostgres, db, nil,
-		goose.WithSessionLocker(locker), goose.WithGoMigrations(gooseMigrations...), goose.WithDisableGlobalRegistry(true))
+	provider, err := r.provider()
 	if err != nil {
 		return res, err
 	}
 	for {
-		var applied []*goose.MigrationResult
-		if cfg.UpTo > 0 {
-			applied, err = provider.UpTo(ctx, cfg.UpTo)
-		} else {
-			applied, err = provider.Up(ctx)
-		}
+		done, err := step(ctx, provider)
 		var partial *goose.PartialError
 		if errors.As(err, &partial) {
-			applied = partial.Applied
+			done = partial.Applied
 		}
-		for _, a := range applied {
+		for _, a := range done {
 			res.Applied = append(res.Applied, a.Source.Version)
 		}
-		// A transactional migration whose statement timed out on a lock was
-		// rolled back whole: wait, then run it again.
 		var lt *LockTimeoutError
 		if errors.As(err, &lt) && lt.retry {
 			if err := r.backoff(ctx, lt); err != nil {
@@ -184,6 +218,25 @@ func Run(ctx context.Context, databaseURL string, want Expect, cfg Config, log z
 	}
 	res.Current, err = provider.GetDBVersion(ctx)
 	return res, err
+}
+
+// provider is goose's, running the embedded files through r under goose's
+// session lock (one migrate at a time).
+func (r *runner) provider() (*goose.Provider, error) {
+	files, err := loadFiles(embedded)
+	if err != nil {
+		return nil, err
+	}
+	var gooseMigrations []*goose.Migration
+	for _, f := range files {
+		gooseMigrations = append(gooseMigrations, r.migration(f))
+	}
+	locker, err := lock.NewPostgresSessionLocker()
+	if err != nil {
+		return nil, err
+	}
+	return goose.NewProvider(goose.DialectPostgres, r.db, nil,
+		goose.WithSessionLocker(locker), goose.WithGoMigrations(gooseMigrations...), goose.WithDisableGlobalRegistry(true))
 }
 
 // open connects, as application_name wlproj-migrate so that the operator

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wlproj/wlproj/internal/testkit/harness"
@@ -138,4 +139,36 @@ func TestUpGuardsTheHostReachedOfSeveral(t *testing.T) {
 	res, err := migrations.Up(ctx, u.String(), migrations.Expect{Database: db.Name, Host: "127.0.0.1"})
 	require.NoError(t, err)
 	require.NotEmpty(t, res.Applied)
+}
+
+// The switch to queued rows waits for a binary that reads them. On an
+// upgrade from a release before 17 (schema 16), new rows stay pending, the
+// only rows that release claims, through wlproj migrate to head and until
+// a leader of 19 or newer takes the ledger; only then are they queued. A
+// database migrated from nothing has no older binary: queued at once.
+func TestNewRowsQueuedOnceABinaryThatReadsThemLeads(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	insert := func(db harness.DB, id string) string {
+		db.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', $1, 'upsert')`, id)
+		return harness.Column[string](t, db, `SELECT status FROM outbox_events WHERE entity_id = $1`, id)[0]
+	}
+	upgraded := harness.NewEmptyDatabase(t)
+	want := migrations.Expect{Database: upgraded.Name}
+	_, err := migrations.Run(ctx, upgraded.URL, want, migrations.Config{UpTo: 16}, zerolog.Nop())
+	require.NoError(t, err)
+	require.Equal(t, "pending", insert(upgraded, "on-16"))
+	res, err := migrations.Up(ctx, upgraded.URL, want)
+	require.NoError(t, err)
+	require.Equal(t, int64(16), res.From)
+	require.Equal(t, "pending", insert(upgraded, "on-head"), "the previous release's leader still claims every new row")
+	store := &outbox.Store{Pool: upgraded.Pool}
+	require.NoError(t, store.TakeLedger(ctx), "what a leader of this binary does before it reads a queued row")
+	require.Equal(t, "queued", insert(upgraded, "after-lead"))
+
+	fresh := harness.NewEmptyDatabase(t)
+	res, err = migrations.Up(ctx, fresh.URL, migrations.Expect{Database: fresh.Name})
+	require.NoError(t, err)
+	require.Zero(t, res.From)
+	require.Equal(t, "queued", insert(fresh, "first"))
 }

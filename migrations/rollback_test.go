@@ -16,7 +16,8 @@ import (
 // TestQueuedStorageRollsBack: undoing 00018 (after 00019; the rollback path the runbook
 // gives until it is undone) makes new rows pending again and each queued
 // row what its position says: done behind it, pending past it; so a binary
-// of before 17 drains what is left, and applying 00018 again queues anew.
+// of before 17 drains what is left. Applying them again queues anew once a
+// binary that reads queued rows has led (it takes the ledger first).
 func TestQueuedStorageRollsBack(t *testing.T) {
 	t.Parallel()
 	b := harness.NewOutbox(t)
@@ -45,6 +46,10 @@ func TestQueuedStorageRollsBack(t *testing.T) {
 
 	_, err = p.Up(ctx)
 	require.NoError(t, err)
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', 'pending', 'upsert')`)
+	require.Equal(t, 1, b.Count(t, `entity_id = 'pending' AND status = 'pending' AND NOT queued`),
+		"pending until a binary that reads queued rows leads")
+	require.NoError(t, b.Store.TakeLedger(ctx))
 	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', 'again', 'upsert')`)
 	require.Equal(t, 1, b.Count(t, `entity_id = 'again' AND queued`))
 }
@@ -55,6 +60,7 @@ func TestQueuedStorageRollsBack(t *testing.T) {
 func TestLedgerRollsBack(t *testing.T) {
 	t.Parallel()
 	b := harness.NewOutbox(t)
+	asUpgraded(t, b)
 	b.Exec(t, `INSERT INTO outbox_applied (projection, entity_type, entity_id, version, deleted, event_id)
 	           VALUES ('search', 'book', 'old', 9, false, 90)`)
 	b.Exec(t, `INSERT INTO outbox_ledger (projection, entity_type, entity_id, version, deleted, event_id) VALUES
@@ -77,6 +83,7 @@ func TestLedgerRollsBack(t *testing.T) {
 func TestLedgerTakesOlderBinariesWrites(t *testing.T) {
 	t.Parallel()
 	b := harness.NewOutbox(t)
+	asUpgraded(t, b)
 	upsert := `INSERT INTO outbox_applied AS a (projection, entity_type, entity_id, version, deleted, event_id)
 	           VALUES ('search', 'book', '1', $1, false, $1)
 	           ON CONFLICT (projection, entity_type, entity_id) DO UPDATE SET version = excluded.version, event_id = excluded.event_id`
@@ -87,6 +94,14 @@ func TestLedgerTakesOlderBinariesWrites(t *testing.T) {
 	_, err := b.DB.Pool.Exec(context.Background(), upsert, 3)
 	require.ErrorContains(t, err, "a binary of 19 has led: upgrade this replica")
 	require.Equal(t, 2, b.Int(t, `SELECT version FROM outbox_ledger_entry('search', 'book', '1')`))
+}
+
+// asUpgraded makes b's database one upgraded from before 19 on which no
+// binary of 19 has led yet: a database migrated from nothing is switched
+// at once (no older binary ever wrote outbox_applied there).
+func asUpgraded(t *testing.T, b harness.Outbox) {
+	t.Helper()
+	b.Exec(t, `UPDATE outbox_ledger_rotation SET log_only = false`)
 }
 
 func provider(t *testing.T, url string) *goose.Provider {

@@ -144,7 +144,18 @@ func (e *LockTimeoutError) Error() string {
 // running statements (not idle in its transaction) is working, not stuck:
 // if every try still met it, its transactions outlast the lock timeout,
 // and only a longer one (or a quieter moment) finds the gap between them.
+// Not so for an index build CONCURRENTLY: it waits, without a lock
+// timeout, for every transaction older than itself to end, so the session
+// in the way is one transaction or snapshot that lasted the whole
+// MIGRATE_LOCK_WAIT, and no lock timeout helps (a previous release's
+// standby waiting for leadership in one statement is one).
 func (e *LockTimeoutError) Hint() string {
+	if concurrentRE.MatchString(e.Statement) {
+		return "an index build CONCURRENTLY waits for every transaction and snapshot older than itself to end, " +
+			"and the session in the way kept one open all along; a longer MIGRATE_LOCK_TIMEOUT cannot help: end that session " +
+			"(a standby of a release that waits for leadership in one statement: restart it onto this binary, and end its wait " +
+			"if it outlived it, see the runbook's upgrade order) or wait for its transaction to end"
+	}
 	working := len(e.Blockers) > 0
 	for _, b := range e.Blockers {
 		working = working && b.State == "active"

@@ -45,13 +45,20 @@ import (
 // restart the standby, then the leader. Once a binary of 19 has led, an
 // older one's ledger writes are refused (it would judge events by
 // outbox_applied, which no longer moves), so it cannot ack: roll back by
-// migrating down to 18 first (which merges the ledger back), then the
-// binaries.
+// migrating down to 18 first (wlproj migrate --down --to 18, which merges
+// the ledger back), then the binaries.
 //
 // Before that, 17: the leader reads queued rows by position, which 00017
-// adds (the xid column, outbox_positions, outbox_queue_origin). The upgrade
-// from a release before 17 is: migrate up to 17 (wlproj migrate --to 17),
-// restart the standby, then the leader, then migrate again.
+// adds (the xid column, outbox_positions, outbox_queue_origin). A release
+// before 17 claims pending rows only, so new rows stay pending until a
+// binary of 19 or newer leads (00018's outbox_new_row_status(), which reads
+// the log_only that such a leader sets first): the upgrade from it is one
+// migrate to head while it drains, between restarting the standby (whose
+// one-statement wait for leadership would hold up 00017's index build)
+// and the leader (runbook, Upgrade from the previous release).
+//
+// 22 and 25 (the audit log's action migrate, for wlproj migrate --down)
+// do not raise it: this binary's runtime SQL uses neither.
 //
 // Raise it when a migration adds something this binary's SQL uses, and
 // never for one it does not: migrations only add, so a binary keeps working

@@ -99,3 +99,33 @@ func TestLedgerBackfillLetsVacuumRun(t *testing.T) {
 	require.True(t, moving(), "the data move ended before VACUUM could tell; give it more rows")
 	require.NoError(t, <-done)
 }
+
+// An index build CONCURRENTLY waits for every older transaction, without a
+// lock timeout: behind a session running a statement in a transaction
+// older than the build (as a previous release's standby waits for
+// leadership), the migration fails after LockWait naming it, and the hint
+// says to end it or wait, not to lengthen MIGRATE_LOCK_TIMEOUT, which
+// cannot help.
+func TestConcurrentBuildHintNamesTheOldTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, expect := databaseAt(t, 16)
+	conn, err := db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck
+	_, err = tx.Exec(ctx, `SELECT txid_current()`)
+	require.NoError(t, err)
+	go func() { _, _ = tx.Exec(ctx, `SELECT pg_sleep(6)`) }()
+
+	_, err = migrations.Run(ctx, db.URL, expect, migrations.Config{UpTo: 17, LockWait: 2 * time.Second}, zerolog.Nop())
+	var lt *migrations.LockTimeoutError
+	require.ErrorAs(t, err, &lt)
+	require.Contains(t, lt.Statement, "CONCURRENTLY")
+	require.NotEmpty(t, lt.Blockers, "the session in the way named")
+	require.Equal(t, "active", lt.Blockers[0].State)
+	require.NotContains(t, lt.Hint(), "give it a longer MIGRATE_LOCK_TIMEOUT")
+	require.Contains(t, lt.Hint(), "a longer MIGRATE_LOCK_TIMEOUT cannot help: end that session")
+}
