@@ -29,7 +29,8 @@ import (
 // versions), written in random chunks between random batches, with
 // concurrent flights, acks that fail with batches in flight (a rewind, and
 // reads again of rows earlier batches still hold), producers that write
-// xid, leaders killed between their bulk and its ack, a
+// xid, rotations with a retention of 0 as the runtime role, leaders killed
+// between their bulk and its ack, a
 // deposed leader's bulk delivered late, replays, discards, pruning, late
 // commits, pauses and resumes, and repair events (verify --repair's: an
 // upsert or a delete at the version the ledger holds) in between. After
@@ -187,7 +188,9 @@ func (h *modelHandler) Handle(ctx context.Context, events []outbox.Event) []proj
 
 func newModel(t *testing.T, seed uint64, docs int) *model {
 	t.Helper()
-	m := &model{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), b: setup(t),
+	// The loop and the rotations run as roles.sql's runtime role, as
+	// `wlproj run` does; producers and the operator use the admin's pool.
+	m := &model{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), b: setupRuntime(t),
 		base: harness.ElasticURL(t), index: map[string]string{}, h: map[string]*modelHandler{}, byID: map[int64]*mEvent{}, epoch: 1,
 		doneBeforePrune: map[int64]bool{},
 		repaired:        map[string]bool{}}
@@ -565,6 +568,7 @@ func (m *model) rewindRounds(t *testing.T, ctx context.Context) {
 func refuseLedger(t *testing.T, b bundle) {
 	t.Helper()
 	b.Exec(t, `CREATE TABLE model_refuse (event_id bigint PRIMARY KEY)`)
+	b.Exec(t, `GRANT SELECT ON model_refuse TO PUBLIC`) // the trigger runs as the inserting role
 	b.Exec(t, `CREATE FUNCTION model_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
 	           BEGIN IF EXISTS (SELECT 1 FROM model_refuse WHERE event_id = NEW.event_id) THEN
 	             RAISE EXCEPTION 'the model refuses this ack'; END IF; RETURN NEW; END $$`)
