@@ -482,15 +482,7 @@ func (m *model) round(t *testing.T, ctx context.Context) {
 // once, the later ones started first, as the pipelined loop can.
 func (m *model) concurrentRounds(t *testing.T, ctx context.Context) {
 	t.Helper()
-	var flights []*flight
-	for range 2 + m.rng.IntN(2) {
-		f, err := m.loop.claim(ctx, m.epoch)
-		require.NoError(t, err)
-		if f == nil {
-			break
-		}
-		flights = append(flights, f)
-	}
+	flights := m.claimAhead(t, ctx, nil, 2+m.rng.IntN(2))
 	var wg sync.WaitGroup
 	for i := len(flights) - 1; i >= 0; i-- {
 		wg.Add(1)
@@ -504,15 +496,11 @@ func (m *model) concurrentRounds(t *testing.T, ctx context.Context) {
 	m.logf("%d concurrent flights", len(flights))
 }
 
-// rewindRounds claims two or three batches ahead, fails the ack of one of
-// them (its ledger write is refused, as a dropped connection or a timeout
-// would fail it), which rewinds its projection's reads; then claims again
-// (the reads again, which may start at a row an earlier batch still holds)
-// and processes every batch at once, the later ones started first.
-func (m *model) rewindRounds(t *testing.T, ctx context.Context) {
+// claimAhead claims up to n more batches after flights, as the pipelined
+// loop claims ahead of its bulks.
+func (m *model) claimAhead(t *testing.T, ctx context.Context, flights []*flight, n int) []*flight {
 	t.Helper()
-	var flights []*flight
-	for range 2 + m.rng.IntN(2) {
+	for range n {
 		f, err := m.loop.claim(ctx, m.epoch)
 		require.NoError(t, err)
 		if f == nil {
@@ -520,6 +508,17 @@ func (m *model) rewindRounds(t *testing.T, ctx context.Context) {
 		}
 		flights = append(flights, f)
 	}
+	return flights
+}
+
+// rewindRounds claims two or three batches ahead, fails the ack of one of
+// them (its ledger write is refused, as a dropped connection or a timeout
+// would fail it), which rewinds its projection's reads; then claims again
+// (the reads again, which may start at a row an earlier batch still holds)
+// and processes every batch at once, the later ones started first.
+func (m *model) rewindRounds(t *testing.T, ctx context.Context) {
+	t.Helper()
+	flights := m.claimAhead(t, ctx, nil, 2+m.rng.IntN(2))
 	if len(flights) == 0 {
 		return
 	}
@@ -540,13 +539,7 @@ func (m *model) rewindRounds(t *testing.T, ctx context.Context) {
 	res, err := m.loop.handle(ctx, m.epoch, failing)
 	require.NoError(t, err)
 	m.b.Exec(t, `DELETE FROM model_refuse`)
-	for range 1 + m.rng.IntN(2) {
-		f, err := m.loop.claim(ctx, m.epoch)
-		require.NoError(t, err)
-		if f != nil {
-			flights = append(flights, f)
-		}
-	}
+	flights = m.claimAhead(t, ctx, flights, 1+m.rng.IntN(2))
 	var wg sync.WaitGroup
 	for i := len(flights) - 1; i >= 0; i-- {
 		if flights[i] == failing {

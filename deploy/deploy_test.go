@@ -48,6 +48,7 @@ var allowedMetrics = map[string]bool{
 	"outbox_leader":                                  true,
 	"outbox_leader_epoch":                            true,
 	"outbox_leader_refused":                          true,
+	"outbox_queue_home_mismatch":                     true,
 	"outbox_ready":                                   true,
 	"outbox_batch_duration_seconds_bucket":           true,
 	"outbox_batch_duration_seconds_sum":              true,
@@ -204,6 +205,7 @@ var wantAlerts = []string{
 	"OutboxSchemaBehind",
 	"OutboxLeaderErrors",
 	"OutboxLeaderRefused",
+	"OutboxQueueHomeMismatch",
 	"OutboxProjectionsDisagree",
 }
 

@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -292,34 +291,7 @@ func binaryBeforeMigration(t *testing.T, version int64) oldBinary {
 		}
 	}
 	require.Less(t, old.schema, version)
-	old.path = buildCommit(t, root, parent)
+	old.path = harness.BinaryOf(t, parent)
 	return old
 }
 
-// buildCommit builds the wlproj of commit once per machine, into the user's
-// cache directory under the commit's name: a commit's source never changes,
-// so a later run finds the binary instead of building it again.
-func buildCommit(t *testing.T, root, commit string) string {
-	t.Helper()
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
-	}
-	dir := filepath.Join(cache, "wlproj", "e2e-bin", commit)
-	bin := filepath.Join(dir, "wlproj")
-	if _, err := os.Stat(bin); err == nil {
-		return bin
-	}
-	src := t.TempDir()
-	out, err := exec.Command("sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", root, commit, src).CombinedOutput()
-	require.NoError(t, err, "git archive %s: %s", commit, out)
-	require.NoError(t, os.MkdirAll(dir, 0o755))
-	// Built aside and renamed: another test process finds all or nothing.
-	tmp := filepath.Join(dir, "wlproj.building-"+strconv.Itoa(os.Getpid()))
-	build := exec.Command("go", "build", "-o", tmp, ".")
-	build.Dir = src
-	out, err = build.CombinedOutput()
-	require.NoError(t, err, "go build of %s: %s", commit, out)
-	require.NoError(t, os.Rename(tmp, bin))
-	return bin
-}
