@@ -444,6 +444,8 @@ func (b *bench) quiesce(ctx context.Context) error {
 // them (a ledger left full would make the next step's events no-ops). The
 // queue's origin stays: migration 00018 wrote it once, no queued row is
 // visible in it, and a leader reads no queued row without it; so does the
+// record of the cluster it belongs to (00023), without which no replica
+// leads; so does the
 // ledger's rotation, whose one row names the partition entries go to. The outbox
 // is locked first: a reader of it and the positions (the health sampler's
 // backlog, through outbox_queue_backlog) locks it first too, and a
@@ -455,7 +457,7 @@ func (b *bench) reset(ctx context.Context) error {
 		  EXECUTE (SELECT 'TRUNCATE ' || string_agg(format('%I', tablename), ', '
 		                                            ORDER BY tablename <> 'outbox_events', tablename) || ' RESTART IDENTITY'
 		             FROM pg_tables WHERE schemaname = current_schema()
-		              AND tablename NOT IN ('goose_db_version', 'outbox_queue_origin', 'outbox_ledger_rotation', 'outbox_events_rotation'));
+		              AND tablename NOT IN ('goose_db_version', 'outbox_queue_origin', 'outbox_queue_home', 'outbox_ledger_rotation', 'outbox_events_rotation'));
 		END $$`)
 	return err
 }
