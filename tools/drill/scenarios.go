@@ -255,7 +255,7 @@ func (d *drill) catchUp(ctx context.Context, sc *Scenario, t0 time.Time) error {
 	back := time.Now()
 	err := d.waitWritten(ctx, sc, "the events from before the engine came back to be done", func(ctx context.Context) bool {
 		if sc.FirstAckSeconds == nil {
-			if at, ok, err := harness.AckedAfter(ctx, d.s.DB.Pool, t0, ""); err == nil && ok {
+			if at, ok, err := harness.AppliedAfter(ctx, d.s.DB.Pool, t0, ""); err == nil && ok {
 				sc.FirstAckSeconds = ptr(harness.Round3(at.Sub(t0).Seconds()))
 			}
 		}

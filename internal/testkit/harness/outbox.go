@@ -81,36 +81,42 @@ func FirstAppliedAfter(ctx context.Context, q Querier, after time.Time, by strin
 	return *at, true, nil
 }
 
-// WaitFirstAck waits for AckedAfter to find an ack, then returns when the
-// first event after after was applied (FirstAppliedAfter): what a user of
-// the index or the timeline sees, not when the leader next saved its
-// position. Where no write dates it (every event of the term superseded,
-// a chronicle in a table of another name), the ack AckedAfter found.
+// AppliedAfter is when the first event after after was applied by worker
+// by (any if empty), once AckedAfter finds an ack: FirstAppliedAfter, what
+// a user of the index or the timeline sees, not when the leader next saved
+// its position. Where no write dates it (every event of the term
+// superseded, a chronicle in a table of another name), the ack AckedAfter
+// found. False while there is no ack: the ledger and the chronicle are
+// scanned only once there is one.
+func AppliedAfter(ctx context.Context, q Querier, after time.Time, by string) (time.Time, bool, error) {
+	acked, ok, err := AckedAfter(ctx, q, after, by)
+	if err != nil || !ok {
+		return acked, ok, err
+	}
+	applied, ok, err := FirstAppliedAfter(ctx, q, after, by)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	if !ok || applied.After(acked) {
+		return acked, true, nil
+	}
+	return applied, true, nil
+}
+
+// WaitFirstAck waits for AppliedAfter to find the first event applied.
 func WaitFirstAck(ctx context.Context, timeout time.Duration, q Querier, after time.Time, by string) (time.Time, error) {
-	var acked time.Time
-	what := "an ack after " + after.Format(time.RFC3339Nano)
+	var at time.Time
+	what := "an event applied after " + after.Format(time.RFC3339Nano)
 	if by != "" {
 		what += " by " + by
 	}
 	err := Poll(ctx, timeout, what, func(ctx context.Context) (bool, error) {
 		var ok bool
 		var err error
-		acked, ok, err = AckedAfter(ctx, q, after, by)
+		at, ok, err = AppliedAfter(ctx, q, after, by)
 		return ok, err
 	})
-	if err != nil {
-		return acked, err
-	}
-	var applied time.Time
-	var ok bool
-	err = Poll(ctx, dbTimeout, "the first applied event's time", func(ctx context.Context) (bool, error) {
-		applied, ok, err = FirstAppliedAfter(ctx, q, after, by)
-		return err == nil, err
-	})
-	if err != nil || !ok || applied.After(acked) {
-		return acked, err
-	}
-	return applied, nil
+	return at, err
 }
 
 // WaitDrained waits until no event is pending or processing: no claimed
