@@ -73,15 +73,6 @@ func (l *Loop) listen(ctx context.Context, state *listening, wake chan<- struct{
 	}
 }
 
-// listenAfter is listen once first is closed (the term's first batch).
-func (l *Loop) listenAfter(ctx context.Context, first <-chan struct{}, state *listening, wake chan<- struct{}) {
-	select {
-	case <-first:
-		l.listen(ctx, state, wake)
-	case <-ctx.Done():
-	}
-}
-
 // listenOn listens on one connection of the pool until an error or the end
 // of the term.
 func (l *Loop) listenOn(ctx context.Context, state *listening, wake chan<- struct{}) error {

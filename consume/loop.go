@@ -241,16 +241,12 @@ type TermStart struct {
 
 // RunWith is Run with start's preparation and report.
 func (l *Loop) RunWith(ctx context.Context, epoch int64, drain <-chan struct{}, start TermStart) {
-	firstDone := l.beginTerm(ctx, start)
+	l.beginTerm(ctx, start)
 	wake := make(chan struct{}, 1)
 	listenCtx, stopListen := context.WithCancel(ctx)
 	defer stopListen()
 	listening := newListening()
-	// The listener takes a connection of its own for the term: after the
-	// first batch, so that it opens none while the first reads want one.
-	// Till then the loop claims without waiting; the wake-up that follows
-	// LISTEN catches what was inserted meanwhile.
-	go l.listenAfter(listenCtx, firstDone, listening, wake)
+	go l.listen(listenCtx, listening, wake)
 
 	workCtx, cancelWork := context.WithCancel(ctx)
 	defer cancelWork()
@@ -296,24 +292,19 @@ func (l *Loop) RunWith(ctx context.Context, epoch int64, drain <-chan struct{}, 
 	}
 }
 
-// beginTerm resets the loop's state for a new term, starts its
-// preparation and returns a channel closed once the term's first batch
-// was processed or its first claim found nothing (TermStart.Started).
-func (l *Loop) beginTerm(ctx context.Context, start TermStart) <-chan struct{} {
+// beginTerm resets the loop's state for a new term and starts its
+// preparation.
+func (l *Loop) beginTerm(ctx context.Context, start TermStart) {
 	l.prepared = startPreparing(ctx, start.Prepare)
-	firstDone := make(chan struct{})
-	l.started = sync.OnceFunc(func() {
-		close(firstDone)
-		if start.Started != nil {
-			start.Started()
-		}
-	})
+	l.started = func() {}
+	if start.Started != nil {
+		l.started = sync.OnceFunc(start.Started)
+	}
 	l.order, l.cursor, l.headNext, l.headAt, l.queues = newOrder(), nil, false, time.Time{}, nil
 	// The term's first claim reads queued rows first, as after a claim of
 	// rows: a takeover under load finds its events there, and the claim
 	// from the head every new term makes comes next, a few ms later.
 	l.claimedLast = true
-	return firstDone
 }
 
 // startPreparing runs prepare aside with ctx and returns a channel closed
