@@ -62,6 +62,13 @@ type Loop struct {
 	// headWanted is set by the listener when someone asks for a claim
 	// from the head at once (outbox.HeadChannel: a resume, a repair).
 	headWanted atomic.Bool
+	// prepared is closed once the term's preparation (TermStart.Prepare)
+	// is done; no batch goes to a projection before. started reports the
+	// term's first batch (TermStart.Started). Both are set by RunWith
+	// before the term's first claim and read by the batches' goroutines;
+	// a nil prepared is ready.
+	prepared <-chan struct{}
+	started  func()
 
 	mu       sync.Mutex
 	inflight map[int64]struct{}
@@ -106,6 +113,7 @@ func (l *Loop) runOnce(ctx context.Context, epoch int64) (BatchResult, error) {
 	if err != nil || f == nil {
 		return BatchResult{}, err
 	}
+	l.showInFlight(ctx, epoch, f)
 	res, err := l.handle(ctx, epoch, f)
 	l.checkpoint(ctx, epoch, true) // what Run does once a second, at once
 	return res, err
@@ -121,6 +129,12 @@ func (l *Loop) handle(ctx context.Context, epoch int64, f *flight) (BatchResult,
 	}
 	if err := l.order.wait(ctx, f); err != nil {
 		return BatchResult{}, err
+	}
+	if err := awaitPrepared(ctx, l.prepared); err != nil {
+		return BatchResult{}, err
+	}
+	if l.started != nil {
+		defer l.started()
 	}
 	return l.process(ctx, epoch, f.events), nil
 }
@@ -138,11 +152,18 @@ func (l *Loop) claim(ctx context.Context, epoch int64) (*flight, error) {
 	if f != nil {
 		l.track(f.events)
 		f.span = startBatch(ctx, epoch, f.events, start, end)
-		if f.events[0].Queued {
-			l.checkpoint(ctx, epoch, false) // shows the batch in flight, once a second at most
-		}
 	}
 	return f, err
+}
+
+// showInFlight saves the positions once a second at most, so that a
+// checkpoint shows f's read in flight. The caller does it once f is on
+// its way to its projection: a term's first read always saves (no save
+// yet), and that write must not delay the term's first bulk.
+func (l *Loop) showInFlight(ctx context.Context, epoch int64, f *flight) {
+	if f.events[0].Queued {
+		l.checkpoint(ctx, epoch, false)
+	}
 }
 
 // next takes queued rows by position, or claims rows that need a claim
@@ -202,7 +223,25 @@ func (l *Loop) fromHead(now time.Time) bool {
 // (shutdown: stop claiming, let in-flight bulks finish within the grace
 // period, put the rest back to pending without counting an attempt).
 func (l *Loop) Run(ctx context.Context, epoch int64, drain <-chan struct{}) {
-	l.order, l.cursor, l.headNext, l.headAt, l.queues = newOrder(), nil, false, time.Time{}, nil
+	l.RunWith(ctx, epoch, drain, TermStart{})
+}
+
+// TermStart is what a term's start has besides the loop's own work.
+type TermStart struct {
+	// Prepare, if set, runs at the start of the term beside the loop's
+	// first reads, and the term's first batch goes to its projection once
+	// it has returned: a new leader's first event waits for the longer of
+	// the two, not for their sum (a search index's set-up is a round trip
+	// to the engine, as long as the loop's first reads).
+	Prepare func(context.Context)
+	// Started, if set, is called once in the term, when its first batch
+	// has been processed or its first claim found nothing (or failed).
+	Started func()
+}
+
+// RunWith is Run with start's preparation and report.
+func (l *Loop) RunWith(ctx context.Context, epoch int64, drain <-chan struct{}, start TermStart) {
+	l.beginTerm(ctx, start)
 	wake := make(chan struct{}, 1)
 	listenCtx, stopListen := context.WithCancel(ctx)
 	defer stopListen()
@@ -238,11 +277,16 @@ func (l *Loop) Run(ctx context.Context, epoch int64, drain <-chan struct{}) {
 			if len(f.events) >= quietAfter {
 				listening.set(false) // claiming after each cooldown anyway
 			}
-			if l.dispatch(ctx, workCtx, epoch, f, slots, &wg, drain) && len(f.events) < l.cfg.BulkSize {
+			dispatched := l.dispatch(ctx, workCtx, epoch, f, slots, &wg, drain)
+			if dispatched {
+				l.showInFlight(ctx, epoch, f)
+			}
+			if dispatched && len(f.events) < l.cfg.BulkSize {
 				l.cooldown(ctx, drain)
 			}
 			continue
 		}
+		l.started()
 		if err != nil && ctx.Err() == nil {
 			// Counted as a claim error where it failed; logged once per
 			// step of the backoff, which the next success resets.
@@ -255,6 +299,49 @@ func (l *Loop) Run(ctx context.Context, epoch int64, drain <-chan struct{}) {
 		listening.set(true) // a wake-up follows LISTEN: rows inserted meanwhile are claimed
 		l.checkpoint(ctx, epoch, false)
 		l.idle(ctx, poll, l.idleFor(), wake, drain)
+	}
+}
+
+// beginTerm resets the loop's state for a new term and starts its
+// preparation.
+func (l *Loop) beginTerm(ctx context.Context, start TermStart) {
+	l.prepared = startPreparing(ctx, start.Prepare)
+	l.started = func() {}
+	if start.Started != nil {
+		l.started = sync.OnceFunc(start.Started)
+	}
+	l.order, l.cursor, l.headNext, l.headAt, l.queues = newOrder(), nil, false, time.Time{}, nil
+	// The term's first claim reads queued rows first, as after a claim of
+	// rows: a takeover under load finds its events there, and the claim
+	// from the head every new term makes comes next, a few ms later.
+	l.claimedLast = true
+}
+
+// startPreparing runs prepare aside with ctx and returns a channel closed
+// once it has returned; a closed one for no prepare.
+func startPreparing(ctx context.Context, prepare func(context.Context)) <-chan struct{} {
+	done := make(chan struct{})
+	if prepare == nil {
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		prepare(ctx)
+	}()
+	return done
+}
+
+// awaitPrepared waits for the term's preparation (nil: none), or ctx.
+func awaitPrepared(ctx context.Context, prepared <-chan struct{}) error {
+	if prepared == nil {
+		return nil
+	}
+	select {
+	case <-prepared:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

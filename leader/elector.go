@@ -92,7 +92,10 @@ type Config struct {
 	// ServerCheckInterval is how often a leader asks every host DatabaseURL
 	// lists, and its pool, which server they reach (a split brain check,
 	// each within CheckTimeout), and how long a replica that refused to
-	// lead waits before it asks again. Defaults to 5s.
+	// lead waits before it asks again. A standby asks every half of it
+	// while it waits for the lock, so that the replica that wins has asked
+	// within the interval and starts leading without asking again.
+	// Defaults to 5s.
 	ServerCheckInterval time.Duration
 }
 
@@ -369,7 +372,7 @@ func (e *Elector) campaign(ctx context.Context) error {
 	if err := e.checkSplit(ctx, lock); err != nil {
 		return err
 	}
-	if err := e.waitForLock(ctx, conn); err != nil {
+	if err := e.waitForLock(ctx, conn, lock); err != nil {
 		return err
 	}
 	if !e.canLead() {
@@ -385,13 +388,19 @@ func (e *Elector) campaign(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("bump epoch: %w", err)
 	}
-	if e.cfg.ProjectionsHash != "" {
-		// Only seen, never relied on: a failure to record it leads anyway.
-		if _, err := conn.Exec(ctx, outbox.RecordProjectionsSQL, e.cfg.Name, epoch, e.cfg.ProjectionsHash); err != nil {
-			e.log.Warn().Err(err).Msg("could not record this leader's projections hash")
-		}
-	}
 	return e.lead(ctx, conn, epoch, lock)
+}
+
+// recordProjections records the projections this leader runs, once its
+// services have started: only seen, never relied on, so a failure to
+// record it leads anyway, and the write is no step of a takeover.
+func (e *Elector) recordProjections(ctx context.Context, conn *pgx.Conn, epoch int64) {
+	if e.cfg.ProjectionsHash == "" {
+		return
+	}
+	if _, err := conn.Exec(ctx, outbox.RecordProjectionsSQL, e.cfg.Name, epoch, e.cfg.ProjectionsHash); err != nil {
+		e.log.Warn().Err(err).Msg("could not record this leader's projections hash")
+	}
 }
 
 // checkSplit runs findSplit; a *Refusal when this replica may not lead
@@ -411,26 +420,52 @@ func (e *Elector) recordSplit(r *Refusal) error {
 	return nil
 }
 
-// waitForLock returns once conn holds the leader lock. The wait runs aside
-// so the loop keeps ticking for liveness.
-func (e *Elector) waitForLock(ctx context.Context, conn *pgx.Conn) error {
+// waitForLock returns once conn, on lock's server, holds the leader lock.
+// The wait runs aside so the loop keeps ticking for liveness, and checks
+// for a split brain every half ServerCheckInterval meanwhile: the check is
+// then recent when the lock comes, and a takeover does not wait for one
+// (probe connections to every host, a statement on each pooled one). A
+// split found ends the wait with the *Refusal.
+func (e *Elector) waitForLock(ctx context.Context, conn *pgx.Conn, lock Server) error {
 	locked := make(chan error, 1)
 	waitCtx, stopWaiting := context.WithCancel(ctx)
 	defer stopWaiting()
 	go func() { locked <- waitInSlices(waitCtx, conn, e.cfg.Name, e.canLead) }()
 	ticker := time.NewTicker(e.cfg.TickInterval)
 	defer ticker.Stop()
+	split := e.newSplitWatch(e.cfg.ServerCheckInterval / 2)
+	defer split.due.Stop()
 	for {
 		select {
 		case err := <-locked:
 			if err != nil {
 				return fmt.Errorf("wait for lock: %w", err)
 			}
-			return nil
+			// A check under way holds the pool's idle connections, which
+			// the new leader's first reads want: its verdict, fresh, first.
+			return e.awaitSplit(split)
 		case <-ticker.C:
 			e.ticked()
+		case <-split.due.C:
+			split.start(ctx, e, lock)
+		case r := <-split.result:
+			split.running = false
+			if err := e.recordSplit(r); err != nil {
+				stopWaiting()
+				<-locked // conn is the wait's until it returns
+				return err
+			}
 		}
 	}
+}
+
+// awaitSplit waits for the split check under way, if any, and records it.
+func (e *Elector) awaitSplit(split *splitWatch) error {
+	if !split.running {
+		return nil
+	}
+	split.running = false
+	return e.recordSplit(<-split.result)
 }
 
 // waitInSlices runs LockSQL until it takes the lock. The lock connection's
@@ -456,7 +491,6 @@ func waitInSlices(ctx context.Context, conn *pgx.Conn, name string, canLead func
 // brain check (every ServerCheckInterval) refusing lock's server.
 func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, epoch int64, lock Server) error {
 	e.setState(RoleLeader, epoch)
-	e.log.Info().Int64("epoch", epoch).Msg("became leader")
 	defer e.setState(RoleStandby, 0)
 
 	svcCtx, cancel := context.WithCancel(context.Background())
@@ -467,12 +501,14 @@ func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, epoch int64, lock Se
 		defer close(done)
 		runAll(svcCtx, epoch, drain, e.services)
 	}()
+	e.log.Info().Int64("epoch", epoch).Msg("became leader")
+	e.recordProjections(ctx, conn, epoch)
 
 	check := time.NewTicker(e.cfg.CheckInterval)
 	defer check.Stop()
 	tick := time.NewTicker(e.cfg.TickInterval)
 	defer tick.Stop()
-	split := e.newSplitWatch()
+	split := e.newSplitWatch(e.cfg.ServerCheckInterval)
 	defer split.due.Stop()
 	for {
 		select {

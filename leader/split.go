@@ -119,16 +119,17 @@ func (e *Elector) refuse(r *Refusal) {
 	e.mu.Unlock()
 }
 
-// splitWatch runs findSplit aside while the replica leads, so the loop
-// keeps checking its lock connection and ticking while hosts are asked.
+// splitWatch runs findSplit aside, every due tick, while the replica leads
+// or waits for the lock, so the loop keeps checking its lock connection and
+// ticking while hosts are asked.
 type splitWatch struct {
 	due     *time.Ticker
 	result  chan *Refusal
 	running bool
 }
 
-func (e *Elector) newSplitWatch() *splitWatch {
-	return &splitWatch{due: time.NewTicker(e.cfg.ServerCheckInterval), result: make(chan *Refusal, 1)}
+func (e *Elector) newSplitWatch(every time.Duration) *splitWatch {
+	return &splitWatch{due: time.NewTicker(every), result: make(chan *Refusal, 1)}
 }
 
 // start runs one check unless one still runs.

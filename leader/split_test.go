@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -131,4 +132,49 @@ func TestOneServerUnderTwoNamesIsNoSplit(t *testing.T) {
 	time.Sleep(time.Second) // five checks
 	require.True(t, r.leading())
 	require.Empty(t, r.refused())
+}
+
+// A standby checks for a split while it waits for the lock, every half
+// ServerCheckInterval, so that when the lock comes its last check is recent
+// and it leads without checking again: a takeover waits for no probe of
+// the hosts and no statement on each pooled connection.
+func TestStandbyChecksWhileWaitingAndTakesOverWithoutChecking(t *testing.T) {
+	t.Parallel()
+	db := harness.NewDatabase(t)
+	pool := openPool(t, db.URL, "wlproj:b")
+	var mu sync.Mutex
+	var checks []time.Time
+	a := runReplica(t, db.URL, "a", nil)
+	waitLeader(t, a)
+	b := runReplica(t, db.URL, "b", func(e *Elector) {
+		poolServers := PoolServers(pool)
+		e.PoolServers = func(ctx context.Context) ([]Server, error) {
+			mu.Lock()
+			checks = append(checks, time.Now())
+			mu.Unlock()
+			return poolServers(ctx)
+		}
+	})
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(checks)
+	}
+	harness.Eventually(t, 5*time.Second, "the standby to check three times while it waits", func() bool { return count() >= 3 })
+	require.False(t, b.leading())
+
+	// Right after a check, the next is half an interval away (100 ms).
+	last := count()
+	harness.Eventually(t, 5*time.Second, "the standby's next check", func() bool { return count() > last })
+	released := time.Now()
+	a.stop()
+	waitLeader(t, b)
+	_, _, elected := b.terms()
+	require.Len(t, elected, 1)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, at := range checks {
+		require.False(t, at.After(released) && b.e.State().Since.After(at),
+			"no check between the lock's release (%s) and the term (%s): one at %s", released, b.e.State().Since, at)
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/wlproj/wlproj/projection"
+	"github.com/wlproj/wlproj/rebuild"
 )
 
 // builtin names the projections a binary without a projections file
@@ -36,6 +37,9 @@ type searchParts struct {
 	// timeout is the engine's request timeout, which sets the index's
 	// write lifetime.
 	timeout time.Duration
+	// dualWrite is the leader's view of the projection's rebuild, which
+	// each bulk reads (newDaemon sets it).
+	dualWrite *rebuild.DualWrite
 }
 
 // builder is what the projections' constructors draw on.

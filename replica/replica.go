@@ -152,6 +152,7 @@ func (r *Replica) Run(ctx context.Context) {
 			s.probe.WarnGCDeletes(ctx, log, s.spec.Search.Index, projection.WriteLifetime(s.timeout))
 		}()
 	}
+	go r.keepWarm(ctx)
 	_ = r.elector.Start(ctx)
 	<-ctx.Done()
 	r.elector.Stop()

@@ -57,7 +57,8 @@
 //     batch's percentiles.
 //
 //  5. failover: -failovers times, kill -9 the leader of two replicas under
-//     -failover-rate events/s; from the kill to the first ack of the other.
+//     -failover-rate events/s; from the kill to the first event the other
+//     applied (harness.WaitFirstAck: the ledger's applied_at of its first ack).
 //
 //  6. claim cost: median time of one claim with only pending rows in the
 //     table, then with -done-rows done and -failed-rows failed rows too

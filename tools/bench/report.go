@@ -247,7 +247,8 @@ type Latency struct {
 type Failover struct {
 	Rounds int `json:"rounds"`
 	Rate   int `json:"rate"`
-	// Seconds from each kill to the first ack of the new leader.
+	// Seconds from each kill to the first event the new leader applied
+	// (harness.WaitFirstAck).
 	Seconds *harness.Stats `json:"seconds"`
 }
 

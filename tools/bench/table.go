@@ -82,7 +82,8 @@ func latencyRows(r *Report, tw io.Writer) {
 
 func failoverRows(r *Report, tw io.Writer) {
 	if f := r.Failover; f != nil {
-		fmt.Fprintf(tw, "5 failover x%d at %d/s\tmin %.3fs, median %.3fs, max %.3fs\t\n", f.Rounds, f.Rate, f.Seconds.Min, f.Seconds.Median, f.Seconds.Max)
+		fmt.Fprintf(tw, "5 failover x%d at %d/s, kill to first applied\tmin %.3fs, median %.3fs, p99 %.3fs, max %.3fs\t\n",
+			f.Rounds, f.Rate, f.Seconds.Min, f.Seconds.Median, f.Seconds.P99, f.Seconds.Max)
 	}
 }
 

@@ -33,7 +33,7 @@ import (
 const (
 	rateDefault     = 200
 	entitiesDefault = 500
-	killsDefault    = 5
+	killsDefault    = 20
 	replaysDefault  = 5
 	outageDefault   = 60 * time.Second
 	// soakDefault and soakRateDefault are the soak's length and rate: a

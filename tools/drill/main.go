@@ -107,13 +107,15 @@
 // autovacuums, lock waits, the backlog; the report has it per scenario.
 //
 // Measures:
-//   - takeover: from the fault to the first ack after it by the new leader
-//     (harness.AckedAfter, Postgres' clock, as is the fault's time): the
-//     earliest processed_at of a claimed row it acked, or confirmed_at of
-//     a position it saved for queued rows, which it saves at most once a
-//     second, so up to a second after the ack. After a Postgres restart,
-//     any ack after the new postmaster started counts; after a network cut,
-//     any leader's.
+//   - takeover: from the fault to the first event the new leader applied
+//     (harness.WaitFirstAck, Postgres' clock, as is the fault's time): the
+//     replicas run a search projection, so for a queued row the ledger's
+//     applied_at of the new leader's first ack, which it writes once the
+//     engine has answered the bulk (a few ms after the index write), or the
+//     processed_at of a claimed row it acked; not the first checkpoint,
+//     saved up to a second later. After a Postgres restart, any event
+//     applied after the new postmaster started counts; after a network
+//     cut, any leader's.
 //   - duplicate sends: claimed rows whose error_history holds a
 //     stuck_reclaimed entry, i.e. claimed by a leader that never recorded
 //     the outcome (it was killed, cut off or restarted mid-batch) and then
@@ -130,8 +132,8 @@
 //     stopped or killed, its highest value summed over the processes.
 //   - events the ledger dropped unsent: outbox_superseded_total
 //     {cause="ledger"}, scraped the same way; replayed rows: replay_count > 0.
-//   - postgres-failover: kill → standby promoted, and kill → the first ack
-//     on the promoted standby (any ack after it accepted writes).
+//   - postgres-failover: kill → standby promoted, and kill → the first event
+//     applied on the promoted standby (any after it accepted writes).
 //   - network-cut's stop-writing time: from the cut until the cut leader's
 //     /healthz says standby, which the elector says only once its services
 //     have stopped.

@@ -137,7 +137,9 @@ type Scenario struct {
 	Database *harness.HealthSummary `json:"database,omitempty"`
 	// Soak is the soak scenario's figures.
 	Soak *SoakResult `json:"soak,omitempty"`
-	// Takeover is fault → first ack by the new leader, per repetition.
+	// Takeover is fault → the first event the new leader applied, per
+	// repetition (harness.WaitFirstAck: the ledger's applied_at of its
+	// first ack of a queued row, or a claimed row's processed_at).
 	Takeover *harness.Stats `json:"takeover_seconds,omitempty"`
 
 	// engine-down
@@ -149,7 +151,7 @@ type Scenario struct {
 	// postgres-restart
 	PGDownSeconds *float64 `json:"pg_restart_seconds,omitempty"`
 	// postgres-failover: kill -9 of the primary → the standby promoted
-	// (pg_ctl promote returned), and → the first ack on it.
+	// (pg_ctl promote returned), and → the first event applied on it.
 	PromotedSeconds      *float64 `json:"promoted_seconds,omitempty"`
 	FirstAckOnNewPrimary *float64 `json:"first_ack_on_new_primary_seconds,omitempty"`
 	// network-cut
@@ -187,7 +189,7 @@ func (r *Report) summary(w io.Writer, path string) {
 	}
 	fmt.Fprintf(w, "\nwlproj drill: %s in %s (postgres %s, %s)\n", verdict,
 		(time.Duration(r.DurationSeconds) * time.Second).String(), r.Versions.Postgres, r.Versions.Engine)
-	fmt.Fprintf(w, "%-26s %-4s %-28s %s\n", "scenario", "ok", "takeover s min/median/max", "notes")
+	fmt.Fprintf(w, "%-26s %-4s %-36s %s\n", "scenario", "ok", "takeover ms p50/p99/max (to 1st applied)", "notes")
 	for _, s := range r.Scenarios {
 		ok := "yes"
 		if !s.OK {
@@ -195,9 +197,9 @@ func (r *Report) summary(w io.Writer, path string) {
 		}
 		take := "-"
 		if s.Takeover != nil {
-			take = fmt.Sprintf("%.2f / %.2f / %.2f (n=%d)", s.Takeover.Min, s.Takeover.Median, s.Takeover.Max, len(s.Takeover.Samples))
+			take = fmt.Sprintf("%.0f / %.0f / %.0f (n=%d)", s.Takeover.Median*1000, s.Takeover.P99*1000, s.Takeover.Max*1000, len(s.Takeover.Samples))
 		}
-		fmt.Fprintf(w, "%-26s %-4s %-28s %s\n", s.Name, ok, take, s.notes())
+		fmt.Fprintf(w, "%-26s %-4s %-36s %s\n", s.Name, ok, take, s.notes())
 	}
 	e := r.Events
 	fmt.Fprintf(w, "events: written %d, in the outbox %d, done %d, failed %d, discarded %d, lost %d (gone from the outbox %d)\n",

@@ -134,37 +134,42 @@ func (d *drill) takeover(ctx context.Context, sc *Scenario, epoch int64, fault, 
 	if err != nil {
 		return handover{}, fmt.Errorf("first ack by %s: %w", next.name, err)
 	}
+	// A term that began before the fault would make a takeover of nothing.
+	var began time.Time
+	if err := d.s.DB.Pool.QueryRow(ctx, `SELECT acquired_at FROM outbox_leader WHERE holder = $1 AND epoch = $2`,
+		next.name, nextEpoch).Scan(&began); err != nil {
+		return handover{}, fmt.Errorf("the term of %s at epoch %d: %w", next.name, nextEpoch, err)
+	}
+	if began.Before(fault) {
+		return handover{}, fmt.Errorf("%s led at epoch %d from %s, before the fault at %s", next.name, nextEpoch, began, fault)
+	}
 	h := handover{next: next, epoch: nextEpoch, secs: harness.Round3(ack.Sub(fault).Seconds())}
 	sc.takeovers = append(sc.takeovers, h.secs)
 	sc.Leaders = append(sc.Leaders, next.name)
 	return h, nil
 }
 
-// killLeader kills old, the leader at epoch, with SIGKILL at t0 (its
-// metrics scraped just before: a killed process cannot be read) and waits
-// for the next leader's first ack.
-func (d *drill) killLeader(ctx context.Context, sc *Scenario, old *slot, epoch int64, t0 time.Time) (handover, error) {
-	old.cur.scrape()
-	old.cur.r.Kill()
-	return d.takeover(ctx, sc, epoch, t0, t0)
-}
-
-// killLeaderNow is killLeader at once, by the database's clock.
+// killLeaderNow kills old, the leader at epoch, with SIGKILL (its metrics
+// scraped just before: a killed process cannot be read) and waits for the
+// next leader's first event applied. The kill's time is read on the
+// database's clock after the scrape, right before the kill.
 func (d *drill) killLeaderNow(ctx context.Context, sc *Scenario, old *slot, epoch int64) (handover, error) {
+	old.cur.scrape()
 	t0, err := harness.Now(ctx, d.s.DB.Pool)
 	if err != nil {
 		return handover{}, err
 	}
-	return d.killLeader(ctx, sc, old, epoch, t0)
+	old.cur.r.Kill()
+	return d.takeover(ctx, sc, epoch, t0, t0)
 }
 
 func (d *drill) kill9(ctx context.Context, sc *Scenario) error {
 	for i := 1; i <= d.cfg.Kills; i++ {
-		old, epoch, t0, err := d.settled(ctx)
+		old, epoch, _, err := d.settled(ctx)
 		if err != nil {
 			return err
 		}
-		h, err := d.killLeader(ctx, sc, old, epoch, t0)
+		h, err := d.killLeaderNow(ctx, sc, old, epoch)
 		if err != nil {
 			return fmt.Errorf("round %d: %w", i, err)
 		}
@@ -255,7 +260,7 @@ func (d *drill) catchUp(ctx context.Context, sc *Scenario, t0 time.Time) error {
 	back := time.Now()
 	err := d.waitWritten(ctx, sc, "the events from before the engine came back to be done", func(ctx context.Context) bool {
 		if sc.FirstAckSeconds == nil {
-			if at, ok, err := harness.AckedAfter(ctx, d.s.DB.Pool, t0, ""); err == nil && ok {
+			if at, ok, err := harness.AppliedAfter(ctx, d.s.DB.Pool, t0, ""); err == nil && ok {
 				sc.FirstAckSeconds = ptr(harness.Round3(at.Sub(t0).Seconds()))
 			}
 		}

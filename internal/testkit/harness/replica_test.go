@@ -76,6 +76,7 @@ func TestLeaderStandbyAndFailover(t *testing.T) {
 	ack, err := WaitFirstAck(ctx, 15*time.Second, db.Pool, killed, next.Name)
 	require.NoError(t, err)
 	require.True(t, ack.After(killed))
+	requireFirstApplied(ctx, t, db, ack, next.Name)
 
 	p.Stop()
 	require.NoError(t, p.Err())
@@ -84,4 +85,19 @@ func TestLeaderStandbyAndFailover(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, ok, "no ack in the future")
 	require.EqualValues(t, p.Committed(), Verified(t, db.Pool, index).Done)
+}
+
+// requireFirstApplied checks that ack, what WaitFirstAck returned, is when
+// by applied its first event of the term, as the ledger dates it (the
+// replicas run a search projection, and their rows are queued), and not
+// its first checkpoint, which the loop saves with its first confirmed
+// batch: after the ack that wrote the ledger.
+func requireFirstApplied(ctx context.Context, t *testing.T, db DB, ack time.Time, by string) {
+	t.Helper()
+	var term, firstApplied, firstCheckpoint time.Time
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT acquired_at FROM outbox_leader WHERE holder = $1`, by).Scan(&term))
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT min(applied_at) FROM outbox_ledger WHERE applied_at >= $1`, term).Scan(&firstApplied))
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT confirmed_at FROM outbox_positions WHERE saved_by = $1 ORDER BY confirmed_at LIMIT 1`, by).Scan(&firstCheckpoint))
+	require.True(t, ack.Equal(firstApplied), "the takeover ends at the first ledger entry of the term (%s), not at %s", firstApplied, ack)
+	require.True(t, firstCheckpoint.After(firstApplied), "the first checkpoint (%s) comes after the first ack", firstCheckpoint)
 }
