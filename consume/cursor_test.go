@@ -134,7 +134,8 @@ func TestUnknownProjectionIsNotReadAgainWhileItWaits(t *testing.T) {
 	l, err := NewLoop(Config{UnknownWait: wait}, b.Store, projection.Registry{"search": h}, zerolog.Nop())
 	require.NoError(t, err)
 	b.Exec(t, `INSERT INTO outbox_events (projection, entity_type, entity_id, op) VALUES ('ghost', 'book', 'g', 'upsert')`)
-	l.refreshQueues(ctx)
+	l.refreshQueues(ctx) // the term's start: the loop's own projections
+	l.refreshQueues(ctx) // its next claim: the others producers name
 	now := time.Now()
 	events, err := l.readQueued(ctx, now)
 	require.NoError(t, err)

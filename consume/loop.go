@@ -173,7 +173,7 @@ func (l *Loop) showInFlight(ctx context.Context, epoch int64, f *flight) {
 // so neither starves the other.
 func (l *Loop) next(ctx context.Context, epoch int64, now time.Time) ([]outbox.Event, error) {
 	rowsDue := l.headWanted.Load() || l.headNext || now.Sub(l.headAt) >= l.cfg.PollInterval
-	if l.queues == nil || rowsDue {
+	if l.queues == nil || rowsDue || !l.queues.listed {
 		l.refreshQueues(ctx)
 	}
 	usable := l.queues != nil && l.queues.ready()

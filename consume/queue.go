@@ -27,6 +27,9 @@ type queues struct {
 	byName map[string]*queue
 	names  []string
 	next   int
+	// listed is set once the projections producers name were listed this
+	// term (refreshQueues); Run's goroutine's.
+	listed bool
 	// saving serializes checkpoints; savedAt is the last one's time.
 	saving  sync.Mutex
 	savedAt time.Time
@@ -248,19 +251,18 @@ func (l *Loop) checkpoint(ctx context.Context, epoch int64, force bool) {
 // next refresh tries again.
 func (l *Loop) refreshQueues(ctx context.Context) {
 	if l.queues == nil {
-		if l.queueError(ctx, l.store.TakeLedger(ctx), "taking the ledger failed") {
+		origin, saved, err := l.store.TermStart(ctx)
+		if l.queueError(ctx, err, "taking the ledger and reading the positions failed") {
 			return
 		}
-		origin, err := l.store.Origin(ctx)
-		if l.queueError(ctx, err, "reading the queue's origin failed") {
-			return
-		}
-		saved, err := l.store.Positions(ctx)
-		if l.queueError(ctx, err, "reading positions failed") {
-			return
-		}
+		// The term's first read waits for this: the projections producers
+		// name beside the loop's own are listed at its next claim, once the
+		// first batch is on its way (3 to 10 ms on the takeover path).
 		l.queues = newQueues(origin, saved)
+		l.queues.know(l.names)
+		return
 	}
+	l.queues.listed = true
 	if !l.queues.ready() {
 		origin, err := l.store.Origin(ctx)
 		if l.queueError(ctx, err, "reading the queue's origin failed") || origin == nil {

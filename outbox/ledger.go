@@ -21,11 +21,14 @@ import (
 // by the entries it would no longer see. Idempotent: it writes once per
 // database, not once per term.
 func (s *Store) TakeLedger(ctx context.Context) error {
-	if _, err := s.Pool.Exec(ctx, `UPDATE outbox_ledger_rotation SET log_only = true WHERE NOT log_only`); err != nil {
+	if _, err := s.Pool.Exec(ctx, takeLedgerSQL); err != nil {
 		return fmt.Errorf("take the ledger: %w", err)
 	}
 	return nil
 }
+
+// takeLedgerSQL is TakeLedger's statement, which TermStart sends too.
+const takeLedgerSQL = `UPDATE outbox_ledger_rotation SET log_only = true WHERE NOT log_only`
 
 // LedgerRotation is what one RotateLedger did.
 type LedgerRotation struct {
