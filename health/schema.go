@@ -129,10 +129,15 @@ func (c *schemaCheck) current(ctx context.Context) SchemaStatus {
 	return c.read(ctx)
 }
 
-// Start reads the version now and every interval until Stop or ctx ends.
+// Start reads the version now and every interval until Stop or ctx ends,
+// but at least every half schemaFreshFor: the elector asks for a verdict
+// no older than schemaFreshFor the moment it wins the lock, and a reading
+// kept fresh in the background spares the takeover that round trip (a
+// synchronous read there cost a standby up to tens of milliseconds under
+// load). One primary-key read of goose_db_version twice a second.
 func (c *schemaCheck) Start(ctx context.Context) error {
 	c.runner.Run(ctx, func(ctx context.Context) {
-		ticker := time.NewTicker(c.interval)
+		ticker := time.NewTicker(min(c.interval, schemaFreshFor/2))
 		defer ticker.Stop()
 		for {
 			rctx, cancel := context.WithTimeout(ctx, c.timeout)
