@@ -59,6 +59,10 @@ type Loop struct {
 	// (each read would fetch the same batch to leave it again) nor warns
 	// again. Run's goroutine's.
 	unknownUntil map[string]time.Time
+	// emptyAt is, for each projection whose last read of queued rows found
+	// none, when: it is read after the others until emptyRecheck has
+	// passed (readOrder). Run's goroutine's; kept across terms.
+	emptyAt map[string]time.Time
 	// headWanted is set by the listener when someone asks for a claim
 	// from the head at once (outbox.HeadChannel: a resume, a repair).
 	headWanted atomic.Bool
@@ -97,7 +101,7 @@ func NewLoop(cfg Config, store *outbox.Store, handlers projection.Registry, log 
 	latest := handlers.LatestOnly()
 	return &Loop{cfg: cfg, store: store, pool: store.Pool, handlers: handlers, latest: latest,
 		latestNames: slices.Sorted(maps.Keys(latest)), names: slices.Sorted(slices.Values(names)), order: newOrder(),
-		log: log.With().Str("service", "consume").Logger(), inflight: map[int64]struct{}{}, unknownUntil: map[string]time.Time{}}, nil
+		log: log.With().Str("service", "consume").Logger(), inflight: map[int64]struct{}{}, unknownUntil: map[string]time.Time{}, emptyAt: map[string]time.Time{}}, nil
 }
 
 // Config returns the effective configuration.
