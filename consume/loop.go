@@ -59,6 +59,14 @@ type Loop struct {
 	// (each read would fetch the same batch to leave it again) nor warns
 	// again. Run's goroutine's.
 	unknownUntil map[string]time.Time
+	// readInBatch says the last batch was queued rows read on in an older
+	// snapshot's batch (readQueued): fewer than a full batch then means
+	// that batch ended, not the queue, so the loop reads on without its
+	// cooldown. A new leader's first read is one: the rest of its
+	// predecessor's batch, sent already and dropped by the ledger, after
+	// which the cooldown made every new event wait 50 ms more (3 of 40
+	// takeovers in make drill). Run's goroutine's.
+	readInBatch bool
 	// emptyAt is, for each projection whose last read of queued rows found
 	// none, when: it is read after the others until emptyRecheck has
 	// passed (readOrder). Run's goroutine's; kept across terms.
@@ -176,6 +184,7 @@ func (l *Loop) showInFlight(ctx context.Context, epoch int64, f *flight) {
 // once when asked, and in turns with queued reads while both have work,
 // so neither starves the other.
 func (l *Loop) next(ctx context.Context, epoch int64, now time.Time) ([]outbox.Event, error) {
+	l.readInBatch = false
 	rowsDue := l.headWanted.Load() || l.headNext || now.Sub(l.headAt) >= l.cfg.PollInterval
 	if l.queues == nil || rowsDue || !l.queues.listed {
 		l.refreshQueues(ctx)
@@ -285,7 +294,7 @@ func (l *Loop) RunWith(ctx context.Context, epoch int64, drain <-chan struct{}, 
 			if dispatched {
 				l.showInFlight(ctx, epoch, f)
 			}
-			if dispatched && len(f.events) < l.cfg.BulkSize {
+			if dispatched && len(f.events) < l.cfg.BulkSize && !l.readInBatch {
 				l.cooldown(ctx, drain)
 			}
 			continue

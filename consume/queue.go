@@ -332,6 +332,7 @@ func (l *Loop) readQueued(ctx context.Context, now time.Time) ([]outbox.Event, e
 		l.queues.read(name, gen, to, events, now)
 		if len(events) > 0 {
 			delete(l.emptyAt, name)
+			l.readInBatch = from.InBatch()
 			return events, nil
 		}
 		l.emptyAt[name] = now

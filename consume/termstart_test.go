@@ -61,3 +61,34 @@ func TestTermReadsQueuedRowsFirstWhilePreparingAndSendsAfter(t *testing.T) {
 	require.Equal(t, []string{"queued", "claimed"}, sentSoFar(), "the queued read came first (one bulk at a time)")
 	require.EqualValues(t, 1, started.Load(), "the term's start reported once")
 }
+
+// A leader that starts from a position its predecessor saved mid-batch
+// first reads the rest of that batch, fewer than a full batch since it
+// ends at the old snapshot: that read is marked in-batch, which spares it
+// Run's cooldown, so the events written since wait for none (before,
+// every takeover whose first read was such a rest waited 50 ms more). The
+// read after it takes a new snapshot and is not.
+func TestReadOnInBatchSkipsTheCooldown(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sent := &sentSet{sent: map[string]int{}}
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op)
+	           SELECT 'book', 'old' || g, 'upsert' FROM generate_series(1, 3) g`)
+	first, err := NewLoop(Config{BulkSize: 2}, b.Store, projection.Registry{"search": sent.handler()}, zerolog.Nop())
+	require.NoError(t, err)
+	_, err = first.runOnce(context.Background(), 1)
+	require.NoError(t, err)
+	require.Equal(t, 2, b.Count(t, `status = 'done'`), "the predecessor confirmed 2 of the batch's 3")
+
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', 'new', 'upsert')`)
+	next, err := NewLoop(Config{BulkSize: 100}, b.Store, projection.Registry{"search": sent.handler()}, zerolog.Nop())
+	require.NoError(t, err)
+	f, err := next.claim(context.Background(), 1)
+	require.NoError(t, err)
+	require.Len(t, f.events, 1, "the rest of the predecessor's batch")
+	require.True(t, next.readInBatch, "read on in the old batch: no cooldown after it")
+	f, err = next.claim(context.Background(), 1)
+	require.NoError(t, err)
+	require.Equal(t, "new", f.events[0].EntityID)
+	require.False(t, next.readInBatch, "a new snapshot's read that found less than a batch: the cooldown applies")
+}

@@ -36,6 +36,11 @@ func (p Position) Drained() Position { return Position{Prev: p.Cur, Cur: p.Cur} 
 // drained (or p is an origin).
 func (p Position) ticks() bool { return p.Cur == "" || p.Cur == p.Prev }
 
+// InBatch reports whether a read from p reads on in the batch of an older
+// snapshot (a leader's position saved mid-batch, a rewind): what it finds
+// ends at that snapshot, not where the queue ends.
+func (p Position) InBatch() bool { return !p.ticks() }
+
 // Origin is the position every projection starts from, nil before
 // migration 00018 made rows queued (there are none to read then).
 func (s *Store) Origin(ctx context.Context) (*Position, error) {
