@@ -49,6 +49,13 @@ func newLogger(format, level string, w io.Writer) zerolog.Logger {
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
 }
 
+// logTimeFormat stamps log lines to the millisecond: a takeover, a batch
+// and an ack happen within milliseconds of each other, and lines stamped
+// to the second could not be put in order.
+const logTimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
+func init() { zerolog.TimeFieldFormat = logTimeFormat }
+
 // Model is the command line's kong model, its ${…} filled: what --help
 // shows, for tests that hold the runbook to it.
 func Model() (*kong.Application, error) {

