@@ -59,14 +59,16 @@ type Loop struct {
 	// (each read would fetch the same batch to leave it again) nor warns
 	// again. Run's goroutine's.
 	unknownUntil map[string]time.Time
-	// readInBatch says the last batch was queued rows read on in an older
-	// snapshot's batch (readQueued): fewer than a full batch then means
-	// that batch ended, not the queue, so the loop reads on without its
-	// cooldown. A new leader's first read is one: the rest of its
-	// predecessor's batch, sent already and dropped by the ledger, after
-	// which the cooldown made every new event wait 50 ms more (3 of 40
-	// takeovers in make drill). Run's goroutine's.
-	readInBatch bool
+	// readRest says the last batch was the rest of older work (readQueued):
+	// queued rows read on in an older snapshot's batch, where fewer than a
+	// full batch means that batch ended, not the queue; or a term's first
+	// read from its predecessor's saved position, mostly events the
+	// predecessor sent already (up to a checkpoint's second of them),
+	// which the ledger drops. The loop reads on without its cooldown: the
+	// events written since the takeover waited 50 ms behind it (make drill:
+	// 8 of 40 takeovers at about 90 ms where the others took 30; none
+	// since, p99 38 ms over 40 kills). Run's goroutine's.
+	readRest bool
 	// emptyAt is, for each projection whose last read of queued rows found
 	// none, when: it is read after the others until emptyRecheck has
 	// passed (readOrder). Run's goroutine's; kept across terms.
@@ -184,7 +186,7 @@ func (l *Loop) showInFlight(ctx context.Context, epoch int64, f *flight) {
 // once when asked, and in turns with queued reads while both have work,
 // so neither starves the other.
 func (l *Loop) next(ctx context.Context, epoch int64, now time.Time) ([]outbox.Event, error) {
-	l.readInBatch = false
+	l.readRest = false
 	rowsDue := l.headWanted.Load() || l.headNext || now.Sub(l.headAt) >= l.cfg.PollInterval
 	if l.queues == nil || rowsDue || !l.queues.listed {
 		l.refreshQueues(ctx)
@@ -268,12 +270,6 @@ func (l *Loop) RunWith(ctx context.Context, epoch int64, drain <-chan struct{}, 
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	var backoff claimBackoff
-	// The term's first batch is mostly its predecessor's last, applied
-	// already and dropped by the ledger (up to a checkpoint's second of
-	// events): the events written since the takeover wait for no cooldown
-	// behind it (make drill: 8 of 40 takeovers waited it out, about 90 ms
-	// where the others took 30; none since, p99 38 ms over 40 kills).
-	firstBatch := true
 
 	for {
 		select {
@@ -300,10 +296,9 @@ func (l *Loop) RunWith(ctx context.Context, epoch int64, drain <-chan struct{}, 
 			if dispatched {
 				l.showInFlight(ctx, epoch, f)
 			}
-			if dispatched && len(f.events) < l.cfg.BulkSize && !l.readInBatch && !firstBatch {
+			if dispatched && len(f.events) < l.cfg.BulkSize && !l.readRest {
 				l.cooldown(ctx, drain)
 			}
-			firstBatch = firstBatch && !dispatched
 			continue
 		}
 		l.started()

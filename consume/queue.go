@@ -38,6 +38,9 @@ type queues struct {
 // queue is one projection's position.
 type queue struct {
 	done, claimed outbox.Position
+	// resumed is set for a position a predecessor saved, until the term's
+	// first read of it that found events (resumedRead).
+	resumed bool
 	flights       []*queueFlight
 	// generation changes when the queue rewinds: flights of an earlier one
 	// confirm nothing.
@@ -61,8 +64,20 @@ func newQueues(origin *outbox.Position, saved map[string]outbox.Position) *queue
 	qs := &queues{origin: origin, byName: map[string]*queue{}}
 	for name, p := range saved {
 		qs.add(name, p)
+		qs.byName[name].resumed = true
 	}
 	return qs
+}
+
+// resumedRead reports whether name's read that found events is the term's
+// first from a position its predecessor saved, and clears it.
+func (qs *queues) resumedRead(name string) bool {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	q := qs.byName[name]
+	was := q.resumed
+	q.resumed = false
+	return was
 }
 
 // ready reports whether rows can be queued at all.
@@ -332,7 +347,7 @@ func (l *Loop) readQueued(ctx context.Context, now time.Time) ([]outbox.Event, e
 		l.queues.read(name, gen, to, events, now)
 		if len(events) > 0 {
 			delete(l.emptyAt, name)
-			l.readInBatch = from.InBatch()
+			l.readRest = l.queues.resumedRead(name) || from.InBatch()
 			return events, nil
 		}
 		l.emptyAt[name] = now

@@ -86,9 +86,41 @@ func TestReadOnInBatchSkipsTheCooldown(t *testing.T) {
 	f, err := next.claim(context.Background(), 1)
 	require.NoError(t, err)
 	require.Len(t, f.events, 1, "the rest of the predecessor's batch")
-	require.True(t, next.readInBatch, "read on in the old batch: no cooldown after it")
+	require.True(t, next.readRest, "read on in the old batch, the term's first from a saved position: no cooldown after it")
 	f, err = next.claim(context.Background(), 1)
 	require.NoError(t, err)
 	require.Equal(t, "new", f.events[0].EntityID)
-	require.False(t, next.readInBatch, "a new snapshot's read that found less than a batch: the cooldown applies")
+	require.False(t, next.readRest, "a new snapshot's read that found less than a batch: the cooldown applies")
+}
+
+// A term's first read from a drained position its predecessor saved is
+// the rest of older work too (what the predecessor sent after its last
+// checkpoint comes again, dropped by the ledger): no cooldown after it.
+// A first term, with no saved position, keeps the cooldown (the trickle's
+// batching: TestClaimCooldownBatchesATrickle).
+func TestFirstReadFromASavedPositionSkipsTheCooldown(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sent := &sentSet{sent: map[string]int{}}
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', 'a', 'upsert')`)
+	first, err := NewLoop(Config{}, b.Store, projection.Registry{"search": sent.handler()}, zerolog.Nop())
+	require.NoError(t, err)
+	f, err := first.claim(context.Background(), 1)
+	require.NoError(t, err)
+	require.NotNil(t, f)
+	require.False(t, first.readRest, "no predecessor: the cooldown applies")
+	_, err = first.handle(context.Background(), 1, f)
+	require.NoError(t, err)
+	first.checkpoint(context.Background(), 1, true)
+
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', 'b', 'upsert')`)
+	next, err := NewLoop(Config{}, b.Store, projection.Registry{"search": sent.handler()}, zerolog.Nop())
+	require.NoError(t, err)
+	_, err = next.claim(context.Background(), 1)
+	require.NoError(t, err)
+	require.True(t, next.readRest, "the term's first read from the saved position")
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', 'c', 'upsert')`)
+	_, err = next.claim(context.Background(), 1)
+	require.NoError(t, err)
+	require.False(t, next.readRest, "its next read is not")
 }
