@@ -41,7 +41,7 @@ type queue struct {
 	// resumed is set for a position a predecessor saved, until the term's
 	// first read of it that found events (resumedRead).
 	resumed bool
-	flights       []*queueFlight
+	flights []*queueFlight
 	// generation changes when the queue rewinds: flights of an earlier one
 	// confirm nothing.
 	generation int
