@@ -66,8 +66,8 @@ type Loop struct {
 	// predecessor sent already (up to a checkpoint's second of them),
 	// which the ledger drops. The loop reads on without its cooldown: the
 	// events written since the takeover waited 50 ms behind it (make drill:
-	// 8 of 40 takeovers at about 90 ms where the others took 30; none
-	// since, p99 38 ms over 40 kills). Run's goroutine's.
+	// 8 of 40 takeovers at about 90 ms where the others took 30; since,
+	// p99 38 and 50 ms over 40 kills). Run's goroutine's.
 	readRest bool
 	// emptyAt is, for each projection whose last read of queued rows found
 	// none, when: it is read after the others until emptyRecheck has
