@@ -292,13 +292,7 @@ func (l *Loop) RunWith(ctx context.Context, epoch int64, drain <-chan struct{}, 
 			if len(f.events) >= quietAfter {
 				listening.set(false) // claiming after each cooldown anyway
 			}
-			dispatched := l.dispatch(ctx, workCtx, epoch, f, slots, &wg, drain)
-			if dispatched {
-				l.showInFlight(ctx, epoch, f)
-			}
-			if dispatched && len(f.events) < l.cfg.BulkSize && !l.readRest {
-				l.cooldown(ctx, drain)
-			}
+			l.send(ctx, workCtx, epoch, f, slots, &wg, drain)
 			continue
 		}
 		l.started()
@@ -314,6 +308,18 @@ func (l *Loop) RunWith(ctx context.Context, epoch int64, drain <-chan struct{}, 
 		listening.set(true) // a wake-up follows LISTEN: rows inserted meanwhile are claimed
 		l.checkpoint(ctx, epoch, false)
 		l.idle(ctx, poll, l.idleFor(), wake, drain)
+	}
+}
+
+// send hands a claimed batch to a bulk slot and, after less than a full
+// batch of new work, cools down so that a trickle is claimed in batches.
+func (l *Loop) send(ctx, workCtx context.Context, epoch int64, f *flight, slots chan struct{}, wg *sync.WaitGroup, drain <-chan struct{}) {
+	if !l.dispatch(ctx, workCtx, epoch, f, slots, wg, drain) {
+		return
+	}
+	l.showInFlight(ctx, epoch, f)
+	if len(f.events) < l.cfg.BulkSize && !l.readRest {
+		l.cooldown(ctx, drain)
 	}
 }
 

@@ -266,7 +266,7 @@ func (l *Loop) checkpoint(ctx context.Context, epoch int64, force bool) {
 // next refresh tries again.
 func (l *Loop) refreshQueues(ctx context.Context) {
 	if l.queues == nil {
-		origin, saved, err := l.store.TermStart(ctx)
+		origin, saved, err := l.store.LoadQueue(ctx)
 		if l.queueError(ctx, err, "taking the ledger and reading the positions failed") {
 			return
 		}

@@ -27,7 +27,7 @@ func (s *Store) TakeLedger(ctx context.Context) error {
 	return nil
 }
 
-// takeLedgerSQL is TakeLedger's statement, which TermStart sends too.
+// takeLedgerSQL is TakeLedger's statement, which LoadQueue sends too.
 const takeLedgerSQL = `UPDATE outbox_ledger_rotation SET log_only = true WHERE NOT log_only`
 
 // LedgerRotation is what one RotateLedger did.

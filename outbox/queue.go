@@ -68,11 +68,11 @@ func (s *Store) Positions(ctx context.Context) (map[string]Position, error) {
 	return scanPositions(rows)
 }
 
-// TermStart takes the ledger (TakeLedger) and reads the queue's origin and
+// LoadQueue takes the ledger (TakeLedger) and reads the queue's origin and
 // every saved position in one round trip: a new leader's first read waits
 // for them, and three round trips on the takeover path cost what the read
 // itself does.
-func (s *Store) TermStart(ctx context.Context) (*Position, map[string]Position, error) {
+func (s *Store) LoadQueue(ctx context.Context) (*Position, map[string]Position, error) {
 	batch := &pgx.Batch{}
 	batch.Queue(takeLedgerSQL)
 	batch.Queue(`SELECT snapshot::text FROM outbox_queue_origin`)
