@@ -483,17 +483,22 @@ func (m *model) round(t *testing.T, ctx context.Context) {
 func (m *model) concurrentRounds(t *testing.T, ctx context.Context) {
 	t.Helper()
 	flights := m.claimAhead(t, ctx, nil, 2+m.rng.IntN(2))
+	m.handleAll(ctx, flights, nil)
+	m.logf("%d concurrent flights", len(flights))
+}
+
+// handleAll processes flights at once, the later ones started first, but
+// done (handled already), then checkpoints.
+func (m *model) handleAll(ctx context.Context, flights []*flight, done *flight) {
 	var wg sync.WaitGroup
 	for i := len(flights) - 1; i >= 0; i-- {
-		wg.Add(1)
-		go func(f *flight) {
-			defer wg.Done()
-			_, _ = m.loop.handle(ctx, m.epoch, f)
-		}(flights[i])
+		if flights[i] == done {
+			continue
+		}
+		wg.Go(func() { _, _ = m.loop.handle(ctx, m.epoch, flights[i]) })
 	}
 	wg.Wait()
 	m.loop.checkpoint(ctx, m.epoch, true)
-	m.logf("%d concurrent flights", len(flights))
 }
 
 // claimAhead claims up to n more batches after flights, as the pipelined
@@ -540,19 +545,7 @@ func (m *model) rewindRounds(t *testing.T, ctx context.Context) {
 	require.NoError(t, err)
 	m.b.Exec(t, `DELETE FROM model_refuse`)
 	flights = m.claimAhead(t, ctx, flights, 1+m.rng.IntN(2))
-	var wg sync.WaitGroup
-	for i := len(flights) - 1; i >= 0; i-- {
-		if flights[i] == failing {
-			continue
-		}
-		wg.Add(1)
-		go func(f *flight) {
-			defer wg.Done()
-			_, _ = m.loop.handle(ctx, m.epoch, f)
-		}(flights[i])
-	}
-	wg.Wait()
-	m.loop.checkpoint(ctx, m.epoch, true)
+	m.handleAll(ctx, flights, failing)
 	m.logf("%d flights, one's ack failed (%+v), then read again", len(flights), res)
 }
 

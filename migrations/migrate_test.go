@@ -163,7 +163,8 @@ func TestNewRowsQueuedOnceABinaryThatReadsThemLeads(t *testing.T) {
 	require.Equal(t, int64(16), res.From)
 	require.Equal(t, "pending", insert(upgraded, "on-head"), "the previous release's leader still claims every new row")
 	store := &outbox.Store{Pool: upgraded.Pool}
-	require.NoError(t, store.TakeLedger(ctx), "what a leader of this binary does before it reads a queued row")
+	_, _, err = store.LoadQueue(ctx)
+	require.NoError(t, err, "what a leader of this binary does before it reads a queued row")
 	require.Equal(t, "queued", insert(upgraded, "after-lead"))
 
 	fresh := harness.NewEmptyDatabase(t)

@@ -49,7 +49,8 @@ func TestQueuedStorageRollsBack(t *testing.T) {
 	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', 'pending', 'upsert')`)
 	require.Equal(t, 1, b.Count(t, `entity_id = 'pending' AND status = 'pending' AND NOT queued`),
 		"pending until a binary that reads queued rows leads")
-	require.NoError(t, b.Store.TakeLedger(ctx))
+	_, _, err = b.Store.LoadQueue(ctx)
+	require.NoError(t, err)
 	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) VALUES ('book', 'again', 'upsert')`)
 	require.Equal(t, 1, b.Count(t, `entity_id = 'again' AND queued`))
 }
@@ -90,8 +91,9 @@ func TestLedgerTakesOlderBinariesWrites(t *testing.T) {
 	b.Exec(t, upsert, 1)
 	b.Exec(t, upsert, 2)
 	require.Equal(t, 2, b.Int(t, `SELECT version FROM outbox_ledger_entry('search', 'book', '1')`))
-	require.NoError(t, b.Store.TakeLedger(context.Background()))
-	_, err := b.DB.Pool.Exec(context.Background(), upsert, 3)
+	_, _, err := b.Store.LoadQueue(context.Background())
+	require.NoError(t, err)
+	_, err = b.DB.Pool.Exec(context.Background(), upsert, 3)
 	require.ErrorContains(t, err, "a binary of 19 has led: upgrade this replica")
 	require.Equal(t, 2, b.Int(t, `SELECT version FROM outbox_ledger_entry('search', 'book', '1')`))
 }

@@ -15,19 +15,12 @@ import (
 // partitions, never by a row's DELETE, so a held vacuum horizon leaves no
 // dead version for a lookup to walk.
 
-// TakeLedger records that a binary which writes outbox_ledger only has
-// led: from then on the writes of a binary of before it to outbox_applied
-// are refused (see migration 00019), so such a binary never judges events
-// by the entries it would no longer see. Idempotent: it writes once per
-// database, not once per term.
-func (s *Store) TakeLedger(ctx context.Context) error {
-	if _, err := s.Pool.Exec(ctx, takeLedgerSQL); err != nil {
-		return fmt.Errorf("take the ledger: %w", err)
-	}
-	return nil
-}
-
-// takeLedgerSQL is TakeLedger's statement, which LoadQueue sends too.
+// takeLedgerSQL records that a binary which writes outbox_ledger only has
+// led (LoadQueue sends it at the start of every term): from then on the
+// writes of a binary of before it to outbox_applied are refused (see
+// migration 00019), so such a binary never judges events by the entries it
+// would no longer see. Idempotent: it writes once per database, not once
+// per term.
 const takeLedgerSQL = `UPDATE outbox_ledger_rotation SET log_only = true WHERE NOT log_only`
 
 // LedgerRotation is what one RotateLedger did.

@@ -45,7 +45,7 @@ func (p Position) InBatch() bool { return !p.ticks() }
 // migration 00018 made rows queued (there are none to read then).
 func (s *Store) Origin(ctx context.Context) (*Position, error) {
 	var snap string
-	err := s.Pool.QueryRow(ctx, `SELECT snapshot::text FROM outbox_queue_origin`).Scan(&snap)
+	err := s.Pool.QueryRow(ctx, originSQL).Scan(&snap)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -55,27 +55,20 @@ func (s *Store) Origin(ctx context.Context) (*Position, error) {
 	return &Position{Prev: snap, Cur: snap}, nil
 }
 
-// positionsSQL reads each projection's confirmed position.
+// originSQL reads the queue's origin; positionsSQL each projection's
+// confirmed position.
+const originSQL = `SELECT snapshot::text FROM outbox_queue_origin`
+
 const positionsSQL = `SELECT projection, done_prev::text, done_cur::text, done_xid, done_id FROM outbox_positions`
 
-// Positions is each projection's confirmed position, as the last leader
-// saved it.
-func (s *Store) Positions(ctx context.Context) (map[string]Position, error) {
-	rows, err := s.Pool.Query(ctx, positionsSQL)
-	if err != nil {
-		return nil, fmt.Errorf("positions: %w", err)
-	}
-	return scanPositions(rows)
-}
-
-// LoadQueue takes the ledger (TakeLedger) and reads the queue's origin and
+// LoadQueue takes the ledger (takeLedgerSQL) and reads the queue's origin and
 // every saved position in one round trip: a new leader's first read waits
 // for them, and three round trips on the takeover path cost what the read
 // itself does.
 func (s *Store) LoadQueue(ctx context.Context) (*Position, map[string]Position, error) {
 	batch := &pgx.Batch{}
 	batch.Queue(takeLedgerSQL)
-	batch.Queue(`SELECT snapshot::text FROM outbox_queue_origin`)
+	batch.Queue(originSQL)
 	batch.Queue(positionsSQL)
 	br := s.Pool.SendBatch(ctx, batch)
 	defer br.Close()

@@ -301,7 +301,7 @@ func (s *Store) AckDone(ctx context.Context, epoch, claim int64, ids, applied []
 // AckQueuedDone is AckDone of queued rows (read by position): it writes
 // only the ledger, and returns the rows still queued when the fencing guard
 // let it through; their position's next checkpoint makes them done.
-// ErrDeposed when the fencing guard refused it: the epoch is not this
+// It returns ErrDeposed when the fencing guard refused it: the epoch is not this
 // leader's any more, and nothing changed.
 func (s *Store) AckQueuedDone(ctx context.Context, epoch int64, ids, applied []int64) (map[int64]float64, error) {
 	if len(ids) == 0 {

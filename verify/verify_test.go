@@ -427,7 +427,7 @@ func TestVerifyCheckAgainSeesAQueuedAckBetweenItsStatements(t *testing.T) {
 	ctx := context.Background()
 	f := setup(t, 10)
 	f.recreateB1(t)
-	positions, err := f.Store.Positions(ctx)
+	_, positions, err := f.Store.LoadQueue(ctx)
 	require.NoError(t, err)
 	from, ok := positions["search"]
 	require.True(t, ok, "the drain saved the position")
