@@ -82,6 +82,7 @@ type Proxy struct {
 	remaining int // requests left when fault.Times > 0
 	latency   latency
 	srv       *http.Server // nil while refusing or closed
+	ln        net.Listener // srv's listener, closed by Set(Refuse) itself
 	closed    bool
 	done      chan struct{}
 	received  []*Received
@@ -151,6 +152,11 @@ func (p *Proxy) Set(f Fault) {
 			// Close drops the open connections too, as a stopped engine does;
 			// otherwise pooled keep-alive connections would keep working.
 			_ = p.srv.Close()
+			// srv.Close misses a listener its Serve goroutine has not begun
+			// tracking yet: the kernel would then accept a connection into the
+			// backlog and reset it once Serve starts, a reset (maybe sent) where
+			// a stopped engine refuses (never sent).
+			_ = p.ln.Close()
 			p.srv = nil
 		}
 		return
@@ -244,6 +250,7 @@ func (p *Proxy) Close() error {
 	var err error
 	if p.srv != nil {
 		err = p.srv.Close()
+		_ = p.ln.Close() // see Set
 		p.srv = nil
 	}
 	p.transport.CloseIdleConnections()
@@ -254,7 +261,7 @@ func (p *Proxy) Close() error {
 // Called with p.mu held or before p is shared.
 func (p *Proxy) serve(ln net.Listener) {
 	srv := &http.Server{Handler: http.HandlerFunc(p.handle), ReadHeaderTimeout: 10 * time.Second}
-	p.srv = srv
+	p.srv, p.ln = srv, ln
 	go func() { _ = srv.Serve(ln) }()
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"syscall"
@@ -366,4 +367,23 @@ func TestLatencyOutlivesFaults(t *testing.T) {
 	r, took = timedGet(t, b.client, b.proxy.URL()+"/")
 	requireEngine(t, r)
 	require.Less(t, took, fixed, "SetDelay(0, 0) removes it")
+}
+
+// TestRefuseRightAfterStart: a proxy refused before its server goroutine
+// has run refuses at once, as a stopped engine does; it used to accept the
+// connection into the kernel's backlog and reset it a moment later, which a
+// client reads as a request that may have been sent.
+func TestRefuseRightAfterStart(t *testing.T) {
+	t.Parallel()
+	for range 200 {
+		p, err := faultproxy.New("http://127.0.0.1:9")
+		require.NoError(t, err)
+		p.Set(faultproxy.Fault{Refuse: true})
+		conn, err := net.DialTimeout("tcp", strings.TrimPrefix(p.URL(), "http://"), time.Second)
+		if err == nil {
+			_ = conn.Close()
+		}
+		require.ErrorIs(t, err, syscall.ECONNREFUSED)
+		require.NoError(t, p.Close())
+	}
 }
