@@ -67,78 +67,98 @@ func loadFiles(fsys fs.FS) ([]file, error) {
 // parseFile splits a goose-annotated SQL file: a statement ends at a line
 // ending in a semicolon, except between StatementBegin and StatementEnd.
 func parseFile(src string) (file, error) {
-	var (
-		f       file
-		dir     *[]statement
-		buf     strings.Builder
-		block   bool
-		pending statement
-	)
+	var p parser
 	sc := bufio.NewScanner(strings.NewReader(src))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
-		trimmed := strings.TrimSpace(line)
-		switch {
-		case strings.HasPrefix(trimmed, "-- +goose "):
-			switch strings.TrimSpace(strings.TrimPrefix(trimmed, "-- +goose ")) {
-			case "Up":
-				dir = &f.Up
-			case "Down":
-				dir = &f.Down
-			case "NO TRANSACTION":
-				f.NoTx = true
-			case "StatementBegin":
-				block = true
-			case "StatementEnd":
-				if !block {
-					return f, fmt.Errorf("line %d: StatementEnd without StatementBegin", n)
-				}
-				block = false
-				if dir == nil {
-					return f, fmt.Errorf("line %d: statement before -- +goose Up", n)
-				}
-				pending.SQL = strings.TrimSpace(buf.String())
-				*dir = append(*dir, pending)
-				buf.Reset()
-				pending = statement{}
-			default:
-				return f, fmt.Errorf("line %d: unknown annotation %q", n, trimmed)
-			}
-			continue
-		case strings.HasPrefix(trimmed, "-- +wlproj "):
-			words := strings.Fields(strings.TrimPrefix(trimmed, "-- +wlproj "))
-			switch {
-			case len(words) == 2 && words[0] == "requires-extension":
-				pending.RequiresExtension = words[1]
-			case len(words) > 1 && words[0] == "locks":
-				pending.Locks = strings.Join(words[1:], " ")
-			default:
-				return f, fmt.Errorf("line %d: unknown directive %q", n, trimmed)
-			}
-			continue
-		case !block && buf.Len() == 0 && (trimmed == "" || strings.HasPrefix(trimmed, "--")):
-			continue // comments between statements
-		}
-		buf.WriteString(line)
-		buf.WriteByte('\n')
-		if !block && strings.HasSuffix(stripComment(trimmed), ";") {
-			if dir == nil {
-				return f, fmt.Errorf("line %d: statement before -- +goose Up", n)
-			}
-			pending.SQL = strings.TrimSpace(buf.String())
-			*dir = append(*dir, pending)
-			buf.Reset()
-			pending = statement{}
+		if err := p.line(sc.Text()); err != nil {
+			return p.f, fmt.Errorf("line %d: %w", n, err)
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return f, err
+		return p.f, err
 	}
-	if block || strings.TrimSpace(buf.String()) != "" {
-		return f, fmt.Errorf("unterminated statement at end of file")
+	if p.block || strings.TrimSpace(p.buf.String()) != "" {
+		return p.f, fmt.Errorf("unterminated statement at end of file")
 	}
-	return f, nil
+	return p.f, nil
+}
+
+// parser is parseFile's state between lines.
+type parser struct {
+	f       file
+	dir     *[]statement // the section being read: nil before -- +goose Up
+	buf     strings.Builder
+	block   bool // inside StatementBegin … StatementEnd
+	pending statement
+}
+
+// line reads one line of the file.
+func (p *parser) line(line string) error {
+	trimmed := strings.TrimSpace(line)
+	switch {
+	case strings.HasPrefix(trimmed, "-- +goose "):
+		return p.goose(trimmed)
+	case strings.HasPrefix(trimmed, "-- +wlproj "):
+		return p.directive(trimmed)
+	case !p.block && p.buf.Len() == 0 && (trimmed == "" || strings.HasPrefix(trimmed, "--")):
+		return nil // comments between statements
+	}
+	p.buf.WriteString(line)
+	p.buf.WriteByte('\n')
+	if !p.block && strings.HasSuffix(stripComment(trimmed), ";") {
+		return p.end()
+	}
+	return nil
+}
+
+// goose reads one of goose's annotations.
+func (p *parser) goose(trimmed string) error {
+	switch strings.TrimSpace(strings.TrimPrefix(trimmed, "-- +goose ")) {
+	case "Up":
+		p.dir = &p.f.Up
+	case "Down":
+		p.dir = &p.f.Down
+	case "NO TRANSACTION":
+		p.f.NoTx = true
+	case "StatementBegin":
+		p.block = true
+	case "StatementEnd":
+		if !p.block {
+			return fmt.Errorf("StatementEnd without StatementBegin")
+		}
+		p.block = false
+		return p.end()
+	default:
+		return fmt.Errorf("unknown annotation %q", trimmed)
+	}
+	return nil
+}
+
+// directive reads one of wlproj's own annotations of the next statement.
+func (p *parser) directive(trimmed string) error {
+	words := strings.Fields(strings.TrimPrefix(trimmed, "-- +wlproj "))
+	switch {
+	case len(words) == 2 && words[0] == "requires-extension":
+		p.pending.RequiresExtension = words[1]
+	case len(words) > 1 && words[0] == "locks":
+		p.pending.Locks = strings.Join(words[1:], " ")
+	default:
+		return fmt.Errorf("unknown directive %q", trimmed)
+	}
+	return nil
+}
+
+// end closes the statement read so far into the current section.
+func (p *parser) end() error {
+	if p.dir == nil {
+		return fmt.Errorf("statement before -- +goose Up")
+	}
+	p.pending.SQL = strings.TrimSpace(p.buf.String())
+	*p.dir = append(*p.dir, p.pending)
+	p.buf.Reset()
+	p.pending = statement{}
+	return nil
 }
 
 // stripComment drops a trailing -- comment (outside quotes is assumed: the

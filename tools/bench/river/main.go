@@ -32,6 +32,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -148,24 +149,9 @@ func drain(ctx context.Context, c config, pool *pgxpool.Pool, driver *riverpgxv5
 	if err != nil {
 		return nil, err
 	}
-	if _, err := pool.Exec(ctx, `TRUNCATE river_job`); err != nil {
+	if err := loadBacklog(ctx, c, pool, client); err != nil {
 		return nil, err
 	}
-	const chunk = 10_000
-	params := make([]river.InsertManyParams, 0, chunk)
-	for start := 0; start < c.jobs; start += chunk {
-		params = params[:0]
-		for i := start; i < min(start+chunk, c.jobs); i++ {
-			params = append(params, river.InsertManyParams{Args: noopArgs{N: i}})
-		}
-		if _, err := client.InsertManyFast(ctx, params); err != nil {
-			return nil, fmt.Errorf("insert: %w", err)
-		}
-	}
-	if _, err := pool.Exec(ctx, `VACUUM ANALYZE river_job`); err != nil {
-		return nil, err
-	}
-
 	// A channel that holds every event: a full one drops events, and the
 	// count would never reach the backlog.
 	events, cancel := client.SubscribeConfig(&river.SubscribeConfig{ChanSize: c.jobs,
@@ -181,42 +167,72 @@ func drain(ctx context.Context, c config, pool *pgxpool.Pool, driver *riverpgxv5
 	if err := client.Start(ctx); err != nil {
 		return nil, err
 	}
-	stopClient := func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer scancel()
-		if err := client.Stop(sctx); err != nil {
-			logger.Error("stop", "err", err)
+	last, err := awaitCompleted(ctx, c, events)
+	cpu := processCPU() - cpu0
+	db1, dbErr := databaseCPU(ctx, pool)
+	stopClient(client, logger)
+	if err = errors.Join(err, dbErr); err != nil {
+		return nil, err
+	}
+	return result(ctx, c, pool, last.Sub(start).Seconds(), cpu, db1.since(db0))
+}
+
+// loadBacklog empties river_job and inserts the backlog of c.jobs jobs.
+func loadBacklog(ctx context.Context, c config, pool *pgxpool.Pool, client *river.Client[pgx.Tx]) error {
+	if _, err := pool.Exec(ctx, `TRUNCATE river_job`); err != nil {
+		return err
+	}
+	const chunk = 10_000
+	params := make([]river.InsertManyParams, 0, chunk)
+	for start := 0; start < c.jobs; start += chunk {
+		params = params[:0]
+		for i := start; i < min(start+chunk, c.jobs); i++ {
+			params = append(params, river.InsertManyParams{Args: noopArgs{N: i}})
+		}
+		if _, err := client.InsertManyFast(ctx, params); err != nil {
+			return fmt.Errorf("insert: %w", err)
 		}
 	}
+	_, err := pool.Exec(ctx, `VACUUM ANALYZE river_job`)
+	return err
+}
+
+// awaitCompleted counts completions until the whole backlog is done and
+// returns when the last one came.
+func awaitCompleted(ctx context.Context, c config, events <-chan *river.Event) (time.Time, error) {
 	completed, timeout := 0, time.After(c.timeout)
 	var last time.Time
 	for completed < c.jobs {
 		select {
 		case e := <-events:
 			if e == nil {
-				stopClient()
-				return nil, fmt.Errorf("the subscription closed after %d of %d jobs", completed, c.jobs)
+				return last, fmt.Errorf("the subscription closed after %d of %d jobs", completed, c.jobs)
 			}
 			if e.Kind != river.EventKindJobCompleted {
-				stopClient()
-				return nil, fmt.Errorf("job %d: %s", e.Job.ID, e.Kind)
+				return last, fmt.Errorf("job %d: %s", e.Job.ID, e.Kind)
 			}
 			completed++
 			last = time.Now()
 		case <-timeout:
-			stopClient()
-			return nil, fmt.Errorf("%d of %d jobs completed after %s", completed, c.jobs, c.timeout)
+			return last, fmt.Errorf("%d of %d jobs completed after %s", completed, c.jobs, c.timeout)
 		case <-ctx.Done():
-			stopClient()
-			return nil, ctx.Err()
+			return last, ctx.Err()
 		}
 	}
-	cpu := processCPU() - cpu0
-	db1, err := databaseCPU(ctx, pool)
-	stopClient()
-	if err != nil {
-		return nil, err
+	return last, nil
+}
+
+// stopClient stops the client, waiting for its jobs at most 30 s.
+func stopClient(client *river.Client[pgx.Tx], logger *slog.Logger) {
+	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer scancel()
+	if err := client.Stop(sctx); err != nil {
+		logger.Error("stop", "err", err)
 	}
+}
+
+// result checks that river_job agrees with the count and makes the row.
+func result(ctx context.Context, c config, pool *pgxpool.Pool, secs, cpu, dbCPU float64) (*Result, error) {
 	var done int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state = 'completed'`).Scan(&done); err != nil {
 		return nil, err
@@ -224,12 +240,11 @@ func drain(ctx context.Context, c config, pool *pgxpool.Pool, driver *riverpgxv5
 	if done != c.jobs {
 		return nil, fmt.Errorf("%d jobs completed in river_job, want %d", done, c.jobs)
 	}
-	secs := last.Sub(start).Seconds()
 	return &Result{
 		RiverVersion: riverVersion(), Jobs: c.jobs, Workers: c.workers,
 		FetchCooldownMs: ms(c.cooldown), FetchPollIntervalMs: ms(c.poll), PoolMaxConns: pool.Config().MaxConns,
 		Seconds: round3(secs), JobsPerSec: round1(float64(c.jobs) / secs),
-		CPUSeconds: round3(cpu), DatabaseCPUSeconds: round3(db1.since(db0)),
+		CPUSeconds: round3(cpu), DatabaseCPUSeconds: round3(dbCPU),
 	}, nil
 }
 
