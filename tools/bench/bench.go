@@ -21,6 +21,8 @@ import (
 // Config is what one bench run measures and how.
 type Config struct {
 	AdminURL, ElasticURL string
+	// Command is how the run was started (Report.Command).
+	Command string
 
 	Docs, DocBytes     int
 	Batch, Concurrency int

@@ -182,6 +182,8 @@ func main() {
 	cfg.Soak.flags(fs)
 	compare := fs.Bool("compare", false, "print one table of the results JSON files given as arguments (one per engine), write it as JSON to -compare-out if given, and exit")
 	replicaSettings := fs.String("replica-env", "", "comma-separated KEY=VALUE settings for every replica the bench starts, e.g. OUTBOX_CLAIM_COOLDOWN_SECONDS=0.05")
+	headlineREADME := fs.String("headline", "", "write the headline table of the results JSON files given as arguments between this README's bench:headline lines, and the soak picture to -headline-picture, and exit")
+	headlinePicture := fs.String("headline-picture", "tools/bench/results/soak-lag.svg", "with -headline: where the soak's lag picture goes")
 	compareOut := fs.String("compare-out", "", "with -compare: where the per-engine table goes as JSON")
 	steps := fs.String("steps", "", "comma-separated steps to run (raw,e2e,pg,latency,failover,claim,retention,pairs,rebuild,console,sustained,verify,sqlscale,netdelay,river,projections,soak; default all)")
 	fs.StringVar(&cfg.Out, "out", envOr("BENCH_OUT", cfg.Out), "where the JSON goes (BENCH_OUT)")
@@ -197,6 +199,14 @@ func main() {
 		}
 		return
 	}
+	if *headlineREADME != "" {
+		if err := writeHeadline(*headlineREADME, *headlinePicture, fs.Args()); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	cfg.Command = benchCommand(os.Args[1:])
 	if cfg.Smoke {
 		cfg = cfg.smoke()
 	}
@@ -286,4 +296,12 @@ func joinInts(v []int) string {
 		s[i] = strconv.Itoa(n)
 	}
 	return strings.Join(s, ",")
+}
+
+// benchCommand is the make bench line that gives these flags.
+func benchCommand(args []string) string {
+	if len(args) == 0 {
+		return "make bench"
+	}
+	return "make bench BENCH_FLAGS='" + strings.Join(args, " ") + "'"
 }

@@ -14,7 +14,9 @@ type Report struct {
 	harness.RunReport
 	FinishedAt time.Time `json:"finished_at"`
 	Smoke      bool      `json:"smoke"`
-	Machine    Machine   `json:"machine"`
+	// Command is how the run was started, as make bench's BENCH_FLAGS.
+	Command string  `json:"command,omitempty"`
+	Machine Machine `json:"machine"`
 	// Engine is the search engine as scripts/stack.sh names it, e.g.
 	// elasticsearch-8, with its distribution and version.
 	Engine   Engine   `json:"engine"`
@@ -366,6 +368,7 @@ func newReport(cfg Config) *Report {
 	return &Report{
 		RunReport: harness.RunReport{StartedAt: time.Now().UTC()},
 		Smoke:     cfg.Smoke,
+		Command:   cfg.Command,
 		Machine:   Machine{CPUs: runtime.NumCPU(), OS: runtime.GOOS + "/" + runtime.GOARCH},
 		Settings: Settings{
 			Docs: cfg.Docs, DocBytes: cfg.DocBytes, Batch: cfg.Batch, Concurrency: cfg.Concurrency,
