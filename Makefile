@@ -12,16 +12,21 @@ ENGINE ?= $(firstword $(shell $(STACK) engines))
 ENGINES ?= $(filter-out $(ENGINE),$(shell $(STACK) engines))
 export ENGINE
 
-# The engine-facing tests: the search handler and the engine probe, the
-# classifier on the engine's own answers (and every engine's captures), the
-# ledger against forgotten tombstones, TLS with credentials, real replicas,
-# the operator surface, the drill's smoke run, verify against each kind of
-# drift, the harness's own index cleanup (Elasticsearch 8 refuses
-# deletes by wildcard), and the production topologies (a Postgres standby
-# listed in DATABASE_URL, an engine node list, migrations that build indexes
-# concurrently and follow a host list).
-ENGINE_TEST_PKGS := ./e2e ./cli ./projection ./classify ./consume ./tools/drill ./internal/testkit/harness ./verify ./migrations
-ENGINE_TEST_RUN := ^Test(Engine|Search|Identify|ItemResult|Captured|NewElasticClient|LateReplay|RetryAfterTheDelete|TLS|Replicas|Operate|DrillSmoke|DeleteIndex|Verify|Topology|ConcurrentBuild|RerunRebuildsInvalidIndex|UpGuards|Projection|EnsureIndexWith)
+# The engine-facing tests, those whose outcome depends on the engine's own
+# answers: the search handler and the engine probe, the classifier on the
+# engine's answers (and every engine's captures), the ledger against
+# forgotten tombstones, TLS with credentials, the replicas where the engine
+# refuses, is down, throttles or a leader dies mid-bulk, the readiness gate
+# on the engine and the replays it drives, verify's reading and repair of
+# the index (its Postgres-side interleavings run once, in the whole suite),
+# the harness's own index cleanup (Elasticsearch 8 refuses deletes by
+# wildcard), the engine node list, migrations that build indexes
+# concurrently and follow a host list, and projections files. The leader's
+# and Postgres' own behaviour (elections, fencing, Postgres topologies,
+# metrics, the drill, the CLI's wiring) does not change with the engine and
+# runs once, on ENGINE.
+ENGINE_TEST_PKGS := ./e2e ./cli ./projection ./classify ./consume ./internal/testkit/harness ./verify ./migrations
+ENGINE_TEST_RUN := ^Test(Engine|Search|Identify|ItemResult|Captured|NewElasticClient|LateReplay|RetryAfterTheDelete|TLS|Replicas(DeterministicFailures|EngineDownThenBack|HonourRetryAfter|Kill9LeaderMidStream)|Operate(ReadyzEngineGate|AutoReplay|ReplayAfterMappingFix)|DeleteIndex|Verify(FindsEachKind|FindsDocumentsWritten|Fingerprints|InSmallPages|RepairPutsEveryKind|ScheduledRunDeletes|CleanIndex)|TopologyEngine|ConcurrentBuild|RerunRebuildsInvalidIndex|UpGuards|Projection|EnsureIndexWith)
 
 # What `wlproj --version`, /metrics and the package say about the build
 # (scripts/version.sh: the nearest tag, else 0.0.0-g<commit>; -dirty with
