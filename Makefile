@@ -101,17 +101,29 @@ stack-down:
 # Each engine's stack is brought up if it is not up, and taken down again
 # only if this target started it (`stack.sh with`), so the engines run one
 # after the other; stack.sh prints each one's wall time.
+# At the end, tools/testsummary prints the runs at a glance from the
+# go test -json files gotestsum kept in $(TEST_JSON): each run's counts,
+# the failed tests by name, the slowest packages and tests.
 test:
 	@scripts/tools.sh
+	@rm -rf $(TEST_JSON)
 	@rc=0; \
 	$(STACK) with $(MAKE) --no-print-directory test-go || rc=$$?; \
 	$(MAKE) --no-print-directory test-k8s || rc=$$?; \
 	$(MAKE) --no-print-directory test-engines || rc=$$?; \
+	$(GO) run ./tools/testsummary $(TEST_JSON)/*.json || true; \
 	exit $$rc
+
+# gotestsum runs go test and prints its usual output (standard-quiet),
+# keeping the -json events beside it for the summary: a well-kept tool for
+# exactly that, instead of a tee and a re-render of our own.
+TEST_JSON := .cache/test
+GOTESTSUM = $(shell scripts/tools.sh gotestsum) --format standard-quiet
 
 # The whole suite against ENGINE's stack, which must be up.
 test-go:
-	@$(STACK) exec $(GO) test $(GOTEST_FLAGS) ./...
+	@mkdir -p $(TEST_JSON)
+	@$(STACK) exec $(GOTESTSUM) --jsonfile $(TEST_JSON)/$(ENGINE).json -- $(GOTEST_FLAGS) ./...
 
 # The Kubernetes manifests' offline checks: deploy/k8s is a Go module of its
 # own (the Kubernetes API types and kustomize stay out of wlproj's go.mod),
@@ -121,7 +133,8 @@ test-k8s:
 
 # The engine-facing tests against ENGINE's stack, which must be up.
 test-engine:
-	@$(STACK) exec $(GO) test $(GOTEST_FLAGS) -run '$(ENGINE_TEST_RUN)' $(ENGINE_TEST_PKGS)
+	@mkdir -p $(TEST_JSON)
+	@$(STACK) exec $(GOTESTSUM) --jsonfile $(TEST_JSON)/$(ENGINE)-engine-facing.json -- $(GOTEST_FLAGS) -run '$(ENGINE_TEST_RUN)' $(ENGINE_TEST_PKGS)
 
 # The engine-facing tests on each of ENGINES, each on a stack of its own.
 test-engines:

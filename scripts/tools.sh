@@ -23,6 +23,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NFPM_VERSION=v2.45.2
+GOTESTSUM_VERSION=v1.13.0
+# gotestsum runs make test's go test and keeps its -json events for the
+# summary (tools/testsummary); installed as nFPM is.
+gotestsum() {
+	local bin=.cache/gotestsum/$GOTESTSUM_VERSION/gotestsum
+	if [ ! -x "$bin" ]; then
+		echo "tools: go install gotestsum@$GOTESTSUM_VERSION" >&2
+		GOBIN="$PWD/${bin%/gotestsum}" GOFLAGS=-mod=mod go install "gotest.tools/gotestsum@$GOTESTSUM_VERSION" >&2
+	fi
+	echo "$PWD/$bin"
+}
+if [ "${1:-}" = gotestsum ]; then
+	gotestsum
+	exit 0
+fi
 nfpm() {
 	local bin=.cache/nfpm/$NFPM_VERSION/nfpm
 	if [ ! -x "$bin" ]; then
@@ -47,6 +62,7 @@ podman_missing() {
 podman_missing
 if [ "${1:-}" != podman ]; then
 	nfpm >/dev/null
+	gotestsum >/dev/null
 	command -v promtool >/dev/null || lean+=(prometheus)
 	command -v systemd-analyze >/dev/null || lean+=(systemd)
 	command -v lintian >/dev/null || lean+=(lintian)
