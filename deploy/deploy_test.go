@@ -436,6 +436,7 @@ func TestGrafanaDashboard(t *testing.T) {
 			tg := tg.(map[string]any)
 			require.Contains(t, tg, "datasource", "panel %q target %v", title, tg["refId"])
 			expr, _ := tg["expr"].(string)
+			requireOneInstall(t, title, expr)
 			for _, n := range requireKnownMetrics(t, "panel "+title, expr) {
 				used[n] = true
 			}
@@ -447,6 +448,27 @@ func TestGrafanaDashboard(t *testing.T) {
 		"outbox_leader_epoch", "outbox_batch_duration_seconds_bucket", "outbox_event_latency_seconds_bucket",
 	} {
 		require.True(t, used[m], "no panel shows %s", m)
+	}
+}
+
+var reSelector = regexp.MustCompile(`\{[^}]*\}`)
+
+// requireOneInstall checks a panel's query the way the alerts are keyed:
+// every selector picks the chosen job and namespace (two installs under
+// annotation discovery share a job), and a grouping by job also groups by
+// namespace.
+func requireOneInstall(t *testing.T, title, expr string) {
+	t.Helper()
+	selectors := reSelector.FindAllString(expr, -1)
+	require.NotEmpty(t, selectors, "panel %q: %s", title, expr)
+	for _, sel := range selectors {
+		require.Contains(t, sel, `job=~"$job"`, "panel %q: %s", title, expr)
+		require.Contains(t, sel, `namespace=~"$namespace"`, "panel %q: %s", title, expr)
+	}
+	for _, g := range reGrouping.FindAllString(expr, -1) {
+		if strings.Contains(g, "job") {
+			require.Contains(t, g, "namespace", "panel %q: %s", title, expr)
+		}
 	}
 }
 
