@@ -5,6 +5,7 @@ package deploy
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -82,6 +83,7 @@ var promqlFunctions = map[string]bool{
 	"sum": true, "max": true, "min": true, "avg": true, "count": true, "topk": true,
 	"rate": true, "irate": true, "increase": true, "histogram_quantile": true,
 	"absent": true, "present_over_time": true, "max_over_time": true, "clamp_min": true, "time": true,
+	"group": true, "absent_over_time": true,
 }
 
 var promqlKeywords = map[string]bool{
@@ -174,6 +176,9 @@ type ruleFile struct {
 
 type ruleTestFile struct {
 	Tests []struct {
+		InputSeries []struct {
+			Series string `yaml:"series"`
+		} `yaml:"input_series"`
 		AlertRuleTest []struct {
 			Alertname string           `yaml:"alertname"`
 			ExpAlerts []map[string]any `yaml:"exp_alerts"`
@@ -261,6 +266,81 @@ func TestAlertRules(t *testing.T) {
 	for _, name := range wantAlerts {
 		require.True(t, fires[name], "no promtool test shows %s firing", name)
 		require.True(t, quiet[name], "no promtool test shows %s not firing", name)
+	}
+}
+
+// annotationJob is the job the common annotation-based scrape config gives
+// every pod it discovers; a PodMonitor's job is "<namespace>/<name>".
+const annotationJob = "kubernetes-pods"
+
+var (
+	reSeriesLabel = regexp.MustCompile(`(\w+)="([^"]*)"`)
+	rePodMonitor  = regexp.MustCompile(`^([a-z0-9-]+)/[a-z0-9-]+$`)
+)
+
+// install is what tells two wlproj installs apart: the alerts' key.
+type install struct{ namespace, job string }
+
+// podMonitor says whether an install is scraped through a PodMonitor.
+func (i install) podMonitor() bool {
+	m := rePodMonitor.FindStringSubmatch(i.job)
+	return m != nil && m[1] == i.namespace
+}
+
+func installOf(labels map[string]string) install {
+	return install{namespace: labels["namespace"], job: labels["job"]}
+}
+
+// Two installs in one cluster must each be paged for their own problem:
+// for every alert, some promtool test feeds it installs under annotation
+// discovery and under PodMonitors and expects it to fire for one install of
+// each kind while another of the same kind, in its input, stays quiet.
+func TestAlertsArePerInstall(t *testing.T) {
+	t.Parallel()
+	var tf ruleTestFile
+	readYAML(t, alertsTestFile, &tf)
+	shown := map[string]bool{}
+	for _, tc := range tf.Tests {
+		inputs := map[install]bool{}
+		for _, in := range tc.InputSeries {
+			labels := map[string]string{}
+			for _, m := range reSeriesLabel.FindAllStringSubmatch(in.Series, -1) {
+				labels[m[1]] = m[2]
+			}
+			inputs[installOf(labels)] = true
+		}
+		for _, a := range tc.AlertRuleTest {
+			firing := map[install]bool{}
+			for _, exp := range a.ExpAlerts {
+				labels := map[string]string{}
+				for k, v := range exp["exp_labels"].(map[string]any) {
+					labels[k] = fmt.Sprint(v)
+				}
+				firing[installOf(labels)] = true
+			}
+			// kind: 0 annotation discovery, 1 PodMonitor; [fires, quiet].
+			var seen [2][2]bool
+			for in := range inputs {
+				if in.namespace == "" || (in.job != annotationJob && !in.podMonitor()) {
+					continue
+				}
+				kind := 0
+				if in.podMonitor() {
+					kind = 1
+				}
+				if firing[in] {
+					seen[kind][0] = true
+				} else {
+					seen[kind][1] = true
+				}
+			}
+			if seen == [2][2]bool{{true, true}, {true, true}} {
+				shown[a.Alertname] = true
+			}
+		}
+	}
+	for _, name := range wantAlerts {
+		require.True(t, shown[name], "no promtool test shows %s firing for one install and not another, both under annotation discovery and under PodMonitors", name)
 	}
 }
 
@@ -356,6 +436,7 @@ func TestGrafanaDashboard(t *testing.T) {
 			tg := tg.(map[string]any)
 			require.Contains(t, tg, "datasource", "panel %q target %v", title, tg["refId"])
 			expr, _ := tg["expr"].(string)
+			requireOneInstall(t, title, expr)
 			for _, n := range requireKnownMetrics(t, "panel "+title, expr) {
 				used[n] = true
 			}
@@ -367,6 +448,27 @@ func TestGrafanaDashboard(t *testing.T) {
 		"outbox_leader_epoch", "outbox_batch_duration_seconds_bucket", "outbox_event_latency_seconds_bucket",
 	} {
 		require.True(t, used[m], "no panel shows %s", m)
+	}
+}
+
+var reSelector = regexp.MustCompile(`\{[^}]*\}`)
+
+// requireOneInstall checks a panel's query the way the alerts are keyed:
+// every selector picks the chosen job and namespace (two installs under
+// annotation discovery share a job), and a grouping by job also groups by
+// namespace.
+func requireOneInstall(t *testing.T, title, expr string) {
+	t.Helper()
+	selectors := reSelector.FindAllString(expr, -1)
+	require.NotEmpty(t, selectors, "panel %q: %s", title, expr)
+	for _, sel := range selectors {
+		require.Contains(t, sel, `job=~"$job"`, "panel %q: %s", title, expr)
+		require.Contains(t, sel, `namespace=~"$namespace"`, "panel %q: %s", title, expr)
+	}
+	for _, g := range reGrouping.FindAllString(expr, -1) {
+		if strings.Contains(g, "job") {
+			require.Contains(t, g, "namespace", "panel %q: %s", title, expr)
+		}
 	}
 }
 
