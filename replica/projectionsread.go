@@ -119,7 +119,10 @@ func (f fileReader) projection(name string, n *yaml.Node) (Spec, error) {
 	if err != nil {
 		return Spec{}, err
 	}
-	spec := Spec{Name: name, Kind: kind}
+	spec := Spec{Name: name, Kind: kind, file: f.path, lines: map[string]int{}}
+	for key, v := range m {
+		spec.lines[key] = v.Line
+	}
 	switch kind {
 	case KindSearch:
 		spec.Search, err = f.search(name, n, m)
