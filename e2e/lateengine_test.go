@@ -65,7 +65,9 @@ func TestProjectionWhoseEngineComesLateGetsItsMappedAlias(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 60, c.count(`projection = 'books' AND status <> 'done' AND status <> 'failed'`), "books' events wait")
 	c.proxy.Clear()
+	back := time.Now()
 	harness.Drained(t, c.db.Pool, 60*time.Second)
+	t.Logf("drained %s after the engine came back", time.Since(back).Round(time.Millisecond))
 
 	var aliases map[string]any
 	require.NoError(t, harness.ES(context.Background(), harness.ElasticURL(t), http.MethodGet, "/_alias/"+alias, nil, &aliases),

@@ -156,7 +156,7 @@ type IndexKeeper struct {
 // back, long enough not to flood its log or the network.
 const (
 	keepBackoffMin = 500 * time.Millisecond
-	keepBackoffMax = 5 * time.Second
+	keepBackoffMax = 2 * time.Second
 )
 
 // NewIndexKeeper keeps index, a search projection's alias, creating it
