@@ -18,7 +18,7 @@ import (
 type pauseFlags struct {
 	dbFlags
 	projectionsFlags
-	Projection string `help:"The projection: one of ${projections}." placeholder:"NAME" field:"Projection"`
+	Projection string `help:"The projection: one the projections file names, or without a file ${projections_or}." placeholder:"NAME" field:"Projection"`
 	By         string `help:"Who is acting; recorded in the state and the audit row. Required." placeholder:"WHO" field:"By"`
 	Why        string `help:"Why, e.g. the incident or the ticket; recorded in the state and the audit row. Required." placeholder:"TEXT" field:"Why"`
 	JSON       bool   `name:"json" help:"Print the result as one JSON object."`

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"cmp"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -9,6 +11,9 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/alecthomas/kong"
+
+	"github.com/wlproj/wlproj/internal/pgpool"
 	"github.com/wlproj/wlproj/projection"
 	"github.com/wlproj/wlproj/replica"
 )
@@ -42,12 +47,22 @@ func (f projectionsFlags) names() ([]string, error) {
 func badFile(err error) error { return &exitError{code: exitUsage, err: err} }
 
 type projectionsCmd struct {
-	Check projectionsCheckCmd `cmd:"" help:"Check a projections file as run would, secrets resolved, without starting anything; exit 2 naming the file, projection and key at fault."`
+	Check projectionsCheckCmd `cmd:"" help:"Check a projections file as run does when it starts, without starting anything: the file, secrets resolved, and with DATABASE_URL the tables it names (a chronicle's table, source_table); exit 2 naming the file, line, projection and key at fault."`
 	List  projectionsListCmd  `cmd:"" help:"List the configured projections (the file's, or ELASTIC_*'s without one) and where their secrets come from, never the secrets."`
 }
 
 type projectionsCheckCmd struct {
 	projectionsFlags
+	DatabaseURL string `help:"Postgres connection URL: with it, the tables the file names are checked in the database as run checks them; without it, they are not, and check says so." env:"DATABASE_URL"`
+}
+
+// Validate refuses a database URL as every command with one does, before
+// anything is read or connects; none is fine (the tables go unchecked).
+func (c projectionsCheckCmd) Validate(kctx *kong.Context) error {
+	if c.DatabaseURL == "" {
+		return nil
+	}
+	return dbFlags{DatabaseURL: c.DatabaseURL}.Validate(kctx)
 }
 
 func (c *projectionsCheckCmd) Run(g *globals) error {
@@ -59,6 +74,35 @@ func (c *projectionsCheckCmd) Run(g *globals) error {
 		return badFile(err)
 	}
 	fmt.Fprintf(g.stdout, "%s: %d projections (%s), hash %s\n", c.ProjectionsFile, len(specs), strings.Join(specs.Names(), ", "), specs.Hash())
+	if c.DatabaseURL == "" {
+		fmt.Fprintln(g.stdout, "tables: not checked, no DATABASE_URL given (run checks them when it starts)")
+		return nil
+	}
+	return c.checkTables(g, specs)
+}
+
+// checkTables checks the file's tables in the database, as run does.
+func (c *projectionsCheckCmd) checkTables(g *globals, specs replica.Specs) error {
+	ctx, cancel := context.WithTimeout(context.Background(), connectTimeoutDefault)
+	defer cancel()
+	conn, err := connect(ctx, c.DatabaseURL)
+	if err != nil {
+		var bad *pgpool.URLError
+		if errors.As(err, &bad) {
+			return err
+		}
+		return &exitError{code: exitFailure, err: redactedError{msg: "tables not checked: the database did not answer: " + redact(err.Error()), err: err}}
+	}
+	defer conn.Close(context.Background())
+	n, err := replica.CheckTables(ctx, conn, specs)
+	var bad *replica.ProjectionsError
+	if errors.As(err, &bad) {
+		return badFile(err)
+	}
+	if err != nil {
+		return &exitError{code: exitFailure, err: redactedError{msg: redact(err.Error()), err: err}}
+	}
+	fmt.Fprintf(g.stdout, "tables: %d checked in the database\n", n)
 	return nil
 }
 

@@ -37,9 +37,11 @@ projections:
 func TestProjectionsCheckAndList(t *testing.T) {
 	t.Setenv("WLPROJ_TEST_BOOKS_PW", projectionsSecret)
 	path := projectionsFile(t, "books")
+	t.Setenv("DATABASE_URL", "")
 	code, out, errs := runCLI(t, "projections", "check", "--projections-file", path)
 	require.Zero(t, code, errs)
-	require.Regexp(t, `projections.yaml: 3 projections \(blocks, books, timeline\), hash [0-9a-f]{16}\n$`, out)
+	require.Regexp(t, `projections.yaml: 3 projections \(blocks, books, timeline\), hash [0-9a-f]{16}\n`, out)
+	require.Contains(t, out, "tables: not checked, no DATABASE_URL given", "says it did not look at the database")
 
 	code, out, errs = runCLI(t, "projections", "list", "--projections-file", path)
 	require.Zero(t, code, errs)
@@ -55,6 +57,46 @@ func TestProjectionsCheckAndList(t *testing.T) {
 	code, _, errs = runCLI(t, "projections", "check", "--projections-file", path)
 	require.Equal(t, 2, code)
 	require.Contains(t, errs, `projection "books": engine.password_env: the environment variable WLPROJ_TEST_BOOKS_PW is not set or empty`)
+}
+
+// sourceFile writes a projections file whose books projection verifies and
+// rebuilds from source, on line 7.
+func sourceFile(t *testing.T, source string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "projections.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(`
+projections:
+  books:
+    kind: search
+    engine: {urls: [http://127.0.0.1:1]}
+    index: books
+    source_table: `+source+`
+`), 0o600))
+	return path
+}
+
+// check reads the tables the file names in the database, as run does, and
+// refuses a missing one naming file, line and key, as run does too; it
+// says when it did not look.
+func TestProjectionsCheckReadsTheDatabaseAsRunDoes(t *testing.T) {
+	db := harness.NewDatabase(t)
+	path := sourceFile(t, "missing_source")
+	want := path + `:7: projection "books": source_table: table missing_source does not exist in the outbox's database`
+	code, _, errs := runCLI(t, "projections", "check", "--projections-file", path, "--database-url", db.URL)
+	require.Equal(t, 2, code, errs)
+	require.Contains(t, errs, want)
+	code, _, errs = runCLI(t, "run", "--projections-file", path, "--database-url", db.URL)
+	require.Equal(t, 2, code, errs)
+	require.Contains(t, errs, want)
+
+	db.Exec(t, `CREATE TABLE missing_source (entity_type text, entity_id text, doc jsonb, version bigint)`)
+	code, out, errs := runCLI(t, "projections", "check", "--projections-file", path, "--database-url", db.URL)
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "tables: 1 checked in the database")
+
+	code, out, errs = runCLI(t, "projections", "check", "--projections-file", path, "--database-url", "postgres://127.0.0.1:1/none?connect_timeout=1")
+	require.Equal(t, 1, code, out)
+	require.Contains(t, errs, "tables not checked: the database did not answer")
 }
 
 // A bad projections file stops run before anything connects, naming the
@@ -106,4 +148,18 @@ func TestRebuildAndVerifyTakeTheFilesSearchProjections(t *testing.T) {
 		"--projections-file", path, "--projection", "books")
 	require.Equal(t, 2, code)
 	require.Contains(t, errs, "--from-table is required")
+}
+
+// Help does not claim the built-in names when a file may name others, and
+// says what a projections file makes of --elastic-index.
+func TestHelpSaysWhatTheProjectionsFileChanges(t *testing.T) {
+	words := func(s string) string { return strings.Join(strings.Fields(s), " ") } // help wraps its lines
+	code, out, errs := runCLI(t, "pause", "--help")
+	require.Zero(t, code, errs)
+	require.NotContains(t, words(out), "one of chronicle, search.")
+	require.Contains(t, words(out), "--projection=NAME The projection: one the projections file names, or without a file chronicle or search.")
+
+	code, out, errs = runCLI(t, "run", "--help")
+	require.Zero(t, code, errs)
+	require.Contains(t, words(out), `--elastic-index="search" Index the search projection writes to; ignored with a projections file`)
 }

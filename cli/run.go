@@ -3,6 +3,7 @@ package cli
 import (
 	"cmp"
 	"context"
+	"errors"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -27,7 +28,7 @@ type runCmd struct {
 	dbFlags
 	elasticFlags
 	projectionsFlags
-	ElasticIndex string `help:"Index the search projection writes to." env:"ELASTIC_INDEX" default:"${elastic_index}" field:"Index"`
+	ElasticIndex string `help:"Index the search projection writes to; ignored with a projections file, whose search projections name their own." env:"ELASTIC_INDEX" default:"${elastic_index}" field:"Index"`
 
 	WorkerID       string `help:"Name of this replica (default: hostname-pid)." env:"OUTBOX_WORKER_ID"`
 	LeaderName     string `help:"Replicas with the same leader name compete for one lock." env:"OUTBOX_LEADER_NAME" default:"${leader_name}"`
@@ -141,6 +142,10 @@ func (c *runCmd) Run(g *globals) error {
 	ctx, cancel := drainOnSignal(log)
 	defer cancel()
 	r, err := replica.New(ctx, cfg, log)
+	var bad *replica.ProjectionsError
+	if errors.As(err, &bad) {
+		return badFile(err) // a table the file names, checked at start
+	}
 	if err != nil {
 		return renameFields(c, err)
 	}

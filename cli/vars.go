@@ -87,6 +87,7 @@ func flagVars() map[string]string {
 		"list_limit":         strconv.Itoa(listLimitDefault),
 		"replay_max":         strconv.Itoa(replay.MaxDefault),
 		"projections":        strings.Join(replica.ProjectionNames(), ", "),
+		"projections_or":     strings.Join(replica.ProjectionNames(), " or "),
 		"search_projection":  projection.SearchName,
 		"elastic_index":      projection.IndexDefault,
 	}

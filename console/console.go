@@ -109,6 +109,10 @@ type Deps struct {
 	// one its metrics poller reads, so an age Postgres does not show counts
 	// from the poller's first sight. Defaults to a watch of the console's own.
 	Horizon *outbox.HorizonWatch
+	// Waiting says, for each projection whose events wait on this replica
+	// (a search index not set up while its engine is away), why. Defaults
+	// to none.
+	Waiting func() map[string]string
 }
 
 // ProjectionInfo is how one projection is built, as the overview lists it.
@@ -126,6 +130,9 @@ type ProjectionInfo struct {
 	// SourceTable is what a scheduled verify compares a search projection
 	// with ("" for the ledger alone), or the table a chronicle appends to.
 	SourceTable string
+	// Waiting is why the projection's events wait, "" when they do not;
+	// the overview fills it in from Deps.Waiting at each view.
+	Waiting string
 }
 
 func (c Config) withDefaults() Config {

@@ -95,8 +95,21 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
-	v.Specs = c.deps.ProjectionSpecs
+	v.Specs = c.withWaiting(c.deps.ProjectionSpecs)
 	c.render(w, r, http.StatusOK, "overview", "Overview", v)
+}
+
+// withWaiting is specs with why each projection's events wait, if they do.
+func (c *Console) withWaiting(specs []ProjectionInfo) []ProjectionInfo {
+	if c.deps.Waiting == nil {
+		return specs
+	}
+	waiting := c.deps.Waiting()
+	out := slices.Clone(specs)
+	for i := range out {
+		out[i].Waiting = waiting[out[i].Name]
+	}
+	return out
 }
 
 // projectionsAgreement sets this replica's projections hash beside the

@@ -69,3 +69,15 @@ func TestOverviewWithoutProjectionsHashComparesNothing(t *testing.T) {
 	require.NotContains(t, r.body, `id="projections-hash"`)
 	require.Contains(t, r.body, "This replica was given no projections to list.")
 }
+
+// The overview says why a projection's events wait, beside how it is built.
+func TestOverviewSaysWhyAProjectionWaits(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withProjections("aaaa1111aaaa1111"), func(_ *Config, d *Deps) {
+		d.Waiting = func() map[string]string { return map[string]string{"search": "its index books is not set up yet"} }
+	})
+	r := b.operator(t).get(Prefix)
+	require.Equal(t, http.StatusOK, r.code)
+	require.Contains(t, r.body, `<tr id="spec-search"><td>search<div class="bad" id="waiting-search">its events wait: its index books is not set up yet</div></td>`)
+	require.Contains(t, r.body, `<tr id="spec-chronicle"><td>chronicle</td>`)
+}

@@ -210,17 +210,36 @@ func (l *Loop) next(ctx context.Context, epoch int64, now time.Time) ([]outbox.E
 // claimRows claims rows from the head (head) or past the cursor.
 func (l *Loop) claimRows(ctx context.Context, epoch int64, now time.Time, head bool) ([]outbox.Event, error) {
 	after := l.cursor
+	names, someWait := l.takingEvents()
 	if head {
 		after, l.headAt = nil, now
 		l.headWanted.Store(false)
+		if someWait {
+			// The claim from the head takes every projection's rows; past
+			// the start of time, the claim takes those of names only.
+			after = &outbox.Cursor{}
+		}
 	}
-	events, err := l.store.ClaimAfter(ctx, epoch, l.cfg.BulkSize, l.cfg.Lease, l.latestNames, after, l.names)
-	l.headNext = after == nil && len(events) >= l.cfg.BulkSize
+	events, err := l.store.ClaimAfter(ctx, epoch, l.cfg.BulkSize, l.cfg.Lease, l.latestNames, after, names)
+	l.headNext = head && len(events) >= l.cfg.BulkSize
 	countError(ctx, claimErrorsTotal, err)
 	if c := outbox.CursorOf(events); c != nil && (l.cursor == nil || c.After(*l.cursor)) {
 		l.cursor = c
 	}
 	return events, err
+}
+
+// takingEvents are the projections whose events the loop claims now: all it
+// has handlers for but those that wait (projection.Waits), and whether any
+// waits. The rows of one that waits stay pending, unclaimed and without an
+// attempt counted, and the next claim from the head after it stops waiting
+// (within PollInterval) takes them.
+func (l *Loop) takingEvents() ([]string, bool) {
+	waits := func(name string) bool { return projection.WaitingFor(l.handlers[name]) != "" }
+	if !slices.ContainsFunc(l.names, waits) {
+		return l.names, false
+	}
+	return slices.DeleteFunc(slices.Clone(l.names), waits), true
 }
 
 // fromHead reports whether the claim starting now starts from the head

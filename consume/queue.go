@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/wlproj/wlproj/outbox"
+	"github.com/wlproj/wlproj/projection"
 )
 
 // checkpointEvery bounds how often a projection's position is written: once
@@ -334,6 +335,9 @@ func (l *Loop) readQueued(ctx context.Context, now time.Time) ([]outbox.Event, e
 	for _, name := range l.readOrder(now) {
 		if now.Before(l.unknownUntil[name]) {
 			continue // its events wait unread: the same batch until then
+		}
+		if h, known := l.handlers[name]; known && projection.WaitingFor(h) != "" {
+			continue // read from the same position once it stops waiting
 		}
 		from, gen := l.queues.from(name)
 		events, to, err := l.store.ReadQueued(ctx, name, from, l.cfg.BulkSize, l.latest[name])

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/pprof"
+	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -100,6 +102,9 @@ type Deps struct {
 	// Gates are more readiness checks, by name: each says why this
 	// replica may not lead, "" when it may (the replica's queue_home).
 	Gates map[string]func() string
+	// Waiting says, for each projection whose events wait, why; nil or
+	// empty when none does.
+	Waiting func() map[string]string
 }
 
 // Server is the replica's HTTP surface, a startstop.Service.
@@ -250,6 +255,11 @@ type body struct {
 	// Paused lists the paused projections on /readyz. A pause is deliberate,
 	// so it never fails readiness; their lag grows and shows here.
 	Paused []pausedBody `json:"paused,omitempty"`
+	// Waiting lists the projections whose events wait for something of
+	// theirs (a search index not set up while its engine is away), and
+	// why, on /readyz. It does not fail readiness by itself (the engine
+	// check does, under RequireES): the other projections go on meanwhile.
+	Waiting []waitingBody `json:"waiting,omitempty"`
 	// Schema is the database's schema version against this binary's, on
 	// /readyz.
 	Schema *SchemaStatus `json:"schema,omitempty"`
@@ -272,6 +282,11 @@ type projectionsBody struct {
 // this binary needs, as last read; false before the first read. The
 // elector campaigns only while it holds (leader.Elector.CanLead).
 func (s *Server) SchemaOK() bool { return s.schema.OK() }
+
+type waitingBody struct {
+	Projection string `json:"projection"`
+	Why        string `json:"why"`
+}
 
 type pausedBody struct {
 	Projection string    `json:"projection"`
@@ -312,7 +327,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	} else {
 		s.ready.Set(0)
 	}
-	b := body{Checks: checks}
+	b := body{Checks: checks, Waiting: s.waiting()}
 	if checks["database"] == "ok" {
 		b.Paused = s.paused(ctx)
 		b.Projections = s.projections(ctx)
@@ -320,6 +335,19 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	schema := s.schema.current(ctx)
 	b.Schema = &schema
 	s.write(w, ok, b)
+}
+
+// waiting lists the projections whose events wait, by name.
+func (s *Server) waiting() []waitingBody {
+	if s.deps.Waiting == nil {
+		return nil
+	}
+	var out []waitingBody
+	for name, why := range s.deps.Waiting() {
+		out = append(out, waitingBody{Projection: name, Why: why})
+	}
+	slices.SortFunc(out, func(a, b waitingBody) int { return strings.Compare(a.Projection, b.Projection) })
+	return out
 }
 
 // projections reads the leader's projections hash next to this replica's

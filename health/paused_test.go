@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wlproj/wlproj/internal/testkit/harness"
@@ -52,4 +54,26 @@ func pausedValue(t *testing.T, projection string) float64 {
 	require.NoError(t, err)
 	require.True(t, ok, "no outbox_projection_paused series for %s", projection)
 	return v
+}
+
+// A projection whose events wait (a search index not set up while its
+// engine is away) is listed with why; readiness does not fail for it.
+func TestReadyzListsWaitingProjections(t *testing.T) {
+	db := harness.NewDatabase(t)
+	var why atomic.Pointer[string]
+	f := startWith(t, db.Pool, db.URL, nil, zerolog.Nop(), Deps{Waiting: func() map[string]string {
+		if w := why.Load(); w != nil {
+			return map[string]string{"books": *w}
+		}
+		return nil
+	}})
+	r := f.get(f.port, "/readyz")
+	require.Equal(t, http.StatusOK, r.code, r.raw)
+	require.NotContains(t, r.raw, `"waiting"`)
+
+	w := "its index books is not set up yet"
+	why.Store(&w)
+	r = f.get(f.port, "/readyz")
+	require.Equal(t, http.StatusOK, r.code, r.raw)
+	require.Contains(t, r.raw, `"waiting":[{"projection":"books","why":"its index books is not set up yet"}]`)
 }

@@ -14,6 +14,8 @@ import (
 
 	"github.com/olivere/elastic/v7"
 	"github.com/rs/zerolog"
+
+	"github.com/wlproj/wlproj/classify"
 )
 
 // IndexState is what the search projection's index name stands for in the
@@ -129,14 +131,33 @@ func createAliased(ctx context.Context, client *elastic.Client, name, index stri
 }
 
 // IndexKeeper runs EnsureIndex for a replica and logs what it did: a
-// creation, and once per process a warning when the index is concrete.
+// creation, and once per process a warning when the index is concrete. Until
+// it has found the index set up (an alias, one it created, or a concrete
+// index of an earlier version), the projection waits (Waiting): a write to a
+// missing name would have the engine create a concrete index there, with a
+// dynamic mapping instead of the mapping file's.
 type IndexKeeper struct {
 	client *elastic.Client
 	index  string
 	body   map[string]any
 	log    zerolog.Logger
 	warned atomic.Bool
+	// ready is set once EnsureIndex found or made the index; it is never
+	// cleared: an engine away later fails writes, which retry as before.
+	ready atomic.Bool
+	// lastErr is why the last EnsureIndex failed (classified, without
+	// credentials); nil before the first. downWarned logs it once.
+	lastErr    atomic.Pointer[string]
+	downWarned atomic.Bool
 }
+
+// Backoff of Keep between two tries while the engine does not answer: short
+// enough that the projection's events go on seconds after the engine is
+// back, long enough not to flood its log or the network.
+const (
+	keepBackoffMin = 500 * time.Millisecond
+	keepBackoffMax = 2 * time.Second
+)
 
 // NewIndexKeeper keeps index, a search projection's alias, creating it
 // with body (its mapping file's, or nil for the engine's defaults).
@@ -144,18 +165,40 @@ func NewIndexKeeper(client *elastic.Client, index string, body map[string]any, l
 	return &IndexKeeper{client: client, index: index, body: body, log: log}
 }
 
-// Ensure runs EnsureIndex, within a bound of its own. On an error, which it
-// logs, the engine creates a missing index on the first write as before: a
-// concrete one.
+// Waiting says why the projection's events wait, "" once its index is set
+// up. The consume loop reads none of them meanwhile (Waits).
+func (k *IndexKeeper) Waiting() string {
+	if k.ready.Load() {
+		return ""
+	}
+	why := "its index " + k.index + " is not set up yet; it is created from the mapping file, behind its alias, once the engine answers"
+	if last := k.lastErr.Load(); last != nil {
+		why += ": " + *last
+	}
+	return why
+}
+
+// Ensure runs EnsureIndex, within a bound of its own, and logs an error
+// once until the index is set up; meanwhile the projection waits.
 func (k *IndexKeeper) Ensure(ctx context.Context) (IndexSetup, error) {
 	ctx, cancel := context.WithTimeout(ctx, ensureIndexTimeout)
 	defer cancel()
 	got, err := EnsureIndexWith(ctx, k.client, k.index, k.body, time.Now())
+	if err == nil {
+		k.ready.Store(true)
+		k.downWarned.Store(false)
+	}
 	switch {
 	case err != nil:
-		if ctx.Err() != context.Canceled {
-			k.log.Warn().Str("index", k.index).Err(err).
-				Msg("could not set up the index behind an alias; a first write creates it as a concrete index")
+		if ctx.Err() == context.Canceled {
+			break
+		}
+		msg := classify.Classify(err).Error()
+		k.lastErr.Store(&msg)
+		if !k.ready.Load() && k.downWarned.CompareAndSwap(false, true) {
+			k.log.Warn().Str("index", k.index).Str("error", msg).
+				Msg("could not set up the index behind an alias; the projection's events wait until the engine answers " +
+					"and the index is created from its mapping file")
 		}
 	case got.State == IndexCreated:
 		k.log.Info().Str("index", k.index).Str("concrete_index", got.Indexes[0]).
@@ -166,4 +209,23 @@ func (k *IndexKeeper) Ensure(ctx context.Context) (IndexSetup, error) {
 				"at that instant can fail; run that first rebuild in a quiet window")
 	}
 	return got, err
+}
+
+// Keep runs Ensure until the index is set up, or ctx ends, trying again
+// with backoff: a replica started before its engine sets the index up from
+// the mapping file as soon as the engine answers, and the projection's
+// events, which wait until then, go on.
+func (k *IndexKeeper) Keep(ctx context.Context) {
+	wait := keepBackoffMin
+	for !k.ready.Load() {
+		if _, err := k.Ensure(ctx); err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, keepBackoffMax)
+	}
 }

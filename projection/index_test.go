@@ -5,13 +5,16 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/olivere/elastic/v7"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wlproj/wlproj/internal/testkit/faultproxy"
 	"github.com/wlproj/wlproj/internal/testkit/harness"
 )
 
@@ -239,4 +242,46 @@ func TestEnsureIndexWithAMappingFile(t *testing.T) {
 	write := b.aliases(t)[got.Indexes[0]]
 	require.True(t, write != nil && *write, "the alias names the index its write index, as without a mapping")
 	require.NotContains(t, body, "aliases", "the caller's body is left as it was")
+}
+
+// A keeper whose engine refuses connections says why its projection waits,
+// and keeps trying: once the engine is back, the index is created from the
+// mapping, behind the alias, and the projection no longer waits.
+func TestEnsureIndexWithKeeperWaitsForTheEngine(t *testing.T) {
+	t.Parallel()
+	b := indexSetup(t)
+	proxy := faultproxy.Start(t, b.base)
+	proxy.Set(faultproxy.Fault{Refuse: true})
+	client, err := NewElasticClient(ElasticOptions{URL: proxy.URL()})
+	require.NoError(t, err)
+	mapping := map[string]any{"mappings": map[string]any{"dynamic": "strict"}}
+	keeper := NewIndexKeeper(client, b.name, mapping, zerolog.Nop())
+	require.Contains(t, keeper.Waiting(), "is not set up yet", "it waits before the first look")
+
+	ctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	kept := make(chan struct{})
+	go func() { defer close(kept); keeper.Keep(ctx) }()
+	harness.Eventually(t, 10*time.Second, "the refusal is the reason", func() bool {
+		return strings.Contains(keeper.Waiting(), "connection")
+	})
+	require.Nil(t, b.aliases(t), "nothing created meanwhile")
+
+	proxy.Clear()
+	select {
+	case <-kept:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Keep did not return once the engine was back")
+	}
+	require.Empty(t, keeper.Waiting())
+	require.Len(t, b.aliases(t), 1, "an alias on one index")
+	var got map[string]struct {
+		Mappings struct {
+			Dynamic string `json:"dynamic"`
+		} `json:"mappings"`
+	}
+	require.NoError(t, harness.ES(b.ctx, b.base, http.MethodGet, "/"+b.name+"/_mapping", nil, &got))
+	for index, m := range got {
+		require.Equal(t, "strict", m.Mappings.Dynamic, "%s has the mapping given", index)
+	}
 }

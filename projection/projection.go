@@ -51,6 +51,22 @@ func IsLatestOnly(h Handler) bool {
 // version.
 func (*Search) LatestOnly() bool { return true }
 
+// Waits is implemented by a handler that may not take events yet, such as a
+// search projection whose index is not set up: while Waiting says why (""
+// when it may), the loop reads none of its events, which stay where they
+// are, unsent and without an attempt counted.
+type Waits interface {
+	Waiting() string
+}
+
+// WaitingFor is why h's events wait, "" when they do not (see Waits).
+func WaitingFor(h Handler) string {
+	if w, ok := h.(Waits); ok {
+		return w.Waiting()
+	}
+	return ""
+}
+
 // Registry maps a projection name to its handler.
 type Registry map[string]Handler
 

@@ -90,6 +90,8 @@ type Search struct {
 	bulkActions     int
 	bulkConcurrency int
 	rebuild         RebuildTarget
+	// waiting, if set, says why the handler may not take events yet.
+	waiting func() string
 }
 
 // RebuildTarget names the index that a rebuild of the handler's projection
@@ -131,6 +133,19 @@ func NewSearch(cfg SearchConfig) (*Search, error) {
 
 // Index is the index, or alias, the handler writes to.
 func (s *Search) Index() string { return s.index }
+
+// WaitFor makes the handler wait while waiting says why (see Waits): the
+// replica's index keeper, until the index is set up. Call it before the
+// loop starts.
+func (s *Search) WaitFor(waiting func() string) { s.waiting = waiting }
+
+// Waiting implements Waits.
+func (s *Search) Waiting() string {
+	if s.waiting == nil {
+		return ""
+	}
+	return s.waiting()
+}
 
 // DualWriteTo makes the handler write each bulk to t's index too while t
 // names one. Call it before the first Handle.

@@ -64,8 +64,10 @@ func (b *builder) buildSearch(spec Spec) (*projection.Search, error) {
 		return nil, err
 	}
 	log := b.log.With().Str("projection", spec.Name).Logger()
+	index := projection.NewIndexKeeper(es, spec.Search.Index, spec.Search.Mapping, log)
+	search.WaitFor(index.Waiting)
 	b.searches = append(b.searches, &searchParts{spec: spec, es: es, search: search, timeout: opts.Timeout,
-		probe: projection.NewEngineProbe(es, opts.URL), index: projection.NewIndexKeeper(es, spec.Search.Index, spec.Search.Mapping, log)})
+		probe: projection.NewEngineProbe(es, opts.URL), index: index})
 	return search, nil
 }
 

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -111,29 +113,71 @@ func (f fileReader) secret(name, what string, m map[string]*yaml.Node) (from, va
 	return from, value, nil
 }
 
-// checkSet refuses what no one projection shows: two search projections
+// setCheck refuses what no one projection shows: two search projections
 // writing one alias on the same engine, and a second chronicle (there is
-// one chronicle table).
-func (f fileReader) checkSet(specs Specs) error {
-	aliases := map[string]string{}
-	chronicle := ""
-	for _, s := range specs {
-		if s.Kind == KindChronicle {
-			if chronicle != "" {
-				return f.fail(nil, s.Name, "kind", "a second chronicle: %q is one already, and there is one chronicle table", chronicle)
-			}
-			chronicle = s.Name
-			continue
+// one chronicle table). Each projection is added as it is read, so that a
+// refusal names the line of the second.
+type setCheck struct {
+	aliases   map[string]string // engineNode(url) + " " + alias: the projection
+	chronicle string
+}
+
+func (f fileReader) checkAdded(c *setCheck, s Spec, n *yaml.Node) error {
+	if s.Kind == KindChronicle {
+		if c.chronicle != "" {
+			return f.fail(valueOf(n, "kind"), s.Name, "kind", "a second chronicle: %q is one already, and there is one chronicle table", c.chronicle)
 		}
-		for _, u := range s.Search.URLs {
-			key := strings.TrimSuffix(u, "/") + " " + s.Search.Index
-			if other, ok := aliases[key]; ok {
-				return f.fail(nil, s.Name, "index", "%q on %s is projection %q's alias too: two projections on one alias overwrite each other's documents", s.Search.Index, u, other)
-			}
-			aliases[key] = s.Name
+		c.chronicle = s.Name
+		return nil
+	}
+	if c.aliases == nil {
+		c.aliases = map[string]string{}
+	}
+	for _, u := range s.Search.URLs {
+		key := engineNode(u) + " " + s.Search.Index
+		if other, ok := c.aliases[key]; ok && other != s.Name {
+			return f.fail(valueOf(n, "index"), s.Name, "index", "%q on %s is projection %q's alias too: two projections on one alias overwrite each other's documents", s.Search.Index, u, other)
 		}
+		c.aliases[key] = s.Name
 	}
 	return nil
+}
+
+// engineNode is the node a URL reaches, as the client connects to it: its
+// host in lower case (an IP address in its one form, localhost and every
+// loopback address as one), its port with the scheme's default made
+// explicit, and its path without a trailing slash (a gateway may route
+// paths to different engines). http and https on one port cannot both be
+// served, so the scheme is not part of it. A host name is not resolved:
+// its address may change, and two names of one engine are then two engines
+// to this check.
+func engineNode(raw string) string {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil {
+		return raw // urlOf refused it already
+	}
+	host, port := strings.ToLower(u.Hostname()), u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[strings.ToLower(u.Scheme)]
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		host = ip.String()
+	}
+	if host == "localhost" || net.ParseIP(host).IsLoopback() {
+		host = "loopback"
+	}
+	return net.JoinHostPort(host, port) + strings.TrimRight(u.EscapedPath(), "/")
+}
+
+// valueOf is the node of key's value in the mapping n, or n itself when
+// there is none (a flow mapping's line is its own).
+func valueOf(n *yaml.Node, key string) *yaml.Node {
+	for i := 0; n.Kind == yaml.MappingNode && i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return n
 }
 
 // Chronicle returns the configured chronicle's name, if any.

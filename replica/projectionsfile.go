@@ -35,6 +35,16 @@ type Spec struct {
 	Kind      string         `json:"kind"`
 	Search    *SearchSpec    `json:"search,omitempty"`
 	Chronicle *ChronicleSpec `json:"chronicle,omitempty"`
+	// file and lines are where it was read: the projections file and the
+	// line of each of its keys, for what is checked later (its tables).
+	file  string
+	lines map[string]int
+}
+
+// at is a *ProjectionsError about key of the projection, at its line in
+// the file it was read from.
+func (s Spec) at(key, format string, args ...any) error {
+	return &ProjectionsError{File: s.file, Projection: s.Name, Key: key, Line: s.lines[key], Problem: fmt.Sprintf(format, args...)}
 }
 
 // ChronicleSpec is a chronicle projection: a table every event is

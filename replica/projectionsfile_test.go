@@ -114,7 +114,18 @@ func TestLoadProjectionsRefusesBadFiles(t *testing.T) {
 		{"bad table", "projections:\n  books:\n    kind: search\n    index: books\n    engine: {urls: [http://e:9200]}\n    source_table: 'books; drop'\n",
 			`projection "books": source_table: "books; drop" is not a table name`},
 		{"one alias twice", "projections:\n  a:\n    kind: search\n    index: books\n    engine: {urls: [http://e:9200]}\n  b:\n    kind: search\n    index: books\n    engine: {urls: [http://e:9200/]}\n",
-			`projection "b": index: "books" on http://e:9200/ is projection "a"'s alias too`},
+			`:8: projection "b": index: "books" on http://e:9200/ is projection "a"'s alias too`},
+		// One engine however its URL is written: the scheme and host in any
+		// case, the scheme's default port given or not, localhost or a
+		// loopback address, one node in common between two lists.
+		{"one alias, URL in capitals", twoOnOneAlias("http://127.0.0.1:9200", "HTTP://127.0.0.1:9200"),
+			`:8: projection "b": index: "books" on HTTP://127.0.0.1:9200 is projection "a"'s alias too`},
+		{"one alias, host in capitals", twoOnOneAlias("http://localhost:9200", "http://LocalHost:9200"), `projection "a"'s alias too`},
+		{"one alias, default port", twoOnOneAlias("http://es:80", "http://es"), `projection "a"'s alias too`},
+		{"one alias, https default port", twoOnOneAlias("https://es", "https://ES:443/"), `projection "a"'s alias too`},
+		{"one alias, localhost and loopback", twoOnOneAlias("http://localhost:9200", "http://127.0.0.1:9200"), `projection "a"'s alias too`},
+		{"one alias, IPv6 loopback", twoOnOneAlias("'http://[::1]:9200'", "http://127.0.0.1:9200"), `projection "a"'s alias too`},
+		{"one alias, a node in common", twoOnOneAlias("http://es1:9200, http://es2:9200", "http://es3:9200, http://ES2:9200"), `projection "a"'s alias too`},
 		{"bad timeout", "projections:\n  books:\n    kind: search\n    index: books\n    engine: {urls: [http://e:9200], timeout: fast}\n",
 			`:5: projection "books": engine.timeout: "fast" is not a duration such as 30s`},
 		{"timeout out of range", "projections:\n  books:\n    kind: search\n    index: books\n    engine: {urls: [http://e:9200], timeout: 1h}\n",
@@ -129,7 +140,7 @@ func TestLoadProjectionsRefusesBadFiles(t *testing.T) {
 			`:4: projection "timeline": table: "Timeline" is not a table name`},
 		{"chronicle key of search", "projections:\n  timeline:\n    kind: chronicle\n    index: books\n",
 			`:4: projection "timeline": index: unknown key (known here: kind, table)`},
-		{"two chronicles", "projections:\n  a: {kind: chronicle}\n  b: {kind: chronicle}\n", `projection "b": kind: a second chronicle`},
+		{"two chronicles", "projections:\n  a: {kind: chronicle}\n  b: {kind: chronicle}\n", `:3: projection "b": kind: a second chronicle`},
 		{"name twice", "projections:\n  a: {kind: chronicle}\n  a: {kind: chronicle}\n", `projection "a": is configured twice`},
 		{"both auths", "projections:\n  books:\n    kind: search\n    index: books\n    engine: {urls: [http://e:9200], username: u, password_env: BOOKS_PASSWORD, api_key_env: BOOKS_PASSWORD}\n",
 			`projection "books": engine: `},
@@ -175,4 +186,25 @@ func TestLoadProjectionNamesNeedsNoSecret(t *testing.T) {
 	require.Equal(t, []string{"books"}, names)
 	_, err = LoadProjections(path, env)
 	require.ErrorContains(t, err, "UNSET_HERE is not set or empty")
+}
+
+// twoOnOneAlias is a projections file of a and b, both search projections
+// writing the alias books, a on the nodes aURLs and b on bURLs (comma
+// separated).
+func twoOnOneAlias(aURLs, bURLs string) string {
+	return "projections:\n  a:\n    kind: search\n    index: books\n    engine: {urls: [" + aURLs + "]}\n" +
+		"  b:\n    kind: search\n    index: books\n    engine: {urls: [" + bURLs + "]}\n"
+}
+
+// One alias on two engines is two indexes: another host, another port, or
+// another path prefix (a gateway in front of two clusters). A host name is
+// not resolved: it may name another address tomorrow, and only localhost
+// is known to be the loopback.
+func TestLoadProjectionsTakesOneAliasOnTwoEngines(t *testing.T) {
+	for _, urls := range [][2]string{{"http://es1:9200", "http://es2:9200"}, {"http://es:9200", "http://es:9201"},
+		{"http://es", "https://es"}, {"http://gw/one", "http://gw/two"}, {"http://es.internal:9200", "http://10.0.0.5:9200"}} {
+		path := writeFile(t, "p.yaml", twoOnOneAlias(urls[0], urls[1]))
+		_, err := LoadProjections(path, env)
+		require.NoError(t, err, "%s and %s", urls[0], urls[1])
+	}
 }

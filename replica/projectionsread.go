@@ -77,6 +77,7 @@ func (f fileReader) read(doc *yaml.Node) (Specs, error) {
 		return nil, f.fail(doc.Content[0], "", "projections", "must map each projection's name to its settings, at least one")
 	}
 	var specs Specs
+	var set setCheck
 	for i := 0; i+1 < len(list.Content); i += 2 {
 		name := list.Content[i]
 		if !projectionName.MatchString(name.Value) {
@@ -89,9 +90,12 @@ func (f fileReader) read(doc *yaml.Node) (Specs, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := f.checkAdded(&set, spec, list.Content[i+1]); err != nil {
+			return nil, err
+		}
 		specs = append(specs, spec)
 	}
-	return specs, f.checkSet(specs)
+	return specs, nil
 }
 
 func (f fileReader) projection(name string, n *yaml.Node) (Spec, error) {
@@ -115,7 +119,10 @@ func (f fileReader) projection(name string, n *yaml.Node) (Spec, error) {
 	if err != nil {
 		return Spec{}, err
 	}
-	spec := Spec{Name: name, Kind: kind}
+	spec := Spec{Name: name, Kind: kind, file: f.path, lines: map[string]int{}}
+	for key, v := range m {
+		spec.lines[key] = v.Line
+	}
 	switch kind {
 	case KindSearch:
 		spec.Search, err = f.search(name, n, m)

@@ -71,7 +71,7 @@ func (r *Replica) build() error {
 	if r.cfg.Console.UsersFile != "" {
 		r.console, err = console.New(r.cfg.Console, console.Deps{Pool: r.pool, State: r.elector.State,
 			LeaderName: r.cfg.Leader.Name, Projections: r.cfg.Projections.Names(), Log: r.log, Horizon: horizon,
-			ProjectionSpecs: consoleSpecs(r.cfg.Projections), ProjectionsHash: r.cfg.Projections.Hash()})
+			ProjectionSpecs: consoleSpecs(r.cfg.Projections), ProjectionsHash: r.cfg.Projections.Hash(), Waiting: r.parts.waiting})
 		if err != nil {
 			return err
 		}
@@ -79,7 +79,7 @@ func (r *Replica) build() error {
 	r.home = &homeGate{pool: r.pool, log: r.log}
 	r.health, err = health.New(r.cfg.Health, health.Deps{Pool: r.pool, Elector: r.elector, PingES: r.parts.pingES,
 		Draining: &r.draining, Log: r.log, Projections: r.cfg.Projections.Names(),
-		Gates:           map[string]func() string{"queue_home": r.home.Problem},
+		Gates: map[string]func() string{"queue_home": r.home.Problem}, Waiting: r.parts.waiting,
 		ProjectionsHash: r.cfg.Projections.Hash(), LeaderName: r.cfg.Leader.Name, Routes: r.consoleRoutes(), Horizon: horizon})
 	if err != nil {
 		return err
@@ -147,8 +147,9 @@ func (r *Replica) Run(ctx context.Context) {
 	for _, s := range r.parts.searches {
 		go func() {
 			log := r.log.With().Str("projection", s.spec.Name).Logger()
-			s.probe.Announce(ctx, log)
-			_, _ = s.index.Ensure(ctx)
+			go s.probe.Announce(ctx, log)
+			// Until the index is set up, the projection's events wait.
+			s.index.Keep(ctx)
 			s.probe.WarnGCDeletes(ctx, log, s.spec.Search.Index, projection.WriteLifetime(s.timeout))
 		}()
 	}

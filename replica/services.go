@@ -30,6 +30,18 @@ type daemonParts struct {
 	searches []*searchParts
 }
 
+// waiting says, for each search projection whose events wait for its index
+// (projection.IndexKeeper.Waiting), why.
+func (d daemonParts) waiting() map[string]string {
+	out := map[string]string{}
+	for _, s := range d.searches {
+		if why := s.index.Waiting(); why != "" {
+			out[s.spec.Name] = why
+		}
+	}
+	return out
+}
+
 // indexFirst runs the consume loop with the indexes set up before its
 // first write, so that the leader's first write does not auto-create an
 // alias as a concrete index. The set-up (a round trip to each engine, and

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
@@ -21,7 +22,8 @@ import (
 
 // tableNeed is a table one projection's key names and what it must have.
 type tableNeed struct {
-	projection, key, table string
+	spec       Spec
+	key, table string
 	columns                []string
 	// unique is the column that needs a unique index of its own, if any.
 	unique string
@@ -35,9 +37,9 @@ func (s Specs) tableNeeds() []tableNeed {
 	for _, p := range s {
 		switch {
 		case p.Kind == KindChronicle && p.Chronicle != nil:
-			needs = append(needs, tableNeed{p.Name, "table", p.Chronicle.TableName(), projection.ChronicleColumns, "event_id"})
+			needs = append(needs, tableNeed{p, "table", p.Chronicle.TableName(), projection.ChronicleColumns, "event_id"})
 		case p.Search != nil && p.Search.SourceTable != "":
-			needs = append(needs, tableNeed{p.Name, "source_table", p.Search.SourceTable, sourceColumns, ""})
+			needs = append(needs, tableNeed{p, "source_table", p.Search.SourceTable, sourceColumns, ""})
 		}
 	}
 	return needs
@@ -55,13 +57,12 @@ SELECT to_regclass($1) IS NOT NULL,
 // database that is not there yet.
 const tablesCheckTimeout = 5 * time.Second
 
-// checkTables refuses, naming the projection, the key and the table, a
-// table that is missing or lacks what wlproj needs of it. A database it
-// cannot reach is not a bad table: the replica starts (it waits for the
-// database as always) and says it did not check.
+// checkTables refuses, naming the file, the line, the projection, the key
+// and the table, a table that is missing or lacks what wlproj needs of it.
+// A database it cannot reach is not a bad table: the replica starts (it
+// waits for the database as always) and says it did not check.
 func checkTables(ctx context.Context, pool *pgxpool.Pool, specs Specs, fromFile bool, log zerolog.Logger) error {
-	needs := specs.tableNeeds()
-	if !fromFile || len(needs) == 0 {
+	if !fromFile || len(specs.tableNeeds()) == 0 {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, tablesCheckTimeout)
@@ -72,17 +73,33 @@ func checkTables(ctx context.Context, pool *pgxpool.Pool, specs Specs, fromFile 
 		return nil
 	}
 	defer conn.Release()
+	_, err = CheckTables(ctx, conn, specs)
+	return err
+}
+
+// Querier is what CheckTables reads the tables' shapes through: a
+// connection of a pool, or one of its own (pgx.Conn).
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// CheckTables checks the tables specs name (a chronicle's table, a search
+// projection's source_table) as a replica does when it starts, and returns
+// how many it checked. A missing table, or one short of what wlproj needs,
+// is a *ProjectionsError naming the file, line, projection and key.
+func CheckTables(ctx context.Context, q Querier, specs Specs) (int, error) {
+	needs := specs.tableNeeds()
 	for _, n := range needs {
 		var exists, unique bool
 		var columns []string
-		if err := conn.QueryRow(ctx, tableShapeSQL, n.table, n.unique).Scan(&exists, &columns, &unique); err != nil {
-			return fmt.Errorf("projection %q: %s: reading table %s: %w", n.projection, n.key, n.table, err)
+		if err := q.QueryRow(ctx, tableShapeSQL, n.table, n.unique).Scan(&exists, &columns, &unique); err != nil {
+			return 0, fmt.Errorf("projection %q: %s: reading table %s: %w", n.spec.Name, n.key, n.table, err)
 		}
 		if problem := n.problem(exists, columns, unique); problem != "" {
-			return fmt.Errorf("projection %q: %s: %s", n.projection, n.key, problem)
+			return 0, n.spec.at(n.key, "%s", problem)
 		}
 	}
-	return nil
+	return len(needs), nil
 }
 
 // problem says what the table lacks, "" when nothing.

@@ -16,6 +16,12 @@ import (
 // tablesFile is a projections file whose chronicle appends to timeline and
 // whose books projection rebuilds from source.
 func tablesFile(t *testing.T, timeline, source string) Specs {
+	specs, _ := tablesFileAt(t, timeline, source)
+	return specs
+}
+
+// tablesFileAt is tablesFile with the file's path.
+func tablesFileAt(t *testing.T, timeline, source string) (Specs, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "projections.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(`
@@ -31,7 +37,7 @@ projections:
 `), 0o600))
 	specs, err := LoadProjections(path, os.Getenv)
 	require.NoError(t, err)
-	return specs
+	return specs, path
 }
 
 // Each table a projections file names is checked at start: missing, a
@@ -46,17 +52,22 @@ func TestStartChecksTheFilesTables(t *testing.T) {
 	db.Exec(t, `CREATE TABLE app.loose_timeline (LIKE chronicle_events)`)
 	db.Exec(t, `CREATE TABLE books_source (entity_type text, entity_id text, doc jsonb, version bigint)`)
 	db.Exec(t, `CREATE TABLE books_docless (entity_type text, entity_id text, version bigint)`)
+	var path string
 	check := func(timeline, source string) error {
-		return checkTables(ctx, db.Pool, tablesFile(t, timeline, source), true, zerolog.Nop())
+		var specs Specs
+		specs, path = tablesFileAt(t, timeline, source)
+		return checkTables(ctx, db.Pool, specs, true, zerolog.Nop())
 	}
 
 	require.NoError(t, check("app.timeline", "books_source"))
-	require.EqualError(t, check("app.timelines", "books_source"),
-		`projection "timeline": table: table app.timelines does not exist in the outbox's database`)
+	err := check("app.timelines", "books_source")
+	require.EqualError(t, err, path+`:10: projection "timeline": table: table app.timelines does not exist in the outbox's database`)
+	var bad *ProjectionsError
+	require.ErrorAs(t, err, &bad, "a bad file, as the file's other errors")
 	require.EqualError(t, check("app.timeline", "books_docless"),
-		`projection "books": source_table: table books_docless lacks column(s) doc (it needs entity_type, entity_id, doc, version)`)
+		path+`:7: projection "books": source_table: table books_docless lacks column(s) doc (it needs entity_type, entity_id, doc, version)`)
 	require.EqualError(t, check("app.loose_timeline", "books_source"),
-		`projection "timeline": table: table app.loose_timeline has no unique index on event_id alone (a resend must append nothing)`)
+		path+`:10: projection "timeline": table: table app.loose_timeline has no unique index on event_id alone (a resend must append nothing)`)
 	require.NoError(t, checkTables(ctx, db.Pool, tablesFile(t, "app.timelines", "nope"), false, zerolog.Nop()),
 		"the environment's defaults are not checked here")
 }
