@@ -761,6 +761,14 @@ func TestManifestsMigrateSettingsAreAccepted(t *testing.T) {
 
 var reRunbookRow = regexp.MustCompile("(?m)^\\| `([a-zA-Z.]+)` \\| `([^`]+)` \\|")
 
+func prefixed(prefix string, names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = prefix + n
+	}
+	return out
+}
+
 // runbookFacts is what the runbook's table of the manifests must say, as
 // the manifests say it.
 func runbookFacts(m manifests) map[string]string {
@@ -800,10 +808,16 @@ func TestRunbookDescribesTheManifests(t *testing.T) {
 		got[row[1]] = row[2]
 	}
 	require.Equal(t, runbookFacts(m), got)
+	// The overlay it shows: the replicas, the Job, every component, and the
+	// namespace without which a component's ConfigMap is not found.
+	require.Contains(t, section, "\nnamespace: wlproj ")
+	for _, dir := range append([]string{"", "/migrate"}, prefixed("/", components)...) {
+		require.Contains(t, section, "\n  - ../deploy/k8s"+dir+"\n", "the runbook's overlay")
+	}
 
 	steps := []string{
-		"kubectl apply -k deploy/k8s/migrate",
-		"kubectl -n wlproj wait --for=condition=complete job/wlproj-migrate",
+		"job=$(kubectl apply -k deploy/k8s/migrate -o name | grep '^job')",
+		`kubectl -n wlproj wait --for=condition=complete "$job"`,
 		"kubectl apply -k deploy/k8s\n",
 		"kubectl -n wlproj rollout status deployment/wlproj",
 	}
