@@ -13,6 +13,7 @@ package k8s
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -228,6 +229,10 @@ func TestPodUnderPodman(t *testing.T) {
 	})
 	harness.Healthy(t, r)
 	require.NoError(t, r.WaitRole(context.Background(), 30*time.Second, "leader"))
+	resp, err := http.Get("http://127.0.0.1:" + env["OUTBOX_CONSOLE_PORT"] + "/console/")
+	require.NoError(t, err, "the console component's port")
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
 
 	db.Exec(t, `INSERT INTO outbox_events (projection, entity_type, entity_id, op, event_version, payload)
 		SELECT 'books', 'book', e::text, 'upsert', v, jsonb_build_object('title', 'Book ' || e || ' v' || v, 'isbn', 'i-' || e)
