@@ -108,8 +108,7 @@ test:
 	@scripts/tools.sh
 	@rm -rf $(TEST_JSON)
 	@rc=0; \
-	$(STACK) with $(MAKE) --no-print-directory test-go || rc=$$?; \
-	$(MAKE) --no-print-directory test-k8s || rc=$$?; \
+	$(STACK) with $(MAKE) --no-print-directory -k test-go test-k8s || rc=$$?; \
 	$(MAKE) --no-print-directory test-engines || rc=$$?; \
 	$(GO) run ./tools/testsummary $(TEST_JSON)/*.json || true; \
 	exit $$rc
@@ -125,9 +124,11 @@ test-go:
 	@mkdir -p $(TEST_JSON)
 	@$(STACK) exec $(GOTESTSUM) --jsonfile $(TEST_JSON)/$(ENGINE).json -- $(GOTEST_FLAGS) ./...
 
-# The Kubernetes manifests' offline checks: deploy/k8s is a Go module of its
-# own (the Kubernetes API types and kustomize stay out of wlproj's go.mod),
-# which ./... does not reach. No stack needed.
+# The Kubernetes manifests' checks: deploy/k8s is a Go module of its own
+# (the Kubernetes API types and kustomize stay out of wlproj's go.mod),
+# which ./... does not reach. Offline but one: TestPodUnderPodman builds the
+# image and runs the pod under podman against ENGINE's stack, which must be
+# up (test runs it inside `stack.sh with`).
 test-k8s:
 	@cd deploy/k8s && $(GO) test $(GOTEST_FLAGS) ./...
 

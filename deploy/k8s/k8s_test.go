@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +24,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -57,12 +60,13 @@ const (
 // kinds are the Go types of every kind the manifests may hold, by
 // apiVersion/kind; any other kind fails the decode.
 var kinds = map[string]func() any{
-	"apps/v1/Deployment":            func() any { return &appsv1.Deployment{} },
-	"batch/v1/Job":                  func() any { return &batchv1.Job{} },
-	"v1/ConfigMap":                  func() any { return &corev1.ConfigMap{} },
-	"v1/Secret":                     func() any { return &corev1.Secret{} },
-	"v1/ServiceAccount":             func() any { return &corev1.ServiceAccount{} },
-	"policy/v1/PodDisruptionBudget": func() any { return &policyv1.PodDisruptionBudget{} },
+	"apps/v1/Deployment":                            func() any { return &appsv1.Deployment{} },
+	"batch/v1/Job":                                  func() any { return &batchv1.Job{} },
+	"v1/ConfigMap":                                  func() any { return &corev1.ConfigMap{} },
+	"v1/Secret":                                     func() any { return &corev1.Secret{} },
+	"v1/ServiceAccount":                             func() any { return &corev1.ServiceAccount{} },
+	"policy/v1/PodDisruptionBudget":                 func() any { return &policyv1.PodDisruptionBudget{} },
+	"networking.k8s.io/v1/NetworkPolicy":            func() any { return &networkingv1.NetworkPolicy{} },
 	"kustomize.config.k8s.io/v1beta1/Kustomization": func() any { return &types.Kustomization{} },
 	"kustomize.config.k8s.io/v1alpha1/Component":    func() any { return &types.Kustomization{} },
 }
@@ -116,6 +120,7 @@ type objects struct {
 	secrets     map[string]*corev1.Secret
 	pdbs        []*policyv1.PodDisruptionBudget
 	accounts    []*corev1.ServiceAccount
+	policies    []*networkingv1.NetworkPolicy
 }
 
 func sortObjects(t *testing.T, decoded []any) objects {
@@ -135,6 +140,8 @@ func sortObjects(t *testing.T, decoded []any) objects {
 			o.pdbs = append(o.pdbs, obj)
 		case *corev1.ServiceAccount:
 			o.accounts = append(o.accounts, obj)
+		case *networkingv1.NetworkPolicy:
+			o.policies = append(o.policies, obj)
 		default:
 			t.Fatalf("a build holds a %T", obj)
 		}
@@ -146,31 +153,62 @@ func sortObjects(t *testing.T, decoded []any) objects {
 // what it makes.
 func build(t *testing.T, dir string) objects {
 	t.Helper()
+	return sortObjects(t, decodeAll(t, "kustomize build "+dir, render(t, dir)))
+}
+
+// render is kustomize's YAML of dir.
+func render(t *testing.T, dir string) []byte {
+	t.Helper()
 	resources, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
 	require.NoError(t, err, "kustomize build %s", dir)
 	out, err := resources.AsYaml()
 	require.NoError(t, err)
-	return sortObjects(t, decodeAll(t, "kustomize build "+dir, out))
+	return out
 }
 
-// manifests are the replicas' build, the migration's build and the
-// example Secrets.
+// components are the directories of deploy/k8s an install may add.
+var components = []string{"projections", "console", "tls", "networkpolicy"}
+
+// overlay writes an install of its own outside deploy/k8s, as the runbook
+// shows one: the replicas, the migration Job and every component, in the
+// namespace wlproj. It returns its directory.
+func overlay(t *testing.T, k8s string) string {
+	t.Helper()
+	here, err := filepath.Abs(k8s)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	rel, err := filepath.Rel(dir, here)
+	require.NoError(t, err)
+	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: wlproj\nresources:\n" +
+		"  - " + rel + "\n  - " + rel + "/migrate\ncomponents:\n"
+	for _, c := range components {
+		k += "  - " + rel + "/" + c + "\n"
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600))
+	return dir
+}
+
+// manifests are the replicas' build, the migration's build, an install
+// with everything on (full) and the example Secrets.
 type manifests struct {
-	replicas, migrate objects
-	secrets           map[string]*corev1.Secret
+	replicas, migrate, full objects
+	secrets                 map[string]*corev1.Secret
 }
 
 func load(t *testing.T) manifests {
 	t.Helper()
 	b, err := os.ReadFile(secretsExample)
 	require.NoError(t, err)
-	m := manifests{replicas: build(t, "."), migrate: build(t, "migrate"),
+	m := manifests{replicas: build(t, "."), migrate: build(t, "migrate"), full: build(t, overlay(t, ".")),
 		secrets: sortObjects(t, decodeAll(t, secretsExample, b)).secrets}
 	require.Len(t, m.replicas.deployments, 1)
 	require.Len(t, m.replicas.pdbs, 1)
 	require.Empty(t, m.replicas.jobs, "the migration Job is applied on its own, before the rollout")
 	require.Len(t, m.migrate.jobs, 1)
 	require.Empty(t, m.migrate.deployments)
+	require.Len(t, m.full.deployments, 1)
+	require.Len(t, m.full.jobs, 1)
+	require.Len(t, m.full.policies, 1)
 	return m
 }
 
@@ -274,41 +312,140 @@ func (m manifests) containerEnv(t *testing.T, o objects, c corev1.Container) (ma
 	return env, secrets
 }
 
+// otherEnv are the variables a container may get that are no flag of
+// wlproj's: each is read by what the comment says.
+var otherEnv = map[string]string{
+	"GOMEMLIMIT":    "Go's runtime: the soft memory limit",
+	"GOGC":          "Go's runtime; wlproj run sets 400 unless it is given",
+	"PGSSLROOTCERT": "pgx, as libpq: the root certificates for sslmode=verify-full",
+}
+
+// pod is one container of a build, with the command it runs.
+type pod struct {
+	what    string
+	o       objects
+	spec    corev1.PodSpec
+	command string
+}
+
+// pods are every pod template of every build.
+func (m manifests) pods() []pod {
+	return []pod{
+		{"replicas", m.replicas, m.deployment().Spec.Template.Spec, "run"},
+		{"migrate", m.migrate, m.job().Spec.Template.Spec, "migrate"},
+		{"full replicas", m.full, m.full.deployments[0].Spec.Template.Spec, "run"},
+		{"full migrate", m.full, m.full.jobs[0].Spec.Template.Spec, "migrate"},
+	}
+}
+
 // Every variable the manifests give a container is one its wlproj command
-// reads, every Secret they read is in the example with the keys they read,
-// and every Secret of the example is read.
+// reads (or Go's runtime, pgx, or the projections file's password_env and
+// api_key_env), every Secret they read is in the example with the keys
+// they read, every ConfigMap is one of the build's (or the CA bundle the
+// operator makes), and every Secret of the example is read.
 func TestManifestsEnvironmentIsTheBinarys(t *testing.T) {
 	m := load(t)
 	read := map[string]bool{}
-	for _, tc := range []struct {
-		o       objects
-		spec    corev1.PodSpec
-		command string
-	}{
-		{m.replicas, m.deployment().Spec.Template.Spec, "run"},
-		{m.migrate, m.job().Spec.Template.Spec, "migrate"},
-	} {
-		c := only(t, tc.spec)
+	for _, p := range m.pods() {
+		c := only(t, p.spec)
 		require.Empty(t, c.Command, "the image's entrypoint runs /usr/bin/wlproj")
-		require.Equal(t, []string{tc.command}, c.Args)
-		known := commandEnv(t, tc.command)
-		env, secrets := m.containerEnv(t, tc.o, c)
+		require.Equal(t, []string{p.command}, c.Args)
+		known := commandEnv(t, p.command)
+		env, secrets := m.containerEnv(t, p.o, c)
+		byFile := projectionsFileEnv(t, p.o, p.spec, env)
 		for name := range env {
-			require.Contains(t, known, name, "%s is not a variable of `wlproj %s`", name, tc.command)
+			_, other := otherEnv[name]
+			require.True(t, known[name] != nil || other || byFile[name],
+				"%s: %s is not a variable of `wlproj %s`", p.what, name, p.command)
+		}
+		for name := range byFile {
+			require.Contains(t, env, name, "%s: the projections file names %s, which the container does not get", p.what, name)
 		}
 		require.Contains(t, env, "DATABASE_URL")
+		secrets = append(secrets, m.volumeSecrets(t, p)...)
 		for _, s := range secrets {
 			read[s] = true
-		}
-		for _, v := range tc.spec.Volumes {
-			if v.Secret != nil {
-				read[v.Secret.SecretName] = true
-			}
 		}
 	}
 	for name := range m.secrets {
 		require.True(t, read[name], "%s shows Secret %s, which no manifest reads", secretsExample, name)
 	}
+}
+
+// caBundle is the ConfigMap of the tls component, which the operator (or
+// trust-manager) makes.
+const caBundle = "wlproj-ca"
+
+// volumeSecrets checks the pod's volumes: each Secret, with the keys it
+// lists, is in the example; each ConfigMap is in the build, with the keys
+// it lists, but the CA bundle. It returns the Secrets.
+func (m manifests) volumeSecrets(t *testing.T, p pod) []string {
+	t.Helper()
+	var secrets []string
+	for _, v := range p.spec.Volumes {
+		switch {
+		case v.Secret != nil:
+			s, ok := m.secrets[v.Secret.SecretName]
+			require.True(t, ok, "%s mounts Secret %s, which %s does not show", p.what, v.Secret.SecretName, secretsExample)
+			for _, item := range v.Secret.Items {
+				require.Contains(t, s.StringData, item.Key, "%s: Secret %s", p.what, s.Name)
+			}
+			secrets = append(secrets, s.Name)
+		case v.ConfigMap != nil && v.ConfigMap.Name == caBundle:
+		case v.ConfigMap != nil:
+			cm, ok := p.o.configMaps[v.ConfigMap.Name]
+			require.True(t, ok, "%s mounts ConfigMap %s, which its build does not make (an overlay without namespace: wlproj?)", p.what, v.ConfigMap.Name)
+			for _, item := range v.ConfigMap.Items {
+				require.Contains(t, cm.Data, item.Key)
+			}
+		default:
+			t.Fatalf("%s: volume %s is neither a Secret nor a ConfigMap", p.what, v.Name)
+		}
+	}
+	return secrets
+}
+
+// mounted is the content of the file at path in the container, from the
+// build's ConfigMap mounted there; ok is false when no ConfigMap of the
+// build is mounted at its directory.
+func mounted(t *testing.T, o objects, spec corev1.PodSpec, path string) (content string, ok bool) {
+	t.Helper()
+	c := only(t, spec)
+	for _, vm := range c.VolumeMounts {
+		if filepath.Dir(path) != vm.MountPath {
+			continue
+		}
+		require.True(t, vm.ReadOnly, "%s is mounted read-only", vm.MountPath)
+		v := spec.Volumes[slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == vm.Name })]
+		if v.ConfigMap == nil {
+			return "", false
+		}
+		cm, found := o.configMaps[v.ConfigMap.Name]
+		require.True(t, found, "ConfigMap %s", v.ConfigMap.Name)
+		content, ok = cm.Data[filepath.Base(path)]
+		return content, ok
+	}
+	return "", false
+}
+
+var reSecretEnv = regexp.MustCompile(`(?m)^\s*(?:password|api_key)_env:\s*(\S+)`)
+
+// projectionsFileEnv are the variables the container's projections file
+// names with password_env or api_key_env; none without a file. The file
+// must be mounted from a ConfigMap of the build.
+func projectionsFileEnv(t *testing.T, o objects, spec corev1.PodSpec, env map[string]string) map[string]bool {
+	t.Helper()
+	names := map[string]bool{}
+	path, set := env["OUTBOX_PROJECTIONS_FILE"]
+	if !set {
+		return names
+	}
+	file, ok := mounted(t, o, spec, path)
+	require.True(t, ok, "OUTBOX_PROJECTIONS_FILE=%s: no ConfigMap of the build is mounted there", path)
+	for _, m := range reSecretEnv.FindAllStringSubmatch(file, -1) {
+		names[m[1]] = true
+	}
+	return names
 }
 
 // setting is the value of a `wlproj run` variable in the replicas'
@@ -351,9 +488,13 @@ func TestManifestsProbesPortsAndGrace(t *testing.T) {
 	require.Equal(t, "true", ann["prometheus.io/scrape"])
 	require.Equal(t, strconv.Itoa(metricsPort), ann["prometheus.io/port"])
 	require.Equal(t, "/metrics", ann["prometheus.io/path"])
-	console := atoi(t, setting(env, flags, "OUTBOX_CONSOLE_PORT"))
+	// With the console component: a port of its own, on loopback.
+	full, _ := m.containerEnv(t, m.full, only(t, m.full.deployments[0].Spec.Template.Spec))
+	require.NotEmpty(t, full["OUTBOX_CONSOLE_USERS_FILE"])
+	console := atoi(t, full["OUTBOX_CONSOLE_PORT"])
+	require.NotZero(t, console)
 	require.NotEqual(t, httpPort, console, "the console has a port of its own")
-	require.Equal(t, "127.0.0.1", setting(env, flags, "OUTBOX_CONSOLE_ADDR"), "the console is reached with kubectl port-forward")
+	require.Equal(t, "127.0.0.1", full["OUTBOX_CONSOLE_ADDR"], "the console is reached with kubectl port-forward")
 
 	ready, live := c.ReadinessProbe, c.LivenessProbe
 	require.NotNil(t, ready)
@@ -474,18 +615,108 @@ func consoleFiles(t *testing.T, spec corev1.PodSpec, env map[string]string) map[
 	return files
 }
 
-// The real binary, given the replicas' settings, starts and serves the
-// paths the probes and Prometheus ask for: /healthz 200 (its loop ticks),
-// /readyz 503 naming the database it cannot reach, /metrics its series.
-// Only what cannot work here is replaced: the database and the engine (a
-// closed loopback port), the addresses and ports (loopback, free ones),
-// and the console's files (a user and a key of the test's own, under the
-// Secret's key names).
+// silentDatabase is a loopback address that accepts connections and never
+// answers, as a database behind a cut network does: each connection
+// attempt lasts until the client's own timeout.
+func silentDatabase(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			_ = c.Close()
+		}
+	})
+	return l.Addr().String()
+}
+
+// startReplica runs the real binary with env, on loopback.
+func startReplica(t *testing.T, env map[string]string) *harness.Replica {
+	t.Helper()
+	env["OUTBOX_HTTP_ADDR"] = "127.0.0.1"
+	var list []string
+	for k, v := range env {
+		list = append(list, k+"="+v)
+	}
+	r, err := harness.Start(harness.Binary(t), "k8s-check", list, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { r.Stop(10 * time.Second) })
+	harness.Healthy(t, r)
+	return r
+}
+
+// The real binary, given the replicas' settings, starts without any
+// Secret but the database's (the console is off: no Secret of its) and
+// serves the paths the probes and Prometheus ask for: /readyz 503 naming
+// the database it cannot reach, /metrics its series, and /healthz 200 for
+// longer than the loop's staleness limit while the database does not
+// answer at all, as the runbook says: a database outage does not get the
+// pods restarted. Only what cannot work here is replaced: the database (a
+// listener that never answers) and the engine (a closed port), the
+// addresses and ports (loopback, free ones).
 func TestManifestsAgreeWithTheRunningBinary(t *testing.T) {
 	m := load(t)
 	spec := m.deployment().Spec.Template.Spec
 	env, _ := m.containerEnv(t, m.replicas, only(t, spec))
-	closed := "127.0.0.1:" + strconv.Itoa(harness.Port(t))
+	for name := range env {
+		require.False(t, strings.HasPrefix(name, "OUTBOX_CONSOLE_"), "the console is off by default: %s", name)
+	}
+	require.Empty(t, spec.Volumes, "the base mounts no Secret: none but the database's needs to exist")
+	env["DATABASE_URL"] = "postgres://wlproj@" + silentDatabase(t) + "/app?sslmode=disable"
+	env["ELASTIC_URL"] = "http://127.0.0.1:" + strconv.Itoa(harness.Port(t))
+	started := time.Now()
+	r := startReplica(t, env)
+
+	c := only(t, spec)
+	code, body, err := r.Get(c.ReadinessProbe.HTTPGet.Path)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusServiceUnavailable, code, "%s", body)
+	require.Contains(t, string(body), `"database":"unreachable`)
+	code, body, err = r.Get(m.deployment().Spec.Template.Annotations["prometheus.io/path"])
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, string(body), "\noutbox_ready ")
+	code, _, err = r.Get("/console/")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusNotFound, code, "no console unless the component turns it on")
+
+	for time.Since(started) < staleAfter+3*time.Second {
+		code, body, err = r.Get(c.LivenessProbe.HTTPGet.Path)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, code, "%s after %s without a database", body, time.Since(started))
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// With the console component, the binary starts with its settings and
+// serves the console on its own port, the Secret's files under the
+// Secret's key names (a user and a key of the test's own).
+func TestManifestsConsoleComponentStarts(t *testing.T) {
+	m := load(t)
+	spec := m.full.deployments[0].Spec.Template.Spec
+	full, _ := m.containerEnv(t, m.full, only(t, spec))
+	env, _ := m.containerEnv(t, m.replicas, only(t, m.deployment().Spec.Template.Spec))
+	for name, v := range full {
+		if strings.HasPrefix(name, "OUTBOX_CONSOLE_") {
+			env[name] = v
+		}
+	}
 	dir := t.TempDir()
 	hash, err := bcrypt.GenerateFromPassword([]byte("secret"), bcrypt.MinCost)
 	require.NoError(t, err)
@@ -494,31 +725,15 @@ func TestManifestsAgreeWithTheRunningBinary(t *testing.T) {
 	}
 	require.NoError(t, os.WriteFile(env["OUTBOX_CONSOLE_USERS_FILE"], []byte("alice:"+string(hash)+"\n"), 0o600))
 	require.NoError(t, os.WriteFile(env["OUTBOX_CONSOLE_SESSION_KEY_FILE"], bytes.Repeat([]byte("k"), 32), 0o600))
+	closed := "127.0.0.1:" + strconv.Itoa(harness.Port(t))
 	env["DATABASE_URL"] = "postgres://wlproj@" + closed + "/app?sslmode=disable"
 	env["ELASTIC_URL"] = "http://" + closed
-	env["OUTBOX_HTTP_ADDR"] = "127.0.0.1"
 	env["OUTBOX_CONSOLE_PORT"] = strconv.Itoa(harness.Port(t))
-	var list []string
-	for k, v := range env {
-		list = append(list, k+"="+v)
-	}
-
-	r, err := harness.Start(harness.Binary(t), "k8s-check", list, nil)
+	startReplica(t, env)
+	resp, err := http.Get("http://127.0.0.1:" + env["OUTBOX_CONSOLE_PORT"] + "/console/")
 	require.NoError(t, err)
-	t.Cleanup(func() { r.Stop(10 * time.Second) })
-	harness.Healthy(t, r)
-	c := only(t, spec)
-	code, body, err := r.Get(c.LivenessProbe.HTTPGet.Path)
-	require.NoError(t, err)
-	require.Equal(t, http.StatusOK, code, "%s", body)
-	code, body, err = r.Get(c.ReadinessProbe.HTTPGet.Path)
-	require.NoError(t, err)
-	require.Equal(t, http.StatusServiceUnavailable, code, "%s", body)
-	require.Contains(t, string(body), `"database":"unreachable`)
-	code, body, err = r.Get(m.deployment().Spec.Template.Annotations["prometheus.io/path"])
-	require.NoError(t, err)
-	require.Equal(t, http.StatusOK, code)
-	require.Contains(t, string(body), "\noutbox_ready ")
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
 }
 
 // The Job's settings take `wlproj migrate` as far as connecting: it fails
@@ -545,6 +760,14 @@ func TestManifestsMigrateSettingsAreAccepted(t *testing.T) {
 }
 
 var reRunbookRow = regexp.MustCompile("(?m)^\\| `([a-zA-Z.]+)` \\| `([^`]+)` \\|")
+
+func prefixed(prefix string, names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = prefix + n
+	}
+	return out
+}
 
 // runbookFacts is what the runbook's table of the manifests must say, as
 // the manifests say it.
@@ -585,10 +808,16 @@ func TestRunbookDescribesTheManifests(t *testing.T) {
 		got[row[1]] = row[2]
 	}
 	require.Equal(t, runbookFacts(m), got)
+	// The overlay it shows: the replicas, the Job, every component, and the
+	// namespace without which a component's ConfigMap is not found.
+	require.Contains(t, section, "\nnamespace: wlproj ")
+	for _, dir := range append([]string{"", "/migrate"}, prefixed("/", components)...) {
+		require.Contains(t, section, "\n  - ../deploy/k8s"+dir+"\n", "the runbook's overlay")
+	}
 
 	steps := []string{
-		"kubectl apply -k deploy/k8s/migrate",
-		"kubectl -n wlproj wait --for=condition=complete job/wlproj-migrate",
+		"job=$(kubectl apply -k deploy/k8s/migrate -o name | grep '^job')",
+		`kubectl -n wlproj wait --for=condition=complete "$job"`,
 		"kubectl apply -k deploy/k8s\n",
 		"kubectl -n wlproj rollout status deployment/wlproj",
 	}
