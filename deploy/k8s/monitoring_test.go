@@ -156,7 +156,9 @@ func monitoringBuild(t *testing.T) []byte {
 	t.Helper()
 	fs := filesys.MakeFsInMemory()
 	require.NoError(t, filepath.WalkDir(".", func(path string, e os.DirEntry, err error) error {
-		if err != nil || e.IsDir() || !strings.HasSuffix(path, ".yaml") || strings.HasPrefix(path, crdDir) {
+		// Every file kustomize may read (wlproj.env, mapping files), not the
+		// Go sources or the CRDs.
+		if err != nil || e.IsDir() || strings.HasSuffix(path, ".go") || strings.HasPrefix(path, crdDir) {
 			return err
 		}
 		b, err := os.ReadFile(path)
