@@ -45,7 +45,10 @@ const archivedColumns = `id, projection, entity_type, entity_id, op, event_versi
 // operator's view's (outbox_event_states): a queued row's status is its
 // projection's position's, not the column's. The rows are read by id from
 // the view, one index probe per row of the partition, inside the
-// rotation's transaction.
+// rotation's transaction, which holds the partition's ACCESS EXCLUSIVE lock
+// (and so the leader's reads of the outbox) meanwhile: the archive's tables
+// have no index but the events' id, which the drill's probes need, so the
+// copy costs little more than reading the rows (Truncations.CopyMaxSeconds).
 var archiveDDL = []string{
 	`CREATE SCHEMA ` + archiveSchema,
 	`CREATE TABLE ` + archiveSchema + `.events AS
@@ -54,8 +57,6 @@ var archiveDDL = []string{
 	   SELECT l.*, now() AS archived_at, ''::text AS partition FROM public.outbox_ledger l WITH NO DATA`,
 	// The drill's probes by id, through ArchivedEventStates.
 	`CREATE INDEX ON ` + archiveSchema + `.events (id)`,
-	// The verdict's probe of a document's newest archived entry.
-	`CREATE INDEX ON ` + archiveSchema + `.ledger (projection, entity_type, entity_id, version DESC, event_id DESC)`,
 	// One row per TRUNCATE that emptied a partition: the rotations the
 	// database saw, whoever ran them, and how long the copy held the
 	// rotation's transaction (from the TRUNCATE statement's start).
@@ -170,8 +171,8 @@ func VerifyRotated(ctx context.Context, pool *pgxpool.Pool, elasticURL, index st
 // document's newest archived ledger entry.
 func archivedSource(rot Rotation) verifySource {
 	return verifySource{events: ArchivedEventStates, rotation: &rot, dropped: `
-	  (SELECT l.version, l.deleted, extract(epoch FROM l.archived_at - l.applied_at)::float8 AS aged_secs, l.archived_at
-	     FROM ` + archiveSchema + `.ledger l
-	    WHERE l.projection = $1 AND l.entity_type = d.entity_type AND l.entity_id = d.entity_id
-	    ORDER BY l.version DESC, l.event_id DESC, l.archived_at DESC LIMIT 1)`}
+	  SELECT DISTINCT ON (entity_type, entity_id) entity_type, entity_id, version, deleted,
+	         extract(epoch FROM archived_at - applied_at)::float8 AS aged_secs, archived_at
+	    FROM ` + archiveSchema + `.ledger WHERE projection = $1
+	   ORDER BY entity_type, entity_id, version DESC, event_id DESC, archived_at DESC`}
 }

@@ -75,8 +75,8 @@ func ExpectFailed(t testing.TB, db DB, reason, where string, args ...any) []Fail
 
 // verifySource is where a verdict reads: events, a relation with
 // outbox_event_states' columns (the outbox's view, or ArchivedEventStates
-// of a rotating run), and dropped, a LATERAL subquery giving a document's
-// (d) newest ledger entry the rotation dropped, if any, as (version,
+// of a rotating run), and dropped, a query of each document's newest
+// ledger entry the rotation dropped, as (entity_type, entity_id, version,
 // deleted, aged_secs: its age when dropped, archived_at), with rotation
 // the settings it was dropped under.
 type verifySource struct {
@@ -87,8 +87,8 @@ type verifySource struct {
 
 // outboxSource is the outbox as it is: no row was ever rotated away.
 var outboxSource = verifySource{events: "outbox_event_states", dropped: `
-  (SELECT NULL::bigint AS version, NULL::boolean AS deleted, NULL::float8 AS aged_secs,
-          NULL::timestamptz AS archived_at WHERE false)`}
+  SELECT NULL::text AS entity_type, NULL::text AS entity_id, NULL::bigint AS version, NULL::boolean AS deleted,
+         NULL::float8 AS aged_secs, NULL::timestamptz AS archived_at WHERE false`}
 
 const verifyCountsSQL = `
 SELECT count(*), count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status = 'failed'),
@@ -121,6 +121,7 @@ WITH docs AS (
   SELECT entity_type, entity_id, min(created_at) AS first_written FROM %[1]s
    WHERE projection = $1 AND status IN ('failed', 'discarded')
    GROUP BY entity_type, entity_id
+), dropped AS (%[2]s
 )
 SELECT d.entity_type || ':' || d.entity_id, n.version, n.op, a.version, a.deleted,
        x.version, x.deleted, x.aged_secs, coalesce(u.first_written < x.archived_at, false)
@@ -128,7 +129,7 @@ SELECT d.entity_type || ':' || d.entity_id, n.version, n.op, a.version, a.delete
   LEFT JOIN newest n ON n.entity_type = d.entity_type AND n.entity_id = d.entity_id
   LEFT JOIN unsent u ON u.entity_type = d.entity_type AND u.entity_id = d.entity_id
   LEFT JOIN LATERAL outbox_ledger_entry($1, d.entity_type, d.entity_id) a ON true
-  LEFT JOIN LATERAL %[2]s x ON true`
+  LEFT JOIN dropped x ON x.entity_type = d.entity_type AND x.entity_id = d.entity_id`
 
 // Verify compares the search projection's events in pool's database with
 // the documents of index and the ledger: no event pending or processing,
