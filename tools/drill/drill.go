@@ -55,8 +55,9 @@ const (
 	// rotations run many times in a drill. Each table's partition is due
 	// every half of it, and the leader's pruner looks every 10 s and at the
 	// start of each term, so a 30 s retention rotates each table about
-	// every 20 s: some 30 times in a `make drill` of ten minutes, and rows
-	// done 30 s ago are emptied while the faults go on.
+	// every 20 s, the outbox less often while a backlog holds it (an
+	// outage): 11 outbox and 17 ledger rotations in a 6-minute drill, rows
+	// done 30 s before emptied while the faults go on.
 	retentionDefault = 30 * time.Second
 	// minRotationsDefault is the fewest rotations of each table a drill
 	// must see: fewer and the run proved nothing about them.
