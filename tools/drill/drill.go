@@ -51,6 +51,17 @@ const (
 	// equal jitter an event retries at most every second.
 	maxAttemptsDefault = 100
 	reportDefault      = "tools/drill/report.json"
+	// retentionDefault is the replicas' OUTBOX_RETENTION: short, so both
+	// rotations run many times in a drill. Each table's partition is due
+	// every half of it, and the leader's pruner looks every 10 s and at the
+	// start of each term, so a 30 s retention rotates each table about
+	// every 20 s, the outbox less often while a backlog holds it (an
+	// outage): 11 outbox and 17 ledger rotations in a 6-minute drill, rows
+	// done 30 s before emptied while the faults go on.
+	retentionDefault = 30 * time.Second
+	// minRotationsDefault is the fewest rotations of each table a drill
+	// must see: fewer and the run proved nothing about them.
+	minRotationsDefault = 2
 
 	// Keepalives of the replicas' lock connections. The network cut waits
 	// their window before resetting the server side, as Postgres would.
@@ -72,6 +83,10 @@ const (
 	healthEvery = 500 * time.Millisecond
 	// ledgerMetric counts the events the ledger dropped unsent.
 	ledgerMetric = `outbox_superseded_total{projection="search",cause="ledger"}`
+	// eventsRotationsMetric and ledgerRotationsMetric count each table's
+	// partitions emptied by its rotation.
+	eventsRotationsMetric = `outbox_events_rotations_total`
+	ledgerRotationsMetric = `outbox_ledger_rotations_total`
 	// processedMetric counts every ack of a search event, a second ack of
 	// the same event included.
 	processedMetric = `outbox_processed_total{projection="search"}`
@@ -108,6 +123,12 @@ type Config struct {
 	DrainTimeout time.Duration
 	// MaxAttempts is the replicas' OUTBOX_MAX_ATTEMPTS.
 	MaxAttempts int
+	// Retention is the replicas' OUTBOX_RETENTION; their tombstone
+	// retention is the default. Defaults to 30s.
+	Retention time.Duration
+	// MinRotations is the fewest rotations of each table (the outbox's
+	// partitions, the ledger's) the run must count; 0 checks none.
+	MinRotations int
 	// ReportPath is where the JSON report is written.
 	ReportPath string
 	// Bin is a built wlproj; empty builds the checkout.
@@ -153,6 +174,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("-outage %s: must be at least 1s", c.Outage)
 	case c.MaxAttempts < 1 || c.MaxAttempts > 1000:
 		return fmt.Errorf("-max-attempts %d: out of range [1, 1000]", c.MaxAttempts)
+	case c.Retention != 0 && !consume.RetentionRange.Contains(c.Retention):
+		return fmt.Errorf("-retention %s: out of range [%s, %s]", c.Retention, consume.RetentionRange.Min, consume.RetentionRange.Max)
+	case c.MinRotations < 0:
+		return fmt.Errorf("-min-rotations %d: must not be negative", c.MinRotations)
 	case c.NodeLoss && c.NodeOutage < time.Second:
 		return fmt.Errorf("-node-outage %s: must be at least 1s", c.NodeOutage)
 	case c.PGRestart && c.wants("postgres-restart") && (c.PG.Data == "" || c.PG.BinDir == ""):
@@ -277,11 +302,13 @@ type slot struct {
 
 // proc is one `wlproj run` process.
 type proc struct {
-	r         *harness.Replica
-	fenced    *harness.Peak // outbox_fenced_acks_total
-	ledger    *harness.Peak // ledgerMetric
-	processed *harness.Peak // processedMetric
-	file      *os.File
+	r               *harness.Replica
+	fenced          *harness.Peak // outbox_fenced_acks_total
+	ledger          *harness.Peak // ledgerMetric
+	processed       *harness.Peak // processedMetric
+	eventsRotations *harness.Peak // eventsRotationsMetric
+	ledgerRotations *harness.Peak // ledgerRotationsMetric
+	file            *os.File
 }
 
 // scrape reads the process's counters now: just before a kill, say.
@@ -289,6 +316,8 @@ func (p *proc) scrape() {
 	p.fenced.Scrape()
 	p.ledger.Scrape()
 	p.processed.Scrape()
+	p.eventsRotations.Scrape()
+	p.ledgerRotations.Scrape()
 }
 
 // Run runs the drill and returns its report; a nil report means it could
@@ -300,11 +329,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg.Out = cmp.Or[io.Writer](cfg.Out, io.Discard)
 	cfg.Settle = cmp.Or(cfg.Settle, settleDefault)
 	cfg.DrainTimeout = cmp.Or(cfg.DrainTimeout, drainTimeoutDefault)
+	cfg.Retention = cmp.Or(cfg.Retention, retentionDefault)
 	d := &drill{cfg: cfg, start: time.Now(), rep: &Report{
 		RunReport: harness.RunReport{StartedAt: time.Now().UTC()},
 		Settings: Settings{Rate: cfg.Rate, Entities: cfg.Entities, Kills: cfg.Kills, Replays: cfg.Replays, OutageSeconds: cfg.Outage.Seconds(),
 			SoakSeconds: cfg.Soak.Seconds(), SoakRate: cfg.SoakRate,
-			PGRestart: cfg.PGRestart, PGFailover: cfg.PGFailover, MaxAttempts: cfg.MaxAttempts, KeepaliveWindow: keepaliveWindow.Seconds()},
+			PGRestart: cfg.PGRestart, PGFailover: cfg.PGFailover, MaxAttempts: cfg.MaxAttempts, KeepaliveWindow: keepaliveWindow.Seconds(),
+			RetentionSeconds: cfg.Retention.Seconds(), TombstoneRetentionSeconds: consume.TombstoneRetentionDefault.Seconds(),
+			MinRotations: cfg.MinRotations},
 	}}
 	defer d.close()
 	if err := d.setup(ctx); err != nil {
@@ -357,6 +389,10 @@ func (d *drill) setup(ctx context.Context) error {
 		return err
 	}
 	if err := d.applyRoles(ctx); err != nil {
+		return err
+	}
+	// Before any replica: every partition the rotations empty is archived.
+	if err := harness.InstallRotationArchive(ctx, s.DB.Pool); err != nil {
 		return err
 	}
 	if err := d.setupProxies(); err != nil {
@@ -522,6 +558,7 @@ func (d *drill) env(s *slot) []string {
 		"OUTBOX_MAX_BACKOFF_SECONDS=2",
 		"OUTBOX_MAX_ATTEMPTS=" + strconv.Itoa(d.cfg.MaxAttempts),
 		"OUTBOX_SHUTDOWN_GRACE_SECONDS=" + strconv.Itoa(int(shutdownGrace.Seconds())),
+		"OUTBOX_RETENTION=" + d.cfg.Retention.String(),
 		"LOG_FORMAT=json",
 	})...)
 }
@@ -542,7 +579,9 @@ func (d *drill) startProc(ctx context.Context, s *slot) error {
 		return err
 	}
 	p := &proc{r: r, fenced: r.WatchPeak("outbox_fenced_acks_total", scrapeEvery),
-		ledger: r.WatchPeak(ledgerMetric, scrapeEvery), processed: r.WatchPeak(processedMetric, scrapeEvery), file: f}
+		ledger: r.WatchPeak(ledgerMetric, scrapeEvery), processed: r.WatchPeak(processedMetric, scrapeEvery),
+		eventsRotations: r.WatchPeak(eventsRotationsMetric, scrapeEvery), ledgerRotations: r.WatchPeak(ledgerRotationsMetric, scrapeEvery),
+		file: f}
 	d.procsMu.Lock()
 	d.procs = append(d.procs, p)
 	d.procsMu.Unlock()
@@ -618,6 +657,11 @@ func (d *drill) backlog(ctx context.Context) (int64, error) {
 		return err == nil, err
 	})
 	return n, err
+}
+
+// rotation is what the replicas rotate with, for the verdict.
+func (d *drill) rotation() harness.Rotation {
+	return harness.Rotation{Retention: d.cfg.Retention, TombstoneRetention: consume.TombstoneRetentionDefault}
 }
 
 // verifyIndex ends the run as an operator would: wlproj verify compares

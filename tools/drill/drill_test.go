@@ -28,11 +28,14 @@ func TestDrillSmoke(t *testing.T) {
 		Rate: 100, Entities: 50, Kills: 1, Replays: 2, Outage: 2 * time.Second, Soak: 3 * time.Second, SoakRate: 300,
 		Settle: 500 * time.Millisecond, DrainTimeout: time.Minute,
 		MaxAttempts: maxAttemptsDefault,
-		ReportPath:  filepath.Join(t.TempDir(), "report.json"),
-		Bin:         harness.Binary(t),
-		AdminURL:    harness.AdminDatabaseURL(t),
-		ElasticURL:  harness.ElasticURL(t),
-		Out:         &out,
+		// Short enough that each table rotates during the few seconds of
+		// each scenario, and each new leader's first round rotates both.
+		Retention: 2 * time.Second, MinRotations: 2,
+		ReportPath: filepath.Join(t.TempDir(), "report.json"),
+		Bin:        harness.Binary(t),
+		AdminURL:   harness.AdminDatabaseURL(t),
+		ElasticURL: harness.ElasticURL(t),
+		Out:        &out,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -76,6 +79,14 @@ func TestDrillSmoke(t *testing.T) {
 	require.Positive(t, soak.Soak.Database.StandbySamples, "a standby waited for the lock all through the soak")
 	require.LessOrEqual(t, soak.Soak.Database.OursSeconds, soakSnapshotLimit.Seconds())
 	require.LessOrEqual(t, soak.Soak.VacuumSeconds, soakVacuumLimit.Seconds())
+	// Both tables rotated, by the replicas' counters and by the rotation
+	// archive, and the verdict above judged the rows the rotation emptied.
+	require.GreaterOrEqual(t, got.Rotations.Events, int64(cfg.MinRotations))
+	require.GreaterOrEqual(t, got.Rotations.Ledger, int64(cfg.MinRotations))
+	require.GreaterOrEqual(t, got.Rotations.Archive.Events, got.Rotations.Events)
+	require.GreaterOrEqual(t, got.Rotations.Archive.Ledger, got.Rotations.Ledger)
+	require.Positive(t, got.Rotations.Archive.EventRows)
+	require.Equal(t, 2*time.Second, time.Duration(got.Settings.RetentionSeconds*float64(time.Second)))
 	late := got.Scenarios[len(got.Scenarios)-1]
 	require.Equal(t, "deposed-leader-late-write", late.Name)
 	require.Equal(t, "dropped", late.HeldOutcome, "the killed leader's held bulk must die with its connection")
@@ -91,6 +102,27 @@ func TestSettleCountsVanishedRowsLost(t *testing.T) {
 	require.Equal(t, Events{Produced: 97, Done: 90, Failed: 3, Discarded: 1, Lost: 6, Vanished: 3}, settle(v, 100))
 	require.Equal(t, Events{Produced: 97, Done: 90, Failed: 3, Discarded: 1, Lost: 3, Unaccounted: 2}, settle(v, 95),
 		"an insert that failed on the client but committed is more, not lost")
+}
+
+// A table that rotated fewer times than -min-rotations fails the drill,
+// naming the table and what to change.
+func TestRotationsCheck(t *testing.T) {
+	t.Parallel()
+	require.Empty(t, Rotations{Events: 2, Ledger: 5}.check(2))
+	require.Empty(t, Rotations{}.check(0), "-min-rotations 0 checks nothing")
+	require.Equal(t, []string{"outbox_ledger rotated 1 times, fewer than 2: lengthen the run or shorten -retention"},
+		Rotations{Events: 3, Ledger: 1}.check(2))
+	require.Len(t, Rotations{}.check(2), 2)
+}
+
+// -retention must be one the replicas accept.
+func TestConfigRefusesRetentionOutOfRange(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Rate: 1, Entities: 1, Outage: time.Second, MaxAttempts: 1, AdminURL: "postgres://x", ElasticURL: "http://x",
+		Retention: time.Millisecond}
+	require.ErrorContains(t, cfg.validate(), "-retention 1ms: out of range [1s, ")
+	cfg.Retention = 30 * time.Second
+	require.NoError(t, cfg.validate())
 }
 
 // postgres-failover without a standby is refused before anything starts,

@@ -80,6 +80,8 @@ func TestNodeLossVerdict(t *testing.T) {
 func TestPhaseEvents(t *testing.T) {
 	t.Parallel()
 	db := harness.NewDatabase(t)
+	// As the drill's: phaseEvents reads the outbox with the rotation archive.
+	require.NoError(t, harness.InstallRotationArchive(context.Background(), db.Pool))
 	d := &drill{s: &harness.Session{DB: db}}
 	from := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := func(secs float64) time.Time { return from.Add(time.Duration(secs * float64(time.Second))) }
@@ -113,8 +115,17 @@ lag_bucket{le="+Inf"} 3
 	require.NoError(t, err)
 	got, err := d.phaseEvents(context.Background(), from, lag)
 	require.NoError(t, err)
-	require.Equal(t, PhaseEvents{Acked: 3, LagOverLimit: 1, LagP99Seconds: 29.4, LagMaxSeconds: 30, TransientFailures: 1, WithErrors: 4,
-		Reasons: map[string]int64{"timeout": 1, "mapping_error": 1, "server_error": 1, "stuck_reclaimed": 1}}, got)
+	want := PhaseEvents{Acked: 3, LagOverLimit: 1, LagP99Seconds: 29.4, LagMaxSeconds: 30, TransientFailures: 1, WithErrors: 4,
+		Reasons: map[string]int64{"timeout": 1, "mapping_error": 1, "server_error": 1, "stuck_reclaimed": 1}}
+	require.Equal(t, want, got)
+
+	// The rotation empties their partition: the archive still counts them.
+	db.Exec(t, `UPDATE outbox_events_rotation SET slot = 2`)
+	db.Exec(t, `TRUNCATE outbox_events_1`)
+	require.Zero(t, db.Int(t, `SELECT count(*) FROM outbox_events`))
+	got, err = d.phaseEvents(context.Background(), from, lag)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
 }
 
 // Each process's acks count from its own mark on; one started after the

@@ -144,7 +144,7 @@ func (d *drill) waitHeldBulk(ctx context.Context, p *holdproxy.Proxy) ([]byte, e
 func (d *drill) waitDone(ctx context.Context, id int64) error {
 	return d.poll(ctx, fmt.Sprintf("event %d to be done", id), func(ctx context.Context) (bool, error) {
 		var status string
-		err := d.s.DB.Pool.QueryRow(ctx, `SELECT status FROM outbox_event_states WHERE id = $1`, id).Scan(&status)
+		err := d.s.DB.Pool.QueryRow(ctx, `SELECT status FROM `+harness.ArchivedEventStates+` WHERE id = $1`, id).Scan(&status)
 		if err == nil && status == "failed" {
 			return false, harness.Fatal(fmt.Errorf("event %d failed", id))
 		}

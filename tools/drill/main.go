@@ -96,10 +96,21 @@
 //     reconnect to it and elect a leader. Last, as it leaves the first host
 //     down.
 //
-// Then the producer stops, the outbox drains, and harness.Verify checks that
-// every event is done with its document at the newest version, or failed
-// with a reason, and the ledger at the newest version and op of every
-// document. The drill writes -report (JSON) and prints a summary.
+// The replicas run with OUTBOX_RETENTION=-retention (30 s), so the
+// outbox's partitions and the ledger's rotate about every 20 s all through
+// the scenarios. Every partition a rotation empties is copied first into
+// the run's rotation archive (harness.InstallRotationArchive: a BEFORE
+// TRUNCATE trigger, the admin's, in the drill's database only), and every
+// check of events reads the outbox and the archive together.
+//
+// Then the producer stops, the outbox drains, and harness.VerifyRotated
+// checks that every event, in the outbox or archived, is done with its
+// document at the newest version, or failed with a reason, and the ledger
+// at the newest version and op of every document (or, where the rotation
+// dropped the entry legitimately, the entry it dropped). Each table must
+// have rotated at least -min-rotations (2) times by the replicas' counters
+// (outbox_events_rotations_total, outbox_ledger_rotations_total). The drill
+// writes -report (JSON) and prints a summary.
 //
 // During every scenario the database is sampled every half second
 // (harness.WatchHealth): the oldest snapshot (any holder's, by time and
@@ -132,6 +143,10 @@
 //     stopped or killed, its highest value summed over the processes.
 //   - events the ledger dropped unsent: outbox_superseded_total
 //     {cause="ledger"}, scraped the same way; replayed rows: replay_count > 0.
+//   - rotations: outbox_events_rotations_total and
+//     outbox_ledger_rotations_total, scraped the same way and summed; and
+//     the partitions the archive saw emptied, the rows it kept, and the
+//     longest its copy held a rotation's TRUNCATE.
 //   - postgres-failover: kill → standby promoted, and kill → the first event
 //     applied on the promoted standby (any after it accepted writes).
 //   - network-cut's stop-writing time: from the cut until the cut leader's
@@ -139,7 +154,7 @@
 //     have stopped.
 //
 // Exit status: 0 when every scenario passed and nothing was lost, regressed,
-// missing or resurrected, and the ledger agreed; 1 otherwise; 2 when the drill could not start.
+// missing or resurrected, the ledger agreed and both tables rotated; 1 otherwise; 2 when the drill could not start.
 // Ctrl-C stops the drill and cleans up: replicas, proxies, database, roles,
 // index, and Postgres is started again if the drill had restarted it.
 package main
@@ -176,6 +191,8 @@ func main() {
 	fs.DurationVar(&cfg.Settle, "settle", settleDefault, "pause before each fault, so the leader is mid-stream")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", drainTimeoutDefault, "how long the final drain may take")
 	fs.IntVar(&cfg.MaxAttempts, "max-attempts", maxAttemptsDefault, "OUTBOX_MAX_ATTEMPTS of the replicas; must outlast the outage")
+	fs.DurationVar(&cfg.Retention, "retention", retentionDefault, "OUTBOX_RETENTION of the replicas: short, so both rotations run during the drill")
+	fs.IntVar(&cfg.MinRotations, "min-rotations", minRotationsDefault, "the fewest rotations of each table (the outbox's, the ledger's) the drill must see (0: no check)")
 	fs.StringVar(&cfg.ReportPath, "report", reportDefault, "where the JSON report goes")
 	fs.StringVar(&cfg.Bin, "bin", "", "a built wlproj binary (default: go build the checkout)")
 	fs.BoolVar(&cfg.Verbose, "v", false, "copy the replicas' logs to stderr")

@@ -216,12 +216,12 @@ func (d *drill) phaseEvents(ctx context.Context, from time.Time, lag harness.His
 		SELECT count(*) FILTER (WHERE status = 'failed' AND error_class = 'transient' AND updated_at >= $1),
 		       count(*) FILTER (WHERE EXISTS (SELECT FROM jsonb_array_elements(error_history) h
 		                                       WHERE (h->>'at')::timestamptz >= $1))
-		  FROM outbox_events`, from).Scan(&e.TransientFailures, &e.WithErrors); err != nil {
+		  FROM `+harness.ArchivedEventStates, from).Scan(&e.TransientFailures, &e.WithErrors); err != nil {
 		return e, err
 	}
 	rows, err := pool.Query(ctx, `
 		SELECT coalesce(h->>'reason', h->>'event', '?'), count(DISTINCT o.id)
-		  FROM outbox_events o, jsonb_array_elements(o.error_history) h
+		  FROM `+harness.ArchivedEventStates+` o, jsonb_array_elements(o.error_history) h
 		 WHERE (h->>'at')::timestamptz >= $1
 		 GROUP BY 1`, from)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -51,6 +52,9 @@ type Report struct {
 	// FencedAcks are acks the fencing guard refused: outbox_fenced_acks_total
 	// scraped from each replica while it lived, its highest value per process.
 	FencedAcks int64 `json:"fenced_acks"`
+	// Rotations are the rotations of the outbox's partitions and of the
+	// ledger's during the run.
+	Rotations Rotations `json:"rotations"`
 	// PermissionErrors counts replica log lines with "permission denied":
 	// the runtime role must have every privilege the daemon uses.
 	PermissionErrors int `json:"permission_errors"`
@@ -72,6 +76,35 @@ type Settings struct {
 	PGFailover      bool    `json:"pg_failover"`
 	MaxAttempts     int     `json:"max_attempts"`
 	KeepaliveWindow float64 `json:"keepalive_window_seconds"`
+	// RetentionSeconds and TombstoneRetentionSeconds are the replicas'
+	// OUTBOX_RETENTION and OUTBOX_LEDGER_TOMBSTONE_RETENTION.
+	RetentionSeconds          float64 `json:"retention_seconds"`
+	TombstoneRetentionSeconds float64 `json:"tombstone_retention_seconds"`
+	MinRotations              int     `json:"min_rotations"`
+}
+
+// Rotations are how often each table rotated: the replicas' counters
+// (outbox_events_rotations_total, outbox_ledger_rotations_total, scraped
+// like FencedAcks and summed, so a lower bound) and the partitions the
+// rotation archive saw emptied (harness.InstallRotationArchive), with the
+// rows it kept for the verdict.
+type Rotations struct {
+	Events  int64               `json:"events"`
+	Ledger  int64               `json:"ledger"`
+	Archive harness.Truncations `json:"archived"`
+}
+
+// check says which table rotated fewer than min times, by the replicas'
+// counters.
+func (r Rotations) check(minimum int) []string {
+	var short []string
+	for table, n := range map[string]int64{"outbox_events": r.Events, "outbox_ledger": r.Ledger} {
+		if n < int64(minimum) {
+			short = append(short, fmt.Sprintf("%s rotated %d times, fewer than %d: lengthen the run or shorten -retention", table, n, minimum))
+		}
+	}
+	slices.Sort(short)
+	return short
 }
 
 // Events are the outbox totals after the drain.
@@ -211,6 +244,9 @@ func (r *Report) summary(w io.Writer, path string) {
 	fmt.Fprintf(w, "duplicate sends: %d (events re-claimed after an unrecorded claim: at most sent twice)\n", r.DuplicateSends)
 	fmt.Fprintf(w, "acks beyond one per event: at least %d (queued rows sent again from a saved position)\n", r.ResentAtLeast)
 	fmt.Fprintf(w, "acks refused by fencing: %d\n", r.FencedAcks)
+	a := r.Rotations.Archive
+	fmt.Fprintf(w, "rotations at a retention of %.0f s: outbox %d, ledger %d; archived %d and %d partitions emptied, %d events and %d ledger entries (copy at most %.3f s)\n",
+		r.Settings.RetentionSeconds, r.Rotations.Events, r.Rotations.Ledger, a.Events, a.Ledger, a.EventRows, a.LedgerRows, a.CopyMaxSeconds)
 	fmt.Fprintf(w, "replicas ran as %s (no permission errors: %t)\n", r.Roles.Runtime, r.PermissionErrors == 0)
 	for _, p := range r.Problems {
 		fmt.Fprintf(w, "PROBLEM: %s\n", p)

@@ -220,7 +220,7 @@ func (d *drill) engineDown(ctx context.Context, sc *Scenario) error {
 	var maxAttempts, failed int64
 	if err := d.s.DB.Pool.QueryRow(ctx, `
 		SELECT coalesce(max(attempts), 0), count(*) FILTER (WHERE status = 'failed' AND error_class = 'transient')
-		  FROM outbox_events`).Scan(&maxAttempts, &failed); err != nil {
+		  FROM `+harness.ArchivedEventStates).Scan(&maxAttempts, &failed); err != nil {
 		return err
 	}
 	sc.MaxAttempts = ptr(maxAttempts)
@@ -449,7 +449,7 @@ func (d *drill) finish(ctx context.Context) {
 			return
 		}
 	}
-	v, err := harness.Verify(ctx, d.s.DB.Pool, d.cfg.ElasticURL, d.s.Index)
+	v, err := harness.VerifyRotated(ctx, d.s.DB.Pool, d.cfg.ElasticURL, d.s.Index, d.rotation())
 	if err != nil {
 		d.rep.Problem("verify: " + err.Error())
 		return
@@ -479,13 +479,26 @@ func (d *drill) finish(ctx context.Context) {
 		d.rep.Problem("no events were produced")
 	}
 	if err := d.s.DB.Pool.QueryRow(ctx, `
-		SELECT count(*) FROM outbox_events WHERE error_history @> '[{"event": "stuck_reclaimed"}]'`).Scan(&d.rep.DuplicateSends); err != nil {
+		SELECT count(*) FROM `+harness.ArchivedEventStates+` WHERE error_history @> '[{"event": "stuck_reclaimed"}]'`).Scan(&d.rep.DuplicateSends); err != nil {
 		d.rep.Problem("count duplicate sends: " + err.Error())
 	}
-	if err := d.s.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE replay_count > 0`).Scan(&d.rep.ReplayedRows); err != nil {
+	if err := d.s.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM `+harness.ArchivedEventStates+` WHERE replay_count > 0`).Scan(&d.rep.ReplayedRows); err != nil {
 		d.rep.Problem("count replayed rows: " + err.Error())
 	}
 	d.countProcs()
+	d.countRotations(ctx)
+}
+
+// countRotations reads what the archive kept and checks that each table
+// rotated at least -min-rotations times by the replicas' counters.
+func (d *drill) countRotations(ctx context.Context) {
+	var err error
+	if d.rep.Rotations.Archive, err = harness.ArchivedTruncations(ctx, d.s.DB.Pool); err != nil {
+		d.rep.Problem("read the rotation archive: " + err.Error())
+	}
+	for _, p := range d.rep.Rotations.check(d.cfg.MinRotations) {
+		d.rep.Problem(p)
+	}
 }
 
 // countProcs adds up what every replica process served and printed.
@@ -502,6 +515,8 @@ func (d *drill) countProcs() {
 		d.rep.FencedAcks += int64(p.fenced.Max())
 		d.rep.SupersededByLedger += int64(p.ledger.Max())
 		processed += int64(p.processed.Max())
+		d.rep.Rotations.Events += int64(p.eventsRotations.Max())
+		d.rep.Rotations.Ledger += int64(p.ledgerRotations.Max())
 		for _, line := range strings.Split(p.r.Logs(), "\n") {
 			// Postgres' own words for a missing grant (SQLSTATE 42501).
 			if strings.Contains(line, "permission denied") {

@@ -171,7 +171,7 @@ func (d *drill) checkModel(ctx context.Context) error {
 	for _, b := range d.seeded {
 		expected = append(expected, harness.Failure{ID: b.failed, Reason: "mapping_error"})
 	}
-	v, err := harness.Verify(ctx, d.s.DB.Pool, d.cfg.ElasticURL, d.s.Index, expected...)
+	v, err := harness.VerifyRotated(ctx, d.s.DB.Pool, d.cfg.ElasticURL, d.s.Index, d.rotation(), expected...)
 	if err != nil {
 		return err
 	}

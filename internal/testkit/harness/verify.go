@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -72,15 +73,32 @@ func ExpectFailed(t testing.TB, db DB, reason, where string, args ...any) []Fail
 	return Map(ids, func(id int64) Failure { return Failure{ID: id, Reason: reason} })
 }
 
+// verifySource is where a verdict reads: events, a relation with
+// outbox_event_states' columns (the outbox's view, or ArchivedEventStates
+// of a rotating run), and dropped, a query of each document's newest
+// ledger entry the rotation dropped, as (entity_type, entity_id, version,
+// deleted, aged_secs: its age when dropped, archived_at), with rotation
+// the settings it was dropped under.
+type verifySource struct {
+	events   string
+	dropped  string
+	rotation *Rotation
+}
+
+// outboxSource is the outbox as it is: no row was ever rotated away.
+var outboxSource = verifySource{events: "outbox_event_states", dropped: `
+  SELECT NULL::text AS entity_type, NULL::text AS entity_id, NULL::bigint AS version, NULL::boolean AS deleted,
+         NULL::float8 AS aged_secs, NULL::timestamptz AS archived_at WHERE false`}
+
 const verifyCountsSQL = `
 SELECT count(*), count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status = 'failed'),
        count(*) FILTER (WHERE status = 'failed' AND coalesce(error_reason, '') = ''),
        count(*) FILTER (WHERE status = 'discarded'),
        count(*) FILTER (WHERE status IN ('pending', 'processing'))
-  FROM outbox_event_states WHERE projection = 'search'`
+  FROM %s WHERE projection = 'search'`
 
 const verifyFailedSQL = `
-SELECT id, coalesce(error_reason, '') FROM outbox_event_states
+SELECT id, coalesce(error_reason, '') FROM %s
  WHERE projection = 'search' AND status = 'failed' ORDER BY id`
 
 // Every document with an event is judged against its newest applicable
@@ -88,27 +106,38 @@ SELECT id, coalesce(error_reason, '') FROM outbox_event_states
 // superseded events included, whether they were sent or dropped. Failed
 // and discarded events apply nothing; a pending or processing one is lost,
 // counted above. A document with no done event has a null version and op.
-// The ledger entry comes along, null if there is none.
+// The ledger entry comes along, null if there is none; then the entry the
+// rotation dropped (%[2]s), and whether an event of the document that
+// ended failed or discarded was written before that drop.
 const verifyEntitiesSQL = `
 WITH docs AS (
-  SELECT DISTINCT entity_type, entity_id FROM outbox_events WHERE projection = $1
+  SELECT DISTINCT entity_type, entity_id FROM %[1]s WHERE projection = $1
 ), newest AS (
   SELECT DISTINCT ON (entity_type, entity_id) entity_type, entity_id, coalesce(event_version, id) AS version, op
-    FROM outbox_event_states
+    FROM %[1]s
    WHERE projection = $1 AND status = 'done'
    ORDER BY entity_type, entity_id, coalesce(event_version, id) DESC, id DESC
+), unsent AS (
+  SELECT entity_type, entity_id, min(created_at) AS first_written FROM %[1]s
+   WHERE projection = $1 AND status IN ('failed', 'discarded')
+   GROUP BY entity_type, entity_id
+), dropped AS (%[2]s
 )
-SELECT d.entity_type || ':' || d.entity_id, n.version, n.op, a.version, a.deleted
+SELECT d.entity_type || ':' || d.entity_id, n.version, n.op, a.version, a.deleted,
+       x.version, x.deleted, x.aged_secs, coalesce(u.first_written < x.archived_at, false)
   FROM docs d
   LEFT JOIN newest n ON n.entity_type = d.entity_type AND n.entity_id = d.entity_id
-  LEFT JOIN LATERAL outbox_ledger_entry($1, d.entity_type, d.entity_id) a ON true`
+  LEFT JOIN unsent u ON u.entity_type = d.entity_type AND u.entity_id = d.entity_id
+  LEFT JOIN LATERAL outbox_ledger_entry($1, d.entity_type, d.entity_id) a ON true
+  LEFT JOIN dropped x ON x.entity_type = d.entity_type AND x.entity_id = d.entity_id`
 
 // Verify compares the search projection's events in pool's database with
 // the documents of index and the ledger: no event pending or processing,
 // every failed one among expected with its reason, every document at the
 // version of its newest done event, or gone if that was a delete or if none
 // is done, and its ledger entry at that version and op. It assumes every
-// event is still in outbox_events: run it before retention prunes any.
+// event is still in outbox_events: run it before retention rotates any, or
+// use VerifyRotated.
 func Verify(ctx context.Context, pool *pgxpool.Pool, elasticURL, index string, expected ...Failure) (Verdict, error) {
 	return VerifyProjection(ctx, pool, elasticURL, index, "search", expected...)
 }
@@ -116,66 +145,136 @@ func Verify(ctx context.Context, pool *pgxpool.Pool, elasticURL, index string, e
 // VerifyProjection is Verify of the named search projection's documents
 // in index; the counts and failures are of every projection's events.
 func VerifyProjection(ctx context.Context, pool *pgxpool.Pool, elasticURL, index, projection string, expected ...Failure) (Verdict, error) {
+	return verifyFrom(ctx, pool, elasticURL, index, projection, outboxSource, expected...)
+}
+
+// verifyFrom is VerifyProjection reading from src.
+func verifyFrom(ctx context.Context, pool *pgxpool.Pool, elasticURL, index, projection string, src verifySource,
+	expected ...Failure) (Verdict, error) {
 	var v Verdict
-	if err := pool.QueryRow(ctx, verifyCountsSQL).Scan(&v.Events, &v.Done, &v.Failed, &v.FailedWithoutReason,
-		&v.Discarded, &v.Lost); err != nil {
+	if err := pool.QueryRow(ctx, fmt.Sprintf(verifyCountsSQL, src.events)).Scan(&v.Events, &v.Done, &v.Failed,
+		&v.FailedWithoutReason, &v.Discarded, &v.Lost); err != nil {
 		return v, err
 	}
-	if err := v.judgeFailures(ctx, pool, expected); err != nil {
+	if err := v.judgeFailures(ctx, pool, src, expected); err != nil {
 		return v, err
 	}
 	docs, err := versions(ctx, elasticURL, index)
 	if err != nil {
 		return v, err
 	}
-	rows, err := pool.Query(ctx, verifyEntitiesSQL, projection)
+	rows, err := pool.Query(ctx, fmt.Sprintf(verifyEntitiesSQL, src.events, src.dropped), projection)
 	if err != nil {
 		return v, err
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var id string
-		var version, ledgerVersion *int64
-		var op *string
-		var ledgerDeleted *bool
-		if err := rows.Scan(&id, &version, &op, &ledgerVersion, &ledgerDeleted); err != nil {
+		var e entityRow
+		if err := rows.Scan(&e.id, &e.version, &e.op, &e.ledgerVersion, &e.ledgerDeleted,
+			&e.droppedVersion, &e.droppedDeleted, &e.droppedAgedSecs, &e.unsentBeforeDrop); err != nil {
 			return v, err
 		}
-		v.Entities++
-		got, present := docs[id]
-		if version == nil {
-			if present {
-				v.Resurrected = append(v.Resurrected, fmt.Sprintf("%s: no event done, found at %d", id, got))
-			}
-			if ledgerVersion != nil {
-				v.LedgerMismatch = append(v.LedgerMismatch, fmt.Sprintf("%s: want no ledger entry, found %d %s",
-					id, *ledgerVersion, opOf(*ledgerDeleted)))
-			}
-			continue
-		}
-		if m := ledgerMismatch(*version, *op, ledgerVersion, ledgerDeleted); m != "" {
-			v.LedgerMismatch = append(v.LedgerMismatch, id+": "+m)
-		}
-		switch {
-		case *op == "delete" && present:
-			v.Resurrected = append(v.Resurrected, fmt.Sprintf("%s: deleted at %d, found at %d", id, *version, got))
-		case *op == "upsert" && !present:
-			v.Missing = append(v.Missing, fmt.Sprintf("%s: want version %d", id, *version))
-		case *op == "upsert" && got != *version:
-			v.Regressed = append(v.Regressed, fmt.Sprintf("%s: want version %d, found %d", id, *version, got))
-		}
+		v.judge(e, docs, src.rotation)
 	}
 	return v, rows.Err()
 }
 
+// entityRow is one row of verifyEntitiesSQL.
+type entityRow struct {
+	id                     string
+	version, ledgerVersion *int64
+	op                     *string
+	ledgerDeleted          *bool
+	droppedVersion         *int64
+	droppedDeleted         *bool
+	droppedAgedSecs        *float64
+	unsentBeforeDrop       bool
+}
+
+// judge adds what is wrong with one document to the verdict: the index
+// against its newest done event, and its ledger entry (or, under rot, the
+// entry the rotation dropped legitimately) against the same.
+func (v *Verdict) judge(e entityRow, docs map[string]int64, rot *Rotation) {
+	v.Entities++
+	got, present := docs[e.id]
+	if e.version == nil {
+		if present {
+			v.Resurrected = append(v.Resurrected, fmt.Sprintf("%s: no event done, found at %d", e.id, got))
+		}
+		if e.ledgerVersion != nil {
+			v.LedgerMismatch = append(v.LedgerMismatch, fmt.Sprintf("%s: want no ledger entry, found %d %s",
+				e.id, *e.ledgerVersion, opOf(*e.ledgerDeleted)))
+		}
+		return
+	}
+	if m := e.ledgerMismatch(rot); m != "" {
+		v.LedgerMismatch = append(v.LedgerMismatch, e.id+": "+m)
+	}
+	switch version, op := *e.version, *e.op; {
+	case op == "delete" && present:
+		v.Resurrected = append(v.Resurrected, fmt.Sprintf("%s: deleted at %d, found at %d", e.id, version, got))
+	case op == "upsert" && !present:
+		v.Missing = append(v.Missing, fmt.Sprintf("%s: want version %d", e.id, version))
+	case op == "upsert" && got != version:
+		v.Regressed = append(v.Regressed, fmt.Sprintf("%s: want version %d, found %d", e.id, version, got))
+	}
+}
+
+// ledgerMismatch says how the document's ledger differs from its newest
+// done event, empty if it does not. A document with no entry left is
+// judged, under a rotation, by the newest entry the rotation dropped, if
+// the drop was legitimate (droppedLegitimately): the leader then holds no
+// entry for it, as designed, and the dropped one must have been its newest
+// done event's.
+func (e entityRow) ledgerMismatch(rot *Rotation) string {
+	if e.ledgerVersion != nil || rot == nil || e.droppedVersion == nil {
+		return ledgerMismatch(*e.version, *e.op, e.ledgerVersion, e.ledgerDeleted)
+	}
+	dropped := fmt.Sprintf("%d %s", *e.droppedVersion, opOf(*e.droppedDeleted))
+	if why := e.droppedTooEarly(*rot); why != "" {
+		return fmt.Sprintf("want ledger at %d %s, found no entry: the rotation dropped %s %s", *e.version, *e.op, dropped, why)
+	}
+	if m := ledgerMismatch(*e.version, *e.op, e.droppedVersion, e.droppedDeleted); m != "" {
+		return m + " (dropped by the rotation)"
+	}
+	return ""
+}
+
+// droppedTooEarly says why the rotation should have kept the document's
+// entry it dropped, empty if the drop was legitimate. The ledger's rotation
+// (outbox.RotateLedger) carries a document's newest entry into the current
+// partition while it is younger than the retention (the tombstone
+// retention for a delete: it refuses an older upsert written after the
+// delete) or while an event of the document could still be sent. The
+// verdict sees the latter as an event that ended failed or discarded and
+// was written before the drop; an event pending then and done since wrote
+// an entry of its own after the drop, which is then the document's entry
+// and judged as any. (An event whose transaction began before the drop and
+// committed after it is judged by the retentions alone by the rotation, so
+// it would show here as an early drop; no drill writes one that fails.)
+func (e entityRow) droppedTooEarly(rot Rotation) string {
+	keep := rot.Retention
+	if *e.droppedDeleted {
+		keep = rot.TombstoneRetention
+	}
+	aged := time.Duration(*e.droppedAgedSecs * float64(time.Second))
+	switch {
+	case aged < keep:
+		return fmt.Sprintf("%s after it was applied, within its retention of %s", aged.Round(time.Millisecond), keep)
+	case e.unsentBeforeDrop:
+		return "while an event of the document written before the drop could still be sent (it ended failed or discarded)"
+	}
+	return ""
+}
+
 // judgeFailures lists the failed events that expected does not name with
 // their reason.
-func (v *Verdict) judgeFailures(ctx context.Context, pool *pgxpool.Pool, expected []Failure) error {
+func (v *Verdict) judgeFailures(ctx context.Context, pool *pgxpool.Pool, src verifySource, expected []Failure) error {
 	want := make(map[int64]string, len(expected))
 	for _, f := range expected {
 		want[f.ID] = f.Reason
 	}
-	rows, err := pool.Query(ctx, verifyFailedSQL)
+	rows, err := pool.Query(ctx, fmt.Sprintf(verifyFailedSQL, src.events))
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,9 @@ import (
 	"io"
 	"net/http"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 )
 
@@ -202,4 +204,168 @@ func TestVerifyWithoutIndexSeesEveryUpsertMissing(t *testing.T) {
 	v := c.verdict(t)
 	require.Equal(t, []string{"book:1: want version 1"}, v.Missing)
 	require.Empty(t, v.Resurrected)
+}
+
+// rotatedCase is a verifyCase with the rotation archive installed, and the
+// retentions its verdict judges the ledger's drops by.
+func newRotatedCase(t *testing.T) verifyCase {
+	t.Helper()
+	c := newVerifyCase(t)
+	require.NoError(t, InstallRotationArchive(context.Background(), c.db.Pool))
+	return c
+}
+
+// testRotation is the retentions of the rotated cases: an entry applied an
+// hour before its drop is past the retention, not the tombstone retention.
+var testRotation = Rotation{Retention: time.Minute, TombstoneRetention: 2 * time.Hour}
+
+// rotateEvents empties the outbox's current partition (1, the first) as
+// the rotation would, new rows going to 2, on pool's role.
+func rotateEvents(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	for _, s := range []string{`UPDATE outbox_events_rotation SET slot = 2`, `TRUNCATE outbox_events_1`} {
+		_, err := pool.Exec(context.Background(), s)
+		require.NoError(t, err, s)
+	}
+}
+
+// rotateLedger empties the ledger's current partition (0, the first),
+// new entries going to 1, on pool's role.
+func rotateLedger(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	for _, s := range []string{`UPDATE outbox_ledger_rotation SET slot = 1`, `TRUNCATE outbox_ledger_0`} {
+		_, err := pool.Exec(context.Background(), s)
+		require.NoError(t, err, s)
+	}
+}
+
+// ageLedger backdates every ledger entry by age, as if applied that long
+// before the rotation.
+func (c verifyCase) ageLedger(t *testing.T, age time.Duration) {
+	t.Helper()
+	c.db.Exec(t, `UPDATE outbox_ledger SET applied_at = applied_at - make_interval(secs => $1)`, age.Seconds())
+}
+
+func (c verifyCase) rotatedVerdict(t *testing.T, expected ...Failure) Verdict {
+	t.Helper()
+	v, err := VerifyRotated(context.Background(), c.db.Pool, ElasticURL(t), c.index, testRotation, expected...)
+	require.NoError(t, err)
+	return v
+}
+
+// Rows the rotation emptied, by the runtime role of roles.sql as the
+// replicas rotate, are delivered events in the rotated verdict, and a
+// ledger entry it dropped past the retention is no mismatch; the plain
+// verdict sees neither (the drill would call the rows vanished). A row
+// still pending when its partition was emptied is lost, and a row gone
+// without the rotation (a DELETE) is not counted, so the caller's written
+// total shows it missing.
+func TestVerifyRotatedJudgesArchivedRows(t *testing.T) {
+	t.Parallel()
+	owner, runtime := Roles(t, "archive")
+	c := newVerifyCase(t)
+	out, err := ApplyRoles(t, c.db.URL, c.db.Name, owner, runtime)
+	require.NoError(t, err, out)
+	require.NoError(t, InstallRotationArchive(context.Background(), c.db.Pool))
+	asRuntime, err := pgxpool.New(context.Background(), c.db.Login(t, runtime, RuntimePassword))
+	require.NoError(t, err)
+	t.Cleanup(asRuntime.Close)
+
+	c.event(t, "1", "upsert", 1, "done", "")
+	c.event(t, "1", "upsert", 2, "done", "")
+	c.doc(t, "1", 2)
+	c.ledger(t, "1", 2, false)
+	c.ageLedger(t, time.Hour)
+	rotateEvents(t, asRuntime)
+	rotateLedger(t, asRuntime)
+	c.event(t, "4", "upsert", 1, "done", "")
+	c.doc(t, "4", 1)
+	c.ledger(t, "4", 1, false)
+
+	v := c.rotatedVerdict(t)
+	require.True(t, v.OK(), "%s %v", v, v.LedgerMismatch)
+	require.Equal(t, Verdict{Events: 3, Done: 3, Entities: 2}, v)
+	plain := c.verdict(t)
+	require.Equal(t, Verdict{Events: 1, Done: 1, Entities: 1}, plain, "the plain verdict does not see the archived rows")
+
+	// Book 2's event was still pending when its partition was emptied.
+	c.event(t, "2", "upsert", 1, "pending", "")
+	// Book 3's row is deleted, not rotated: no archive has it.
+	c.event(t, "3", "upsert", 1, "done", "")
+	c.db.Exec(t, `DELETE FROM outbox_events WHERE entity_id = '3'`)
+	rotateEvents2(t, asRuntime)
+	v = c.rotatedVerdict(t)
+	require.False(t, v.OK())
+	require.Equal(t, Verdict{Events: 4, Done: 3, Lost: 1, Entities: 3}, v)
+}
+
+// rotateEvents2 empties the outbox's partition 2, new rows going to 0.
+func rotateEvents2(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	for _, s := range []string{`UPDATE outbox_events_rotation SET slot = 0`, `TRUNCATE outbox_events_2`} {
+		_, err := pool.Exec(context.Background(), s)
+		require.NoError(t, err, s)
+	}
+}
+
+// The rotated verdict takes a dropped ledger entry for the document's
+// entry only where the rotation may drop it: past its retention (the
+// tombstone retention for a delete), with no event of the document left to
+// send, and equal to the newest done event.
+func TestVerifyRotatedJudgesDroppedLedgerEntries(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		setup   func(t *testing.T, c verifyCase)
+		expect  []Failure
+		problem []string // pieces of the one mismatch; none: OK
+	}{
+		{"dropped past the retention", func(t *testing.T, c verifyCase) {
+			c.event(t, "1", "upsert", 1, "done", "")
+			c.doc(t, "1", 1)
+			c.ledger(t, "1", 1, false)
+			c.ageLedger(t, time.Hour)
+		}, nil, nil},
+		{"dropped within the retention", func(t *testing.T, c verifyCase) {
+			c.event(t, "1", "upsert", 1, "done", "")
+			c.doc(t, "1", 1)
+			c.ledger(t, "1", 1, false)
+		}, nil, []string{"book:1: want ledger at 1 upsert, found no entry: the rotation dropped 1 upsert ", "after it was applied, within its retention of 1m0s"}},
+		{"a tombstone dropped within the tombstone retention", func(t *testing.T, c verifyCase) {
+			c.event(t, "1", "delete", 1, "done", "")
+			c.ledger(t, "1", 1, true)
+			c.ageLedger(t, time.Hour)
+		}, nil, []string{"book:1: want ledger at 1 delete, found no entry: the rotation dropped 1 delete 1h0m", "after it was applied, within its retention of 2h0m0s"}},
+		{"dropped while an event could still be sent", func(t *testing.T, c verifyCase) {
+			c.event(t, "1", "upsert", 1, "done", "")
+			c.doc(t, "1", 1)
+			c.ledger(t, "1", 1, false)
+			c.ageLedger(t, time.Hour)
+			c.event(t, "1", "upsert", 2, "failed", "mapping_error")
+		}, []Failure{{2, "mapping_error"}}, []string{"book:1: want ledger at 1 upsert, found no entry: the rotation dropped 1 upsert while an event"}},
+		{"dropped behind the newest done event", func(t *testing.T, c verifyCase) {
+			c.event(t, "1", "upsert", 1, "done", "")
+			c.ledger(t, "1", 1, false)
+			c.event(t, "1", "upsert", 2, "done", "")
+			c.doc(t, "1", 2)
+			c.ageLedger(t, time.Hour)
+		}, nil, []string{"book:1: want ledger at 2 upsert, found 1 upsert (dropped by the rotation)"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := newRotatedCase(t)
+			tc.setup(t, c)
+			rotateLedger(t, c.db.Pool)
+			v := c.rotatedVerdict(t, tc.expect...)
+			if tc.problem == nil {
+				require.True(t, v.OK(), "%s %v", v, v.LedgerMismatch)
+				return
+			}
+			require.False(t, v.OK(), v.String())
+			require.Len(t, v.LedgerMismatch, 1)
+			for _, piece := range tc.problem {
+				require.Contains(t, v.LedgerMismatch[0], piece)
+			}
+		})
+	}
 }
