@@ -113,10 +113,11 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate checks the settings; a range error is a *bounds.FieldError.
+// Validate checks the settings; a missing or out-of-range one is a
+// *bounds.FieldError, which the CLI reports by its variable's name.
 func (c Config) Validate() error {
 	if c.DatabaseURL == "" {
-		return errors.New("DatabaseURL is required")
+		return bounds.Invalid("DatabaseURL", "is required: the Postgres connection URL")
 	}
 	cfg, err := pgx.ParseConfig(c.DatabaseURL)
 	if err != nil {
@@ -126,7 +127,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("DatabaseURL: %w", err)
 	}
 	if c.WorkerID == "" {
-		return errors.New("WorkerID is required")
+		return bounds.Invalid("WorkerID", "is required: the name of this replica")
 	}
 	return bounds.First(
 		bounds.Check("CheckInterval", c.CheckInterval, CheckIntervalRange),
