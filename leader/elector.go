@@ -196,6 +196,8 @@ type Elector struct {
 	// only the loop touches them.
 	refusal   *Refusal
 	checkedAt time.Time
+	// attempts logs failed attempts as outages; only the loop touches it.
+	attempts attemptLog
 
 	mu     sync.Mutex
 	state  State
@@ -283,7 +285,7 @@ func (e *Elector) Run(ctx context.Context) {
 			// must not fail (and systemd's watchdog or a kubelet restart the
 			// replica) for a database outage, which readiness reports.
 			e.ticked()
-			e.log.Warn().Err(err).Msg("leadership attempt failed; retrying")
+			e.attempts.failed(e.log, err, time.Now())
 			e.pause(ctx, e.cfg.RetryInterval)
 		}
 	}
@@ -313,7 +315,10 @@ func (e *Elector) awaitCanLead(ctx context.Context) bool {
 	if e.canLead() {
 		return true
 	}
-	e.log.Warn().Msg("not campaigning for leadership: this replica may not lead now (/readyz says why)")
+	// Info, not a warning: every start waits here until the replica's first
+	// schema read, and a real reason (a schema behind the binary, a queue
+	// from another cluster) is logged, as an error, by the check that found it.
+	e.log.Info().Msg("not campaigning for leadership until this replica may lead (/readyz says why)")
 	ticker := time.NewTicker(e.cfg.TickInterval)
 	defer ticker.Stop()
 	for {
@@ -370,6 +375,7 @@ func (e *Elector) campaign(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read the lock connection's server: %w", err)
 	}
+	e.attempts.reached(e.log, time.Now())
 	if err := e.checkSplit(ctx, lock); err != nil {
 		return err
 	}
