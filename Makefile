@@ -35,7 +35,7 @@ VERSION ?= $(shell scripts/version.sh)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
 BUILD_DATE ?= $(shell date -u $${SOURCE_DATE_EPOCH:+-d @$$SOURCE_DATE_EPOCH} +%Y-%m-%dT%H:%M:%SZ)
 BUILDINFO := github.com/wlproj/wlproj/internal/buildinfo
-LDFLAGS := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).revision=$(REVISION) \
+LDFLAGS = -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).revision=$(REVISION) \
 	-X $(BUILDINFO).dirty=$(if $(filter %-dirty,$(VERSION)),true,false) -X $(BUILDINFO).buildDate=$(BUILD_DATE)
 
 # make deb writes $(DEB_DIR)/wlproj_$(DEB_VERSION)_$(DEB_ARCH).deb
@@ -68,13 +68,21 @@ deb:
 # load`, `docker load` or `skopeo copy` on another machine. Nothing is
 # pulled: the image is FROM scratch, its root staged here. The binary is
 # built as for make deb but not position-independent: a PIE Go binary asks
-# for the dynamic loader, which an empty root does not have.
+# for the dynamic loader, which an empty root does not have. A rebuild
+# that changes the image removes the one IMAGE named before, unless a
+# container or another tag still uses it, so builds leave no dangling image.
 IMAGE ?= localhost/wlproj:$(VERSION)
 IMAGE_DIR ?= bin
 IMAGE_ARCH ?= $(shell $(GO) env GOARCH)
 IMAGE_STAGE := $(IMAGE_DIR)/image-stage
 PODMAN := CONTAINERS_CONF=$(CURDIR)/deploy/image/containers.conf podman
+# IMAGE_EPOCH is the one time the image carries (its creation time, every
+# file's mtime, the binary's build date and the created label), so that the
+# same sources give the same image id: SOURCE_DATE_EPOCH, else the commit's
+# time; outside a checkout, now (and then no two builds are alike).
+IMAGE_EPOCH ?= $(or $(SOURCE_DATE_EPOCH),$(shell git log -1 --format=%ct 2>/dev/null),$(shell date +%s))
 
+image: BUILD_DATE = $(shell date -u -d @$(IMAGE_EPOCH) +%Y-%m-%dT%H:%M:%SZ)
 image:
 	@scripts/tools.sh podman
 	@rm -rf $(IMAGE_STAGE) && mkdir -p $(IMAGE_STAGE)/root/usr/bin $(IMAGE_STAGE)/root/usr/libexec/wlproj $(IMAGE_STAGE)/root/etc/ssl/certs
@@ -82,11 +90,25 @@ image:
 	CGO_ENABLED=0 GOARCH=$(IMAGE_ARCH) $(GO) build -trimpath -ldflags '-s -w' -o $(IMAGE_STAGE)/root/usr/libexec/wlproj/healthcheck ./deploy/image/healthcheck
 	install -m 0644 /etc/ssl/certs/ca-certificates.crt $(IMAGE_STAGE)/root/etc/ssl/certs/
 	install -m 0644 deploy/image/passwd deploy/image/group $(IMAGE_STAGE)/root/etc/
+	@# podman 4.3's --timestamp dates the layer's files but not the digest of
+	@# the COPY source in the image's history, which hashes their mtimes.
+	find $(IMAGE_STAGE)/root -exec touch --no-dereference --date=@$(IMAGE_EPOCH) {} +
+	@# podman build's image is an intermediate: normalize blanks the two
+	@# fields podman 4.3 fills from its random build container, and the
+	@# archive it writes is the image loaded under IMAGE and shipped.
 	$(PODMAN) build --quiet --layers=false --format docker --platform linux/$(IMAGE_ARCH) --file deploy/image/Containerfile \
+		--timestamp $(IMAGE_EPOCH) --iidfile $(IMAGE_STAGE)/built.iid \
 		--build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) --build-arg CREATED=$(BUILD_DATE) \
-		--tag $(IMAGE) $(IMAGE_STAGE)
+		$(IMAGE_STAGE) >/dev/null
+	$(PODMAN) save --quiet --format docker-archive -o $(IMAGE_STAGE)/built.tar $$(cat $(IMAGE_STAGE)/built.iid)
+	$(PODMAN) rmi $$(cat $(IMAGE_STAGE)/built.iid) >/dev/null
 	@rm -f $(IMAGE_DIR)/wlproj_$(VERSION)_$(IMAGE_ARCH).image.tar
-	$(PODMAN) save --quiet --format docker-archive -o $(IMAGE_DIR)/wlproj_$(VERSION)_$(IMAGE_ARCH).image.tar $(IMAGE)
+	$(GO) run ./deploy/image/normalize -tag $(IMAGE) $(IMAGE_STAGE)/built.tar $(IMAGE_DIR)/wlproj_$(VERSION)_$(IMAGE_ARCH).image.tar
+	@previous=$$($(PODMAN) image inspect --format '{{.Id}}' $(IMAGE) 2>/dev/null); \
+	$(PODMAN) load --quiet --input $(IMAGE_DIR)/wlproj_$(VERSION)_$(IMAGE_ARCH).image.tar >/dev/null && \
+	if [ -n "$$previous" ] && [ "$$previous" != "$$($(PODMAN) image inspect --format '{{.Id}}' $(IMAGE))" ]; then \
+		$(PODMAN) rmi "$$previous" >/dev/null 2>&1 || true; \
+	fi
 	@rm -rf $(IMAGE_STAGE)
 	@$(PODMAN) image inspect --format '{{.RepoTags}} {{.Size}} bytes' $(IMAGE)
 

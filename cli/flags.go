@@ -4,7 +4,7 @@ import "github.com/wlproj/wlproj/projection"
 
 // dbFlags is the database every command but run's engine side talks to.
 type dbFlags struct {
-	DatabaseURL string `help:"Postgres connection URL." env:"DATABASE_URL" required:""`
+	DatabaseURL string `help:"Postgres connection URL." env:"DATABASE_URL" required:"" field:"DatabaseURL"`
 }
 
 // dbCommand is a command with a database: its errors are scrubbed of the

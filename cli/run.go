@@ -30,7 +30,7 @@ type runCmd struct {
 	projectionsFlags
 	ElasticIndex string `help:"Index the search projection writes to; ignored with a projections file, whose search projections name their own." env:"ELASTIC_INDEX" default:"${elastic_index}" field:"Index"`
 
-	WorkerID       string `help:"Name of this replica (default: hostname-pid)." env:"OUTBOX_WORKER_ID"`
+	WorkerID       string `help:"Name of this replica (default: hostname-pid)." env:"OUTBOX_WORKER_ID" field:"WorkerID"`
 	LeaderName     string `help:"Replicas with the same leader name compete for one lock." env:"OUTBOX_LEADER_NAME" default:"${leader_name}"`
 	HTTPAddr       string `name:"http-addr" help:"Bind address of the health and metrics endpoints." env:"OUTBOX_HTTP_ADDR" default:"${http_addr}"`
 	HTTPPort       int    `name:"http-port" help:"Port of /healthz and /readyz [${port_range}]." env:"OUTBOX_HTTP_PORT" default:"${http_port}" field:"HTTPPort"`

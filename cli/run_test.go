@@ -29,3 +29,14 @@ func TestRunHelpSaysTheRetentionTruncatesPartitions(t *testing.T) {
 	require.NotContains(t, help, "small batches")
 	require.Contains(t, help, "TRUNCATE")
 }
+
+// Without a database URL, run says which variable to set, not the Go field
+// the replica's configuration holds it in.
+func TestRunWithoutADatabaseURLNamesTheVariable(t *testing.T) {
+	t.Setenv("DATABASE_URL", "")
+	var stdout, stderr bytes.Buffer
+	code := Run([]string{"run"}, &stdout, &stderr)
+	require.NotZero(t, code)
+	require.Contains(t, stderr.String(), "DATABASE_URL is required")
+	require.NotContains(t, stderr.String(), "DatabaseURL")
+}

@@ -328,7 +328,9 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		s.ready.Set(0)
 	}
 	b := body{Checks: checks, Waiting: s.waiting()}
-	if checks["database"] == "ok" {
+	// Before the migration these tables may not exist: the schema check is
+	// then the reason, logged once, not a warning per probe.
+	if checks["database"] == "ok" && checks["schema"] == "ok" {
 		b.Paused = s.paused(ctx)
 		b.Projections = s.projections(ctx)
 	}
@@ -480,6 +482,9 @@ func (s *Server) refreshOnce(ctx context.Context) {
 		s.ready.Set(1)
 	} else {
 		s.ready.Set(0)
+	}
+	if !s.schema.OK() {
+		return // the tables read below may not exist yet; the schema check says so
 	}
 	snap, err := outbox.ReadGauges(qctx, s.deps.Pool, s.cfg.MaxProcessing)
 	if err != nil {

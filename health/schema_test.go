@@ -150,3 +150,34 @@ func TestSchemaOKReadsAgainBeforeLeading(t *testing.T) {
 	require.False(t, f.srv.SchemaOK(), "read again: the schema was rolled back under it")
 	require.Equal(t, float64(migrations.RequiredVersion-1), gauge(t, "outbox_schema_version"))
 }
+
+// Before its first migration a database has none of the tables /readyz and
+// the gauges read beside the schema check: the schema check is the
+// not-ready reason, logged once, and no probe adds a warning of its own.
+func TestReadyzOnAnUnmigratedDatabaseWarnsNothingPerProbe(t *testing.T) {
+	db := harness.NewEmptyDatabase(t)
+	logs := make(logSink, 1000)
+	f := startWith(t, db.Pool, db.URL, func(c *Config) { c.SchemaInterval = 50 * time.Millisecond },
+		zerolog.New(logs), Deps{ProjectionsHash: "aaaa1111", LeaderName: "wlproj"})
+
+	for range 5 {
+		r := f.get(f.port, "/readyz")
+		require.Equal(t, http.StatusServiceUnavailable, r.code, r.raw)
+		require.Equal(t, "ok", r.body.Checks["database"])
+		require.Contains(t, r.body.Checks["schema"], "wlproj migrate --expect-db "+db.Name, "the reason and the fix")
+		time.Sleep(100 * time.Millisecond)
+	}
+	var warnings []string
+	for {
+		select {
+		case line := <-logs:
+			if strings.Contains(line, `"level":"warn"`) {
+				warnings = append(warnings, line)
+			}
+			continue
+		default:
+		}
+		break
+	}
+	require.Empty(t, warnings, "no warning per probe while unmigrated")
+}

@@ -113,10 +113,11 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate checks the settings; a range error is a *bounds.FieldError.
+// Validate checks the settings; a missing or out-of-range one is a
+// *bounds.FieldError, which the CLI reports by its variable's name.
 func (c Config) Validate() error {
 	if c.DatabaseURL == "" {
-		return errors.New("DatabaseURL is required")
+		return bounds.Invalid("DatabaseURL", "is required: the Postgres connection URL")
 	}
 	cfg, err := pgx.ParseConfig(c.DatabaseURL)
 	if err != nil {
@@ -126,7 +127,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("DatabaseURL: %w", err)
 	}
 	if c.WorkerID == "" {
-		return errors.New("WorkerID is required")
+		return bounds.Invalid("WorkerID", "is required: the name of this replica")
 	}
 	return bounds.First(
 		bounds.Check("CheckInterval", c.CheckInterval, CheckIntervalRange),
@@ -195,6 +196,8 @@ type Elector struct {
 	// only the loop touches them.
 	refusal   *Refusal
 	checkedAt time.Time
+	// attempts logs failed attempts as outages; only the loop touches it.
+	attempts attemptLog
 
 	mu     sync.Mutex
 	state  State
@@ -282,7 +285,7 @@ func (e *Elector) Run(ctx context.Context) {
 			// must not fail (and systemd's watchdog or a kubelet restart the
 			// replica) for a database outage, which readiness reports.
 			e.ticked()
-			e.log.Warn().Err(err).Msg("leadership attempt failed; retrying")
+			e.attempts.failed(e.log, err, time.Now())
 			e.pause(ctx, e.cfg.RetryInterval)
 		}
 	}
@@ -312,7 +315,10 @@ func (e *Elector) awaitCanLead(ctx context.Context) bool {
 	if e.canLead() {
 		return true
 	}
-	e.log.Warn().Msg("not campaigning for leadership: this replica may not lead now (/readyz says why)")
+	// Info, not a warning: every start waits here until the replica's first
+	// schema read, and a real reason (a schema behind the binary, a queue
+	// from another cluster) is logged, as an error, by the check that found it.
+	e.log.Info().Msg("not campaigning for leadership until this replica may lead (/readyz says why)")
 	ticker := time.NewTicker(e.cfg.TickInterval)
 	defer ticker.Stop()
 	for {
@@ -369,6 +375,7 @@ func (e *Elector) campaign(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read the lock connection's server: %w", err)
 	}
+	e.attempts.reached(e.log, time.Now())
 	if err := e.checkSplit(ctx, lock); err != nil {
 		return err
 	}

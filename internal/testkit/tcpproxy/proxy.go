@@ -44,6 +44,7 @@ type Proxy struct {
 	mu         sync.Mutex
 	open       chan struct{} // closed while forwarding
 	blackholed bool
+	refusing   bool
 	conns      map[*pair]struct{}
 	closed     bool
 }
@@ -93,10 +94,32 @@ func (p *Proxy) Blackhole() {
 	}
 }
 
-// Restore forwards again, delivering what was held during the blackhole.
+// Refuse stands in for a stopped server, until Restore: every open
+// connection is reset on both sides, and every new one is reset as soon as
+// it is accepted, so a client fails at once, as against a server that is
+// down, instead of waiting out a timeout as in a blackhole.
+func (p *Proxy) Refuse() {
+	p.mu.Lock()
+	p.refusing = true
+	p.mu.Unlock()
+	for _, c := range p.snapshot() {
+		c.close(true)
+	}
+}
+
+// refused reports whether Refuse is in force.
+func (p *Proxy) refused() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.refusing
+}
+
+// Restore forwards again, delivering what was held during the blackhole,
+// and ends a Refuse.
 func (p *Proxy) Restore() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.refusing = false
 	if p.blackholed {
 		p.blackholed = false
 		close(p.open)
@@ -200,6 +223,10 @@ func (p *Proxy) handle(c *pair) {
 	// the partition heals.
 	if !p.waitOpen(c) {
 		c.close(false)
+		return
+	}
+	if p.refused() {
+		c.close(true)
 		return
 	}
 	up, err := net.DialTimeout("tcp", p.target, dialTimeout)

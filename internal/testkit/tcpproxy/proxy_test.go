@@ -261,3 +261,21 @@ func TestPostgresCloseAll(t *testing.T) {
 	require.Error(t, selectOne(conn, 2*time.Second))
 	connectOK(t, b)
 }
+
+// Refuse is a stopped server: the open session fails at once, and so does
+// every new connection, quickly rather than by a timeout, until Restore.
+func TestPostgresRefuse(t *testing.T) {
+	t.Parallel()
+	b := setupPG(t)
+
+	conn := connectOK(t, b)
+	b.proxy.Refuse()
+	start := time.Now()
+	require.Error(t, selectOne(conn, 5*time.Second))
+	_, err := connect(t, b.proxied)
+	require.Error(t, err, "a new connection must not get through while refusing")
+	require.Less(t, time.Since(start), time.Second, "refused at once, not timed out")
+
+	b.proxy.Restore()
+	connectOK(t, b)
+}
