@@ -9,6 +9,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os/exec"
@@ -295,3 +296,33 @@ func binaryBeforeMigration(t *testing.T, version int64) oldBinary {
 	return old
 }
 
+
+// A replica started on a database not yet migrated makes no index: the
+// index is made once the schema is what the binary needs, as the runbook's
+// order (migrate, then start) has it, not before the migration an operator
+// may still be deciding on.
+func TestReplicasOnAnOlderSchemaMakeNoIndexUntilMigrated(t *testing.T) {
+	t.Parallel()
+	c := &cluster{t: t, db: harness.NewEmptyDatabase(t), index: harness.NewIndexName(t)}
+	migrate(t, c.db, migrations.RequiredVersion-1)
+	c.env = harness.ReplicaEnv(c.db.URL, harness.ElasticURL(t), c.index, harness.Quick...)
+	a := c.start("a")
+	exists := func() bool {
+		err := harness.ES(context.Background(), harness.ElasticURL(t), http.MethodHead, "/"+c.index, nil, nil)
+		var status *harness.StatusError
+		if errors.As(err, &status) && status.Code == http.StatusNotFound {
+			return false
+		}
+		require.NoError(t, err)
+		return true
+	}
+	harness.Eventually(t, 10*time.Second, "a's schema read", func() bool {
+		code, body := readyz(t, a)
+		return code == http.StatusServiceUnavailable && body.Schema.Read
+	})
+	time.Sleep(2 * time.Second) // four rounds of the index keeper's first wait
+	require.False(t, exists(), "an index before the migration")
+
+	migrate(t, c.db, 0)
+	harness.Eventually(t, 15*time.Second, "the index once migrated", exists)
+}

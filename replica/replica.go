@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
@@ -148,6 +149,9 @@ func (r *Replica) Run(ctx context.Context) {
 		go func() {
 			log := r.log.With().Str("projection", s.spec.Name).Logger()
 			go s.probe.Announce(ctx, log)
+			if !r.untilMigrated(ctx) {
+				return
+			}
 			// Until the index is set up, the projection's events wait.
 			s.index.Keep(ctx)
 			s.probe.WarnGCDeletes(ctx, log, s.spec.Search.Index, projection.WriteLifetime(s.timeout))
@@ -157,6 +161,23 @@ func (r *Replica) Run(ctx context.Context) {
 	_ = r.elector.Start(ctx)
 	<-ctx.Done()
 	r.elector.Stop()
+}
+
+// untilMigrated returns once the schema is what this binary needs (false
+// if ctx ends first). An index made before `wlproj migrate` ran is one the
+// operator has not asked for yet, and a replica that may not lead has no
+// write to make into it.
+func (r *Replica) untilMigrated(ctx context.Context) bool {
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for !r.health.SchemaOK() {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
+	return true
 }
 
 // servers are the replica's listeners: the console's, if it is on, then

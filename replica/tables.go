@@ -24,7 +24,7 @@ import (
 type tableNeed struct {
 	spec       Spec
 	key, table string
-	columns                []string
+	columns    []string
 	// unique is the column that needs a unique index of its own, if any.
 	unique string
 }
