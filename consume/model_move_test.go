@@ -33,18 +33,23 @@ const modelMoveOdds = 3
 // database moves, -1 if it does not. It is drawn from a generator of its
 // own, so a seed that does not move keeps the history it always had, and
 // a moving seed's history is its old one up to the move. At least 40
-// events are left, more than any one step writes, so the producers always
-// go on writing in the new cluster.
+// events are written before (the old cluster has done, failed and queued
+// rows to carry, and its counter is ahead of a fresh one's), and at least
+// 40 are left, more than any one step writes, so the producers always go
+// on writing in the new cluster.
 func modelMoveAt(seed uint64, total int) int {
 	r := rand.New(rand.NewPCG(seed, 0x6d6f7665))
 	moves := r.IntN(modelMoveOdds) == 0 && !slices.Contains(modelFastSeeds, seed)
 	if slices.Contains(modelMoveSeeds, seed) || os.Getenv("WLPROJ_MODEL_MOVE") == "1" {
 		moves = true
 	}
-	if !moves || total < 2 {
+	switch {
+	case !moves:
 		return -1
+	case total < 80: // WLPROJ_MODEL_DOCS of a few
+		return total / 2
 	}
-	return min(total-1, 40+r.IntN(max(1, total-40)))
+	return 40 + r.IntN(total-79)
 }
 
 // modelStops are the ways the operator stops the old cluster's leader
