@@ -73,12 +73,14 @@ func (m *model) move(t *testing.T, ctx context.Context) {
 	}
 	stop := modelStops[m.rng.IntN(len(modelStops))]
 	if stop == "stopped" {
-		m.loop.checkpoint(ctx, m.epoch, true)
+		m.loop.checkpoint(ctx, m.epoch, true) // a SIGTERM's drain saves what the loop confirmed
 	}
 	doneAtDump := m.doneIDs(t)
 	oldNext := m.b.Int(t, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`)
 	move := harness.StartMove(t, m.b.DB)
 	if stop == "stopped after the dump" {
+		// What it sends now reaches the engine; its acks stay behind in
+		// the old cluster.
 		for range 1 + m.rng.IntN(3) {
 			m.round(t, ctx)
 		}
