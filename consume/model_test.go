@@ -33,7 +33,10 @@ import (
 // between their bulk and its ack, a
 // deposed leader's bulk delivered late, replays, discards, pruning, late
 // commits, pauses and resumes, and repair events (verify --repair's: an
-// upsert or a delete at the version the ledger holds) in between. After
+// upsert or a delete at the version the ledger holds) in between; in some
+// seeds the database is copied into another cluster half way (pg_dump
+// into a fresh initdb, whose transaction counter is behind) and the
+// history goes on there after the operator's rebase (model_move_test.go). After
 // the run the index must equal the model: each document at its newest
 // applicable event, a repair upsert counting as the newest of its version,
 // a repair delete never undoing a live document; gone after a delete;
@@ -44,7 +47,8 @@ import (
 //
 // WLPROJ_MODEL_SEED=n runs that seed alone (a failing seed is printed);
 // WLPROJ_MODEL_SEEDS=n runs n seeds from a random start, as `make drill`
-// does; WLPROJ_MODEL_DOCS sets the documents per seed.
+// does; WLPROJ_MODEL_DOCS sets the documents per seed; WLPROJ_MODEL_MOVE=1
+// moves the database in every seed.
 func TestModelRandomHistories(t *testing.T) {
 	seeds, docs := modelSeeds(t)
 	for _, seed := range seeds {
@@ -126,9 +130,13 @@ var modelProjections = []string{"search", "shelf"}
 func key(proj, entity string) string { return proj + "/" + entity }
 
 type model struct {
-	rng  *rand.Rand
-	b    bundle
-	base string
+	rng   *rand.Rand
+	b     bundle
+	roles runtimeRoles
+	// moveAt is how many events are still to be written when the database
+	// moves to another cluster, -1 if it does not (modelMoveAt).
+	moveAt int
+	base   string
 	// index and h are each projection's index and handler.
 	index  map[string]string
 	h      map[string]*modelHandler
@@ -190,10 +198,11 @@ func newModel(t *testing.T, seed uint64, docs int) *model {
 	t.Helper()
 	// The loop and the rotations run as roles.sql's runtime role, as
 	// `wlproj run` does; producers and the operator use the admin's pool.
-	m := &model{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), b: setupRuntime(t),
+	m := &model{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		base: harness.ElasticURL(t), index: map[string]string{}, h: map[string]*modelHandler{}, byID: map[int64]*mEvent{}, epoch: 1,
 		doneBeforePrune: map[int64]bool{},
 		repaired:        map[string]bool{}}
+	m.b, m.roles = setupRuntimeRoles(t)
 	client, err := projection.NewElasticClient(projection.ElasticOptions{URL: m.base})
 	require.NoError(t, err)
 	for i, proj := range modelProjections {
@@ -212,6 +221,7 @@ func newModel(t *testing.T, seed uint64, docs int) *model {
 	refuseLedger(t, m.b)
 	m.newLeader(t)
 	m.queue = m.histories(docs)
+	m.moveAt = modelMoveAt(seed, len(m.queue))
 	return m
 }
 
@@ -294,7 +304,18 @@ func (m *model) run(t *testing.T) {
 		}
 	}()
 	ctx := context.Background()
-	for len(m.queue) > 0 || m.busy(t) {
+	// A history whose events stop being settled (a position that passes
+	// nothing, a row no claim takes) fails with its steps instead of
+	// running into go test's timeout.
+	maxSteps := 1000 + 5*len(m.queue)
+	for step := 0; len(m.queue) > 0 || m.busy(t) || m.moveAt >= 0; step++ {
+		if step == maxSteps {
+			t.Fatalf("still busy after %d steps: %v", step, harness.Column[string](t, m.b.DB, `SELECT id || ' ' || status FROM outbox_event_states
+				WHERE status IN ('pending', 'processing') ORDER BY id LIMIT 20`))
+		}
+		if len(m.queue) <= m.moveAt {
+			m.move(t, ctx)
+		}
 		if len(m.queue) > 0 && m.rng.IntN(3) > 0 {
 			m.insert(t, 1+m.rng.IntN(12))
 		}

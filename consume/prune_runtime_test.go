@@ -27,17 +27,33 @@ import (
 // does, and the admin's pool (b.DB) plays the producers and the operator.
 func setupRuntime(t *testing.T) bundle {
 	t.Helper()
+	b, _ := setupRuntimeRoles(t)
+	return b
+}
+
+// runtimeRoles are the names roles.sql was applied with.
+type runtimeRoles struct{ owner, runtime string }
+
+// setupRuntimeRoles is setupRuntime, and the roles' names.
+func setupRuntimeRoles(t *testing.T) (bundle, runtimeRoles) {
+	t.Helper()
 	// Before the database, so the roles are dropped after it.
 	owner, runtime := harness.Roles(t, "prune")
 	db := harness.NewDatabase(t)
 	out, err := harness.ApplyRoles(t, db.URL, db.Name, owner, runtime)
 	require.NoError(t, err, out)
+	b := runtimeBundle(t, db, runtime)
+	b.Lead(t, 1)
+	return b, runtimeRoles{owner: owner, runtime: runtime}
+}
+
+// runtimeBundle is db with a store logged in as the runtime role.
+func runtimeBundle(t *testing.T, db harness.DB, runtime string) bundle {
+	t.Helper()
 	pool, err := pgxpool.New(context.Background(), db.Login(t, runtime, harness.RuntimePassword))
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	b := bundle{DB: db, Store: &outbox.Store{Pool: pool, Owner: "w1", LeaderName: "test"}}
-	b.Lead(t, 1)
-	return b
+	return bundle{DB: db, Store: &outbox.Store{Pool: pool, Owner: "w1", LeaderName: "test"}}
 }
 
 // versionIndex is a latest-only projection that keeps each document at its
