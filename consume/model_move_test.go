@@ -78,10 +78,11 @@ func (m *model) move(t *testing.T, ctx context.Context) {
 	doneAtDump := m.doneIDs(t)
 	// The premise below needs a busy old cluster. On a stack started
 	// moments ago (CI's) its counter may still be near a fresh initdb's:
-	// subtransactions that each take an id move it on.
+	// subtransactions that each write, and so take an id, move it on.
 	m.b.Exec(t, `DO $$ BEGIN
+	  CREATE TEMP TABLE xid_burn (i int) ON COMMIT DROP;
 	  FOR i IN 1 .. 3000 - pg_snapshot_xmax(pg_current_snapshot())::text::bigint LOOP
-	    BEGIN PERFORM pg_current_xact_id(); EXCEPTION WHEN others THEN NULL; END;
+	    BEGIN INSERT INTO xid_burn VALUES (i); EXCEPTION WHEN others THEN NULL; END;
 	  END LOOP; END $$`)
 	oldNext := m.b.Int(t, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`)
 	move := harness.StartMove(t, m.b.DB)
