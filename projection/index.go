@@ -149,6 +149,9 @@ type IndexKeeper struct {
 	// credentials); nil before the first. downWarned logs it once.
 	lastErr    atomic.Pointer[string]
 	downWarned atomic.Bool
+	// refused is set while the engine refuses this client every request
+	// (a credential or TLS refusal): see Waiting.
+	refused atomic.Bool
 }
 
 // Backoff of Keep between two tries while the engine does not answer: short
@@ -167,8 +170,14 @@ func NewIndexKeeper(client *elastic.Client, index string, body map[string]any, l
 
 // Waiting says why the projection's events wait, "" once its index is set
 // up. The consume loop reads none of them meanwhile (Waits).
+//
+// An engine that refuses this client (auth_error, tls_error) refuses its
+// writes as well, so none can create the index while it does: the events
+// are then sent, and fail and retry with that reason in their rows, as
+// every other projection's do, rather than wait without one. Keep goes on
+// trying, and sets the index up within keepBackoffMax once the refusal ends.
 func (k *IndexKeeper) Waiting() string {
-	if k.ready.Load() {
+	if k.ready.Load() || k.refused.Load() {
 		return ""
 	}
 	why := "its index " + k.index + " is not set up yet; it is created from the mapping file, behind its alias, once the engine answers"
@@ -193,8 +202,10 @@ func (k *IndexKeeper) Ensure(ctx context.Context) (IndexSetup, error) {
 		if ctx.Err() == context.Canceled {
 			break
 		}
-		msg := classify.Classify(err).Error()
+		c := classify.Classify(err)
+		msg := c.Error()
 		k.lastErr.Store(&msg)
+		k.refused.Store(c.Reason == classify.AuthError || c.Reason == classify.TLSError)
 		if !k.ready.Load() && k.downWarned.CompareAndSwap(false, true) {
 			k.log.Warn().Str("index", k.index).Str("error", msg).
 				Msg("could not set up the index behind an alias; the projection's events wait until the engine answers " +

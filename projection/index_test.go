@@ -285,3 +285,28 @@ func TestEnsureIndexWithKeeperWaitsForTheEngine(t *testing.T) {
 		require.Equal(t, "strict", m.Mappings.Dynamic, "%s has the mapping given", index)
 	}
 }
+
+// TestEnsureIndexWithKeeperSendsWhileTheEngineRefusesTheClient: an engine
+// that refuses this client's credentials refuses its writes too, so the
+// projection's events are sent (and fail with auth_error, retried, as the
+// operator expects to see) rather than wait; once the refusal ends the
+// keeper sets the index up from its mapping, behind its alias.
+func TestEnsureIndexWithKeeperSendsWhileTheEngineRefusesTheClient(t *testing.T) {
+	t.Parallel()
+	b := indexSetup(t)
+	proxy := faultproxy.Start(t, b.base)
+	proxy.Set(faultproxy.Fault{Status: http.StatusUnauthorized})
+	client, err := NewElasticClient(ElasticOptions{URL: proxy.URL()})
+	require.NoError(t, err)
+	keeper := NewIndexKeeper(client, b.name, map[string]any{"mappings": map[string]any{"dynamic": "strict"}}, zerolog.Nop())
+	_, err = keeper.Ensure(b.ctx)
+	require.Error(t, err)
+	require.Empty(t, keeper.Waiting(), "a refused client's events are sent, to fail as auth_error")
+
+	proxy.Clear()
+	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+	defer cancel()
+	keeper.Keep(ctx)
+	require.Empty(t, keeper.Waiting())
+	require.Len(t, b.aliases(t), 1, "an alias on one index, from the mapping")
+}
