@@ -145,6 +145,7 @@ type verifyReportJSON struct {
 	Stale       int64                    `json:"stale"`
 	Extra       int64                    `json:"extra"`
 	Resurrected int64                    `json:"resurrected"`
+	Ahead       int64                    `json:"ahead"`
 	InFlight    int64                    `json:"in_flight"`
 	Samples     map[verify.Kind][]string `json:"samples"`
 	Compared    string                   `json:"compared"`
@@ -171,7 +172,7 @@ func repairJSON(r verify.RepairReport) *repairReportJSON {
 func verifyJSON(rep verify.Report) verifyReportJSON {
 	return verifyReportJSON{Projection: rep.Projection, Index: rep.Index, SourceTable: rep.SourceTable, Checked: rep.Checked,
 		Missing: rep.Counts[verify.Missing], Stale: rep.Counts[verify.Stale], Extra: rep.Counts[verify.Extra],
-		Resurrected: rep.Counts[verify.Resurrected], InFlight: rep.InFlight, Samples: rep.Samples, Compared: rep.Compared,
+		Resurrected: rep.Counts[verify.Resurrected], Ahead: rep.Counts[verify.Ahead], InFlight: rep.InFlight, Samples: rep.Samples, Compared: rep.Compared,
 		Seconds: rep.Took.Seconds()}
 }
 
@@ -188,6 +189,10 @@ func writeVerify(w io.Writer, rep verify.Report) {
 	for _, k := range verify.Kinds {
 		if k == verify.Extra && rep.SourceTable == "" {
 			fmt.Fprintf(tw, "  %s\t-\t(needs --from-table: the ledger forgets live documents after the retention)\n", k)
+			continue
+		}
+		if k == verify.Ahead && rep.SourceTable == "" {
+			fmt.Fprintf(tw, "  %s\t-\t(needs --from-table: the ledger is restored with the database)\n", k)
 			continue
 		}
 		fmt.Fprintf(tw, "  %s\t%d\t%s\n", k, rep.Counts[k], strings.Join(rep.Samples[k], " "))
@@ -210,6 +215,8 @@ var unrepairable = map[string]string{
 	verify.NoVersion: "a source row with a NULL version",
 	verify.LedgerLive: "extra, but the ledger says live at that version: the source table lacks a row the outbox wrote; " +
 		"fix the table or send the delete event",
+	verify.IndexAhead: "ahead: the index holds a newer version than the source row, which the engine keeps over an older one; " +
+		"rebuild the index from the table (the runbook's \"Backups and restore\")",
 }
 
 // writeRepair says what --repair queued, or would, and what comes next.
@@ -221,7 +228,7 @@ func writeRepair(w io.Writer, r verify.RepairReport, maxDocs int) {
 		}
 	}
 	queued := strings.Join(parts, ", ")
-	for _, why := range []string{verify.NoSource, verify.NoEntity, verify.NoVersion, verify.LedgerLive} {
+	for _, why := range []string{verify.NoSource, verify.NoEntity, verify.NoVersion, verify.LedgerLive, verify.IndexAhead} {
 		if n := r.Unrepairable[why]; n > 0 {
 			fmt.Fprintf(w, "not repairable: %d (%s)\n", n, unrepairable[why])
 		}
