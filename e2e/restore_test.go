@@ -38,8 +38,8 @@ type restoreDrill struct {
 	replicas []*harness.Replica
 }
 
-func newRestoreDrill(t *testing.T) *restoreDrill {
-	d := &restoreDrill{t: t, db: harness.NewDatabase(t), index: harness.NewIndex(t)}
+func newRestoreDrill(t *testing.T, db harness.DB) *restoreDrill {
+	d := &restoreDrill{t: t, db: db, index: harness.NewIndex(t)}
 	// The rebuild makes the index's name an alias of <index>-<time>.
 	t.Cleanup(func() { _ = harness.DeleteIndex(context.Background(), harness.ElasticURL(t), d.index+"-*") })
 	d.db.Exec(t, `CREATE TABLE `+restoreSource+` (entity_type text NOT NULL, entity_id text NOT NULL, doc jsonb NOT NULL,
@@ -115,12 +115,17 @@ func (d *restoreDrill) restore(file string) {
 	d.t.Helper()
 	ctx := context.Background()
 	admin := harness.AdminDatabaseURL(d.t)
-	d.db.Pool.Close()
 	require.NoError(d.t, harness.DropDatabase(ctx, admin, d.db.Name))
 	_, err := harness.CreateEmptyDatabase(ctx, admin, d.db.Name)
 	require.NoError(d.t, err)
 	runTool(d.t, "pg_restore", "--exit-on-error", "--no-owner", "--dbname", d.db.URL, file)
-	d.db.Pool, err = pgxpool.New(ctx, d.db.URL)
+}
+
+// reconnect replaces the pool, whose sessions the restore ended.
+func (d *restoreDrill) reconnect() {
+	d.t.Helper()
+	var err error
+	d.db.Pool, err = pgxpool.New(context.Background(), d.db.URL)
 	require.NoError(d.t, err)
 	d.t.Cleanup(d.db.Pool.Close)
 }
@@ -195,7 +200,32 @@ func (d *restoreDrill) diff() []string {
 // database, and writes that reuse the lost writes' versions flow.
 func TestProjectionRestoredFromBackupIsRebuilt(t *testing.T) {
 	t.Parallel()
-	d := newRestoreDrill(t)
+	d := newRestoreDrill(t, harness.NewDatabase(t))
+	d.run(func() func() {
+		file := d.backup()
+		return func() { d.restore(file) }
+	})
+}
+
+// TestProjectionRestoredToAPointInTimeIsRebuilt is the drill with a
+// point-in-time restore of a cluster of the test's own: a base backup,
+// archived WAL, recovery to a restore point taken where the other drill
+// takes its pg_dump.
+func TestProjectionRestoredToAPointInTimeIsRebuilt(t *testing.T) {
+	t.Parallel()
+	pg := harness.StartPGAlone(t)
+	archive := pg.ArchiveWAL(t)
+	d := newRestoreDrill(t, pg.NewDatabase(t, pg.URL([]string{pg.Primary.Addr()})))
+	base := pg.BaseBackup(t)
+	d.run(func() func() {
+		pg.RestorePoint(t, "drill")
+		return func() { pg.RecoverTo(t, base, archive, "drill") }
+	})
+}
+
+// run is the drill; backup takes the backup and returns how to restore it.
+func (d *restoreDrill) run(backup func() (restore func())) {
+	t := d.t
 	d.start("a", "b")
 
 	// Before the backup: b1..b8 written, b1..b4 updated, b7 and b8 deleted.
@@ -206,7 +236,7 @@ func TestProjectionRestoredFromBackupIsRebuilt(t *testing.T) {
 	d.write("before the backup", first...)
 	d.write("before the backup", upsert("b1", 2), upsert("b2", 2), upsert("b3", 2), upsert("b4", 2), remove("b7", 2), remove("b8", 2))
 	d.matched("before the backup")
-	backup := d.backup()
+	restore := backup()
 
 	// After the backup, lost with the restore: b1, b2 and b4 updated (the index
 	// ahead), b3 deleted (the index lacks it), b7 re-created (the restored
@@ -216,7 +246,9 @@ func TestProjectionRestoredFromBackupIsRebuilt(t *testing.T) {
 	d.matched("before the restore")
 
 	d.stop()
-	d.restore(backup)
+	d.db.Pool.Close()
+	restore()
+	d.reconnect()
 	d.start("a2", "b2")
 	// The application is back and writes on from what the database holds:
 	// b2's version 3 and n1's version 1 again, both below the index's.
