@@ -45,7 +45,8 @@ func (c *verifyCmd) Help() string {
 		"a document that differs is checked again as it is now, and one with an event pending or processing is the drain's, not drift. " +
 		"Kinds: missing (in the source, or live in the ledger, not in the index), stale (older in the index), " +
 		"resurrected (in the index, deleted in the ledger), extra (in the index, not in the source, not deleted in the ledger; " +
-		"only with --from-table). " +
+		"only with --from-table), ahead (newer in the index than in the source: a database restored from an older backup; " +
+		"only with --from-table, not repairable: rebuild). " +
 		"--repair runs as a role that may insert events (the owner); without --from-table it can only delete (extra, resurrected). " +
 		"Exit codes: 0 clean, 4 drift found (repaired or not), 1 error, 2 bad input (nothing read or changed), " +
 		"3 repair refused by --max (nothing changed)."
