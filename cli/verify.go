@@ -45,7 +45,8 @@ func (c *verifyCmd) Help() string {
 		"a document that differs is checked again as it is now, and one with an event pending or processing is the drain's, not drift. " +
 		"Kinds: missing (in the source, or live in the ledger, not in the index), stale (older in the index), " +
 		"resurrected (in the index, deleted in the ledger), extra (in the index, not in the source, not deleted in the ledger; " +
-		"only with --from-table). " +
+		"only with --from-table), ahead (newer in the index than in the source: a database restored from an older backup; " +
+		"only with --from-table, not repairable: rebuild). " +
 		"--repair runs as a role that may insert events (the owner); without --from-table it can only delete (extra, resurrected). " +
 		"Exit codes: 0 clean, 4 drift found (repaired or not), 1 error, 2 bad input (nothing read or changed), " +
 		"3 repair refused by --max (nothing changed)."
@@ -145,6 +146,7 @@ type verifyReportJSON struct {
 	Stale       int64                    `json:"stale"`
 	Extra       int64                    `json:"extra"`
 	Resurrected int64                    `json:"resurrected"`
+	Ahead       int64                    `json:"ahead"`
 	InFlight    int64                    `json:"in_flight"`
 	Samples     map[verify.Kind][]string `json:"samples"`
 	Compared    string                   `json:"compared"`
@@ -171,7 +173,7 @@ func repairJSON(r verify.RepairReport) *repairReportJSON {
 func verifyJSON(rep verify.Report) verifyReportJSON {
 	return verifyReportJSON{Projection: rep.Projection, Index: rep.Index, SourceTable: rep.SourceTable, Checked: rep.Checked,
 		Missing: rep.Counts[verify.Missing], Stale: rep.Counts[verify.Stale], Extra: rep.Counts[verify.Extra],
-		Resurrected: rep.Counts[verify.Resurrected], InFlight: rep.InFlight, Samples: rep.Samples, Compared: rep.Compared,
+		Resurrected: rep.Counts[verify.Resurrected], Ahead: rep.Counts[verify.Ahead], InFlight: rep.InFlight, Samples: rep.Samples, Compared: rep.Compared,
 		Seconds: rep.Took.Seconds()}
 }
 
@@ -188,6 +190,10 @@ func writeVerify(w io.Writer, rep verify.Report) {
 	for _, k := range verify.Kinds {
 		if k == verify.Extra && rep.SourceTable == "" {
 			fmt.Fprintf(tw, "  %s\t-\t(needs --from-table: the ledger forgets live documents after the retention)\n", k)
+			continue
+		}
+		if k == verify.Ahead && rep.SourceTable == "" {
+			fmt.Fprintf(tw, "  %s\t-\t(needs --from-table: the ledger is restored with the database)\n", k)
 			continue
 		}
 		fmt.Fprintf(tw, "  %s\t%d\t%s\n", k, rep.Counts[k], strings.Join(rep.Samples[k], " "))
@@ -210,6 +216,8 @@ var unrepairable = map[string]string{
 	verify.NoVersion: "a source row with a NULL version",
 	verify.LedgerLive: "extra, but the ledger says live at that version: the source table lacks a row the outbox wrote; " +
 		"fix the table or send the delete event",
+	verify.IndexAhead: "ahead: the index holds a newer version than the source row, which the engine keeps over an older one; " +
+		"rebuild the index from the table (the runbook's \"Backups and restore\")",
 }
 
 // writeRepair says what --repair queued, or would, and what comes next.
@@ -221,7 +229,7 @@ func writeRepair(w io.Writer, r verify.RepairReport, maxDocs int) {
 		}
 	}
 	queued := strings.Join(parts, ", ")
-	for _, why := range []string{verify.NoSource, verify.NoEntity, verify.NoVersion, verify.LedgerLive} {
+	for _, why := range []string{verify.NoSource, verify.NoEntity, verify.NoVersion, verify.LedgerLive, verify.IndexAhead} {
 		if n := r.Unrepairable[why]; n > 0 {
 			fmt.Fprintf(w, "not repairable: %d (%s)\n", n, unrepairable[why])
 		}

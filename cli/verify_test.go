@@ -109,7 +109,7 @@ func TestVerifyCmdCleanThenDrift(t *testing.T) {
 	require.EqualValues(t, 101, got.Checked)
 	require.Equal(t, []int64{1, 1, 1, 1}, []int64{got.Missing, got.Stale, got.Extra, got.Resurrected})
 	require.Equal(t, map[string][]string{"missing": {"book:b1"}, "stale": {"book:b2"}, "extra": {"book:x1"},
-		"resurrected": {"book:b3"}}, got.Samples)
+		"resurrected": {"book:b3"}, "ahead": {}}, got.Samples)
 	require.Equal(t, 1, strings.Count(out, "\n"), "one JSON object")
 
 	// The ledger alone: b2's row is not the ledger's business, x1 cannot
@@ -190,7 +190,7 @@ func TestVerifyCmdRepair(t *testing.T) {
 		}
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
-	require.Equal(t, map[string]int64{"missing": 1, "stale": 1, "extra": 1, "resurrected": 1}, got.Repair.Queued)
+	require.Equal(t, map[string]int64{"missing": 1, "stale": 1, "extra": 1, "resurrected": 1, "ahead": 0}, got.Repair.Queued)
 	require.Equal(t, 1, b.db.Int(t, `SELECT count(*) FROM outbox_replay_audit WHERE action = 'repair' AND replayed_by = 'alice'
 		AND event_count = 4 AND id = $1`, got.Repair.AuditID))
 	require.Equal(t, 4, b.db.Count(t, `repair`))

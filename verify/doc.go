@@ -10,6 +10,7 @@
 //	stale        in the index at an older version than the truth
 //	resurrected  in the index while the ledger says it was deleted
 //	extra        in the index, absent from the source, not deleted in the ledger
+//	ahead        in the index at a newer version than the source (with a table only)
 //
 // Without a source table nothing can be called extra: the pruner drops live
 // documents' ledger entries after the retention, so an index document with

@@ -40,6 +40,10 @@ const (
 	// a row the outbox wrote. The leader never sends such a delete
 	// (outbox.Event.Stale); the source or the producer needs fixing.
 	LedgerLive = "ledger_live"
+	// IndexAhead is a document the index holds at a newer version than
+	// the source row: the engine refuses the row's older version, so no
+	// event puts it right; a rebuild's fresh index does.
+	IndexAhead = "index_ahead"
 )
 
 // RepairRequest is a repair: the audit's who and why, and its guards.
@@ -114,6 +118,8 @@ func repairOf(d Drift) (repairEvent, string) {
 	switch {
 	case d.EntityType == "":
 		return ev, NoEntity
+	case d.Kind == Ahead:
+		return ev, IndexAhead
 	case d.Kind == Missing || d.Kind == Stale:
 		switch {
 		case d.Source == nil:

@@ -231,3 +231,13 @@ func TestVerifyRepairIsAppliedAtOnceBehindTheCursor(t *testing.T) {
 	})
 	t.Logf("the repair event behind the cursor was applied %s after its commit (poll interval 1m)", time.Since(committed))
 }
+
+// An ahead document has a source row: the fallback of repairOf, a delete
+// at the index's version, would remove a live document, and an upsert at
+// the row's older version is refused by the engine. Neither is queued.
+func TestVerifyRepairLeavesTheIndexAheadToARebuild(t *testing.T) {
+	t.Parallel()
+	_, why := repairOf(Drift{Kind: Ahead, ID: "book:b1", EntityType: "book", EntityID: "b1", IndexVersion: 3,
+		Source: &SourceRow{Version: 1, Doc: []byte(`{}`)}, Ledger: &Entry{Version: 1}})
+	require.Equal(t, IndexAhead, why)
+}

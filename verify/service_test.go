@@ -57,7 +57,8 @@ func TestVerifyScheduledRunDeletesAResurrection(t *testing.T) {
 	runs, err := LastRuns(context.Background(), f.Pool)
 	require.NoError(t, err)
 	require.Len(t, runs, 1)
-	require.Equal(t, counts(0, 0, 0, 1), runs[0].Counts)
+	// The row has no column for ahead yet: its gauge alone shows it.
+	require.Equal(t, map[Kind]int64{Missing: 0, Stale: 0, Extra: 0, Resurrected: 1}, runs[0].Counts)
 	require.EqualValues(t, 1, runs[0].Repaired)
 	require.Equal(t, []string{"book:b3"}, runs[0].Samples[Resurrected])
 	require.Equal(t, "search_index", runs[0].SourceTable)

@@ -28,6 +28,10 @@ const (
 	Stale       Kind = "stale"
 	Extra       Kind = "extra"
 	Resurrected Kind = "resurrected"
+	// Ahead is a document the index holds at a newer version than the
+	// source table: the database was restored from a backup older than
+	// the index, or the application wrote an event without its row.
+	Ahead Kind = "ahead"
 )
 
 // How a run compared; see Report.Compared.
@@ -37,7 +41,7 @@ const (
 )
 
 // Kinds lists every kind, in the order reports show them.
-var Kinds = []Kind{Missing, Stale, Extra, Resurrected}
+var Kinds = []Kind{Missing, Stale, Extra, Resurrected, Ahead}
 
 // Defaults of Config; the CLI's flags take theirs from here.
 const (
@@ -206,7 +210,8 @@ type state struct {
 // judge says how a document differs, if it does. With a table the table
 // is the truth and the ledger only tells a deleted document (resurrected)
 // from one nobody knows (extra). Without one, the ledger is the truth and
-// nothing is extra.
+// nothing is extra or ahead: an engine-superseded event leaves the ledger
+// behind the index, and the ledger is restored with the database anyway.
 func judge(table bool, s state) (Kind, bool) {
 	present := s.index >= 0
 	live := s.ledger != nil && !s.ledger.Deleted
@@ -216,6 +221,11 @@ func judge(table bool, s state) (Kind, bool) {
 			return Missing, true
 		case s.source != nil && s.index < s.source.Version:
 			return Stale, true
+		case s.source != nil && s.source.Version >= 0 && s.index > s.source.Version:
+			// The application writes the row with its event, so the check
+			// again tells a row read before its event's ack (in flight)
+			// from one that is older than the index for good.
+			return Ahead, true
 		case s.source != nil || !present:
 			return "", false
 		case s.ledger != nil && s.ledger.Deleted:

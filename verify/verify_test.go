@@ -135,7 +135,7 @@ func (f fixture) plant(t *testing.T) {
 }
 
 func counts(m, s, e, r int64) map[Kind]int64 {
-	return map[Kind]int64{Missing: m, Stale: s, Extra: e, Resurrected: r}
+	return map[Kind]int64{Missing: m, Stale: s, Extra: e, Resurrected: r, Ahead: 0}
 }
 
 func TestVerifyFindsEachKindOfDrift(t *testing.T) {
@@ -145,7 +145,7 @@ func TestVerifyFindsEachKindOfDrift(t *testing.T) {
 
 	rep := f.verify(t, f.config("search_index"))
 	require.Equal(t, counts(1, 1, 1, 1), rep.Counts)
-	require.Equal(t, map[Kind][]string{Missing: {"book:b1"}, Stale: {"book:b2"}, Extra: {"book:x1"}, Resurrected: {"book:b3"}},
+	require.Equal(t, map[Kind][]string{Missing: {"book:b1"}, Stale: {"book:b2"}, Extra: {"book:x1"}, Resurrected: {"book:b3"}, Ahead: {}},
 		rep.Samples)
 	require.EqualValues(t, 4, rep.Drift())
 	require.Equal(t, ComparedDocuments, rep.Compared)
@@ -156,6 +156,34 @@ func TestVerifyFindsEachKindOfDrift(t *testing.T) {
 // Without a table the ledger is the truth: a document it holds live is
 // missing, one it holds at a newer version stale, one it says deleted
 // resurrected, and nothing can be extra.
+// A database restored from a backup older than the index holds an older
+// version of a document the index has since taken a newer one of: only a
+// fresh index can take the older version back (the engine refuses a lower
+// external version), so verify must name it rather than call it clean.
+func TestVerifyFindsTheIndexAheadOfTheSource(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 20)
+	f.produce(t, `SELECT 'book', 'b1', 'upsert', 3::bigint, '{"kind": "book", "title": "Book 1, third"}'::jsonb`)
+	f.drain(t)
+	// What the backup holds of b1: its row at version 1.
+	f.Exec(t, `UPDATE search_index SET version = 1, doc = '{"kind": "book", "title": "Book 1"}' WHERE entity_id = 'b1'`)
+
+	rep := f.verify(t, f.config("search_index"))
+	require.Equal(t, map[Kind]int64{Ahead: 1}, nonZero(rep.Counts))
+	require.Equal(t, []string{"book:b1"}, rep.Samples[Ahead])
+	require.EqualValues(t, 1, rep.Drift())
+}
+
+func nonZero(m map[Kind]int64) map[Kind]int64 {
+	out := map[Kind]int64{}
+	for k, n := range m {
+		if n != 0 {
+			out[k] = n
+		}
+	}
+	return out
+}
+
 func TestVerifyAgainstTheLedgerAlone(t *testing.T) {
 	t.Parallel()
 	f := setup(t, 200)
@@ -164,7 +192,7 @@ func TestVerifyAgainstTheLedgerAlone(t *testing.T) {
 
 	rep := f.verify(t, f.config(""))
 	require.Equal(t, counts(1, 1, 0, 1), rep.Counts)
-	require.Equal(t, map[Kind][]string{Missing: {"book:b1"}, Stale: {"book:b4"}, Extra: {}, Resurrected: {"book:b3"}}, rep.Samples)
+	require.Equal(t, map[Kind][]string{Missing: {"book:b1"}, Stale: {"book:b4"}, Extra: {}, Resurrected: {"book:b3"}, Ahead: {}}, rep.Samples)
 	require.Empty(t, rep.SourceTable)
 }
 
@@ -296,7 +324,8 @@ func TestJudge(t *testing.T) {
 		{true, state{index: -1, source: src(1)}, Missing},
 		{true, state{index: 1, source: src(2)}, Stale},
 		{true, state{index: 2, source: src(2), ledger: live(3)}, ""}, // the table is the truth
-		{true, state{index: 3, source: src(2)}, ""},                  // the source is behind: the check again reads it anew
+		{true, state{index: 3, source: src(2)}, Ahead},               // a restored source; the check again tells a moving one
+		{true, state{index: 3, source: src(-1)}, ""},                 // a NULL version orders nothing
 		{true, state{index: 2, source: src(2), ledger: gone(3)}, ""},
 		{true, state{index: 1, ledger: gone(2)}, Resurrected},
 		{true, state{index: 1, ledger: live(1)}, Extra},
@@ -348,7 +377,7 @@ func TestVerifyFindsDocumentsWrittenUnderTheOldIDs(t *testing.T) {
 
 	rep := f.verify(t, f.config("search_index"))
 	require.Equal(t, counts(1, 0, 1, 0), rep.Counts)
-	require.Equal(t, map[Kind][]string{Missing: {"crm%3Acontact:7"}, Stale: {}, Extra: {"crm:contact:7"}, Resurrected: {}}, rep.Samples)
+	require.Equal(t, map[Kind][]string{Missing: {"crm%3Acontact:7"}, Stale: {}, Extra: {"crm:contact:7"}, Resurrected: {}, Ahead: {}}, rep.Samples)
 }
 
 // The check again reads the database, the index, then the database again.
