@@ -23,33 +23,27 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NFPM_VERSION=v2.45.2
-GOTESTSUM_VERSION=v1.13.0
 # gotestsum runs make test's go test and keeps its -json events for the
 # summary (tools/testsummary); installed as nFPM is.
-gotestsum() {
-	local bin=.cache/gotestsum/$GOTESTSUM_VERSION/gotestsum
+GOTESTSUM_VERSION=v1.13.0
+# goinstall NAME PACKAGE VERSION installs a Go program into
+# .cache/NAME/VERSION/ once, and prints its path.
+goinstall() {
+	local bin=.cache/$1/$3/$1
 	if [ ! -x "$bin" ]; then
-		echo "tools: go install gotestsum@$GOTESTSUM_VERSION" >&2
-		GOBIN="$PWD/${bin%/gotestsum}" GOFLAGS=-mod=mod go install "gotest.tools/gotestsum@$GOTESTSUM_VERSION" >&2
+		echo "tools: go install $1@$3" >&2
+		GOBIN="$PWD/${bin%/*}" GOFLAGS=-mod=mod go install "$2@$3" >&2
 	fi
 	echo "$PWD/$bin"
 }
-if [ "${1:-}" = gotestsum ]; then
-	gotestsum
+nfpm() { goinstall nfpm github.com/goreleaser/nfpm/v2/cmd/nfpm "$NFPM_VERSION"; }
+gotestsum() { goinstall gotestsum gotest.tools/gotestsum "$GOTESTSUM_VERSION"; }
+case "${1:-}" in
+nfpm | gotestsum)
+	"$1"
 	exit 0
-fi
-nfpm() {
-	local bin=.cache/nfpm/$NFPM_VERSION/nfpm
-	if [ ! -x "$bin" ]; then
-		echo "tools: go install nfpm@$NFPM_VERSION" >&2
-		GOBIN="$PWD/${bin%/nfpm}" GOFLAGS=-mod=mod go install "github.com/goreleaser/nfpm/v2/cmd/nfpm@$NFPM_VERSION" >&2
-	fi
-	echo "$PWD/$bin"
-}
-if [ "${1:-}" = nfpm ]; then
-	nfpm
-	exit 0
-fi
+	;;
+esac
 
 lean=() # installed without their recommends
 full=() # with them
