@@ -38,6 +38,9 @@ func opsRun(cmd dbCommand, fn func(ctx context.Context, conn *pgx.Conn) error) e
 // embeds dbFlags (the method is promoted to the command); run, which has a
 // Validate of its own, calls it first.
 func (f dbFlags) Validate(kctx *kong.Context) error {
+	if f.DatabaseURL == "" {
+		return errors.New("DATABASE_URL is required (or --database-url): the Postgres connection URL")
+	}
 	if _, err := pgpool.ParseURL(f.DatabaseURL); err != nil {
 		return renameURL(err, givenAsFlag(kctx, "database-url"))
 	}

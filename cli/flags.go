@@ -4,7 +4,10 @@ import "github.com/wlproj/wlproj/projection"
 
 // dbFlags is the database every command but run's engine side talks to.
 type dbFlags struct {
-	DatabaseURL string `help:"Postgres connection URL." env:"DATABASE_URL" required:"" field:"DatabaseURL"`
+	// Required, but checked by Validate rather than kong's required:
+	// kong's "missing flags: --database-url" names no variable, and takes
+	// an empty DATABASE_URL for one given (libpq's defaults then connect).
+	DatabaseURL string `help:"Postgres connection URL (required)." env:"DATABASE_URL" field:"DatabaseURL"`
 }
 
 // dbCommand is a command with a database: its errors are scrubbed of the

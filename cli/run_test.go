@@ -40,3 +40,14 @@ func TestRunWithoutADatabaseURLNamesTheVariable(t *testing.T) {
 	require.Contains(t, stderr.String(), "DATABASE_URL is required")
 	require.NotContains(t, stderr.String(), "DatabaseURL")
 }
+
+// Every other command without a database URL names the variable too, as
+// well as the flag, not only "missing flags: --database-url".
+func TestCommandsWithoutADatabaseURLNameTheVariable(t *testing.T) {
+	t.Setenv("DATABASE_URL", "")
+	for _, args := range [][]string{{"status"}, {"failed", "list"}, {"migrate", "--expect-db", "x"}} {
+		var stdout, stderr bytes.Buffer
+		require.NotZero(t, Run(args, &stdout, &stderr), args)
+		require.Contains(t, stderr.String(), "DATABASE_URL", args)
+	}
+}
