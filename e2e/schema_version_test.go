@@ -296,7 +296,6 @@ func binaryBeforeMigration(t *testing.T, version int64) oldBinary {
 	return old
 }
 
-
 // A replica started on a database not yet migrated makes no index: the
 // index is made once the schema is what the binary needs, as the runbook's
 // order (migrate, then start) has it, not before the migration an operator
