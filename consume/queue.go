@@ -336,7 +336,7 @@ func (l *Loop) readQueued(ctx context.Context, now time.Time) ([]outbox.Event, e
 		if now.Before(l.unknownUntil[name]) {
 			continue // its events wait unread: the same batch until then
 		}
-		if h, known := l.handlers[name]; known && projection.WaitingFor(h) != "" {
+		if projection.WaitingFor(l.handlers[name]) != "" {
 			continue // read from the same position once it stops waiting
 		}
 		from, gen := l.queues.from(name)
