@@ -74,7 +74,7 @@ const dryRunWhy = "console dry run"
 func archive(ctx context.Context, db replay.Beginner, req replay.Request) (replay.Report, error) {
 	return replay.Archive(ctx, db, replay.ArchiveRequest{Before: req.Until, IDs: req.IDs, Projection: req.Projection,
 		Reason: req.Reason, By: req.By, Why: req.Why, DryRun: req.DryRun, Given: req.Given, Expect: req.Expect,
-		Max: req.Max, Yes: req.Yes})
+		Max: req.Max, Yes: req.Yes, Allowed: req.Allowed})
 }
 
 // confirmView is the dry run's page: what would change, and the form that
