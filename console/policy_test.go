@@ -35,7 +35,6 @@ users:
   viv: [reader]
 `
 
-
 func TestAScopedOperatorSeesAndChangesOnlyItsScope(t *testing.T) {
 	t.Parallel()
 	b := setup(t, withPolicy(t, lib1Policy))
