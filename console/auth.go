@@ -509,7 +509,7 @@ func (c *Console) signed(h http.HandlerFunc) http.HandlerFunc {
 				c.deny(w, r, policy.View, "use the console: no role of the policy file is theirs", nil)
 				return
 			}
-			h(w, r)
+			traced(h)(w, r)
 			return
 		}
 		if r.Method != http.MethodGet {
