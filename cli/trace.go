@@ -41,7 +41,11 @@ func (c *verifyCmd) changesState() bool      { return c.Repair }
 func runTraced(kctx *kong.Context, g *globals) error {
 	actor := policy.CLI("")
 	g.ctx = policy.With(context.Background(), actor)
-	g.logger = g.logger.With().Str("request_id", actor.RequestID).Logger()
+	if _, daemon := kctx.Selected().Target.Addr().Interface().(*runCmd); !daemon {
+		// A command is one request; a replica serves many, each with its
+		// own id (the console's), or none (its own scheduled work).
+		g.logger = g.logger.With().Str("request_id", actor.RequestID).Logger()
+	}
 	sc, _ := kctx.Selected().Target.Addr().Interface().(stateChanger)
 	if sc == nil || !sc.changesState() {
 		return kctx.Run(g)

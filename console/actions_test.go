@@ -558,7 +558,9 @@ func TestReadOnlyMayNotArchiveOrRestore(t *testing.T) {
 	}
 	require.Equal(t, ids[:1], b.deadLetter(t))
 	require.Equal(t, 1, b.count(t, `id = $1 AND status = 'failed'`, ids[1]))
-	require.Equal(t, 1, b.audits(t))
+	require.Equal(t, 1, b.db.Int(t, `SELECT count(*) FROM outbox_replay_audit WHERE action <> 'refused'`))
+	require.Equal(t, 2, b.db.Int(t, `SELECT count(*) FROM outbox_replay_audit WHERE action = 'refused' AND replayed_by = 'viv'`),
+		"each refusal is audited")
 }
 
 // asRuntime serves the console as the least-privilege runtime role of

@@ -524,9 +524,8 @@ func (c *Console) signed(h http.HandlerFunc) http.HandlerFunc {
 func (c *Console) operator(h http.HandlerFunc) http.HandlerFunc {
 	return c.signed(func(w http.ResponseWriter, r *http.Request) {
 		if u := requestOf(r).user; u.ReadOnly {
-			c.deps.Log.Warn().Str("user", u.Name).Str("path", r.URL.Path).Msg("console action refused: read-only user")
-			c.renderError(w, r, http.StatusForbidden, "message", "Refused", nil,
-				fmt.Sprintf("Refused: %s is a read-only user and may look but not act. Nothing changed.", u.Name))
+			c.refuseAudited(w, r, policy.View, "take an action", nil,
+				fmt.Sprintf("%s is a read-only user and may look but not act", u.Name))
 			return
 		}
 		h(w, r)

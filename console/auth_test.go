@@ -430,7 +430,9 @@ func TestReadOnlyUserCannotAct(t *testing.T) {
 	r := viv.post(Prefix+"projections/pause", url.Values{"projection": {"search"}, "op": {"pause"}, "why": {"x"}})
 	require.Equal(t, http.StatusForbidden, r.code)
 	require.Equal(t, 2, b.count(t, `status = 'failed'`))
-	require.Zero(t, b.audits(t))
+	require.Equal(t, 3, b.db.Int(t, `SELECT count(*) FROM outbox_replay_audit WHERE action = 'refused' AND replayed_by = 'viv'`),
+		"each refusal is audited")
+	require.Equal(t, 3, b.audits(t), "and nothing else is")
 }
 
 // selfSigned writes a certificate and key for 127.0.0.1.

@@ -114,14 +114,21 @@ func (c *Console) mayView(w http.ResponseWriter, r *http.Request, id int64, proj
 // that the rows exist: the message is the same for rows of another scope
 // and rows that are not there.
 func (c *Console) deny(w http.ResponseWriter, r *http.Request, act policy.Action, what string, ids []int64) {
+	name := requestOf(r).user.Name
+	c.refuseAudited(w, r, act, what, ids, fmt.Sprintf("the policy does not allow %s to %s", name, what))
+}
+
+// refuseAudited is deny with its own reason shown.
+func (c *Console) refuseAudited(w http.ResponseWriter, r *http.Request, act policy.Action, what string, ids []int64, reason string) {
 	rq := requestOf(r)
-	c.logOf(r).Warn().Str("action", string(act)).Str("what", what).Str("path", r.URL.Path).Msg("console: refused by the policy")
+	c.logOf(r).Warn().Str("user", rq.user.Name).Str("action", string(act)).Str("what", what).Str("path", r.URL.Path).
+		Msg("console: refused by the policy")
 	if err := c.auditRefusal(r.Context(), rq.user.Name, act, what, r.URL.Path, ids); err != nil {
 		c.fail(w, r, fmt.Errorf("audit the refusal: %w", err))
 		return
 	}
 	c.renderError(w, r, http.StatusForbidden, "message", "Refused", nil,
-		fmt.Sprintf("Refused: the policy does not allow %s to %s. Nothing changed; the refusal is audited.", rq.user.Name, what))
+		fmt.Sprintf("Refused: %s. Nothing changed; the refusal is audited.", reason))
 }
 
 func (c *Console) auditRefusal(ctx context.Context, by string, act policy.Action, what, path string, ids []int64) error {
@@ -137,12 +144,12 @@ func (c *Console) auditRefusal(ctx context.Context, by string, act policy.Action
 	return tx.Commit(ctx)
 }
 
-// logOf is the console's logger with the request's id and user, so that
+// logOf is the console's logger with the request's id, so that
 // one id finds a request's log lines, its audit row and its trace.
 func (c *Console) logOf(r *http.Request) *zerolog.Logger {
 	l := c.deps.Log
 	if a := policy.From(r.Context()); a != nil {
-		l = l.With().Str("request_id", a.RequestID).Str("user", a.User).Logger()
+		l = l.With().Str("request_id", a.RequestID).Logger()
 	}
 	return &l
 }
