@@ -1,0 +1,117 @@
+package console
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	"github.com/wlproj/wlproj/mask"
+	"github.com/wlproj/wlproj/outbox"
+	"github.com/wlproj/wlproj/replay"
+)
+
+// The event page shows a payload with its projection's masked fields
+// hidden (Deps.Masks), and the error texts with the values they may quote
+// hidden too: the loop stores them masked, and a row written before the
+// mask was configured is masked here. The unmasked read shows the payload
+// whole on its one response, to a user mayUnmask allows, audited.
+
+// auditUnmask is the audit action of an unmasked read.
+const auditUnmask = "unmask"
+
+// mayUnmask is the one permission decision of the unmasked read: for now
+// any user who may act.
+func mayUnmask(u *user) bool { return u != nil && !u.ReadOnly }
+
+// maskEvent hides d's masked values, and reports whether d has a mask;
+// unmasked leaves the payload whole, never the error texts (they are
+// stored masked).
+func maskEvent(d *replay.EventDetail, m *mask.Mask, unmasked bool) bool {
+	if m.Empty() {
+		return false
+	}
+	payload := []byte(d.Payload)
+	d.LastError = m.Text(payload, d.LastError)
+	for i := range d.History {
+		d.History[i].Error = m.Text(payload, d.History[i].Error)
+	}
+	if unmasked {
+		return true
+	}
+	d.Payload = maskedPayload(m, payload)
+	return true
+}
+
+// maskedPayload is payload masked and indented, or a note that it cannot
+// be shown: what is not JSON cannot be masked.
+func maskedPayload(m *mask.Mask, payload []byte) string {
+	out, err := m.Payload(payload)
+	var indented bytes.Buffer
+	if err == nil {
+		err = json.Indent(&indented, out, "", "    ")
+	}
+	if err != nil {
+		return mask.Marker + " (not shown: the payload could not be masked)"
+	}
+	return indented.String()
+}
+
+// unmasked is the audited read of an event's payload unmasked: a why is
+// required, the audit row names the event, its projection, who and why,
+// and only this response shows the payload whole.
+func (c *Console) unmasked(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "event")
+	if err != nil {
+		c.refuse(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	u := requestOf(r).user
+	if !mayUnmask(u) {
+		c.deps.Log.Warn().Str("user", u.Name).Int64("event_id", id).Msg("console unmasked read refused: not allowed")
+		c.renderError(w, r, http.StatusForbidden, "message", "Refused", nil,
+			"Refused: "+u.Name+" may not read unmasked payloads. Nothing was shown or recorded.")
+		return
+	}
+	if err := onlyKnown(r.PostForm, []string{"csrf", "why"}); err != nil {
+		c.refuse(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	why := strings.TrimSpace(r.PostFormValue("why"))
+	if why == "" {
+		c.refuse(w, r, http.StatusBadRequest, "Say why: the reason goes to the audit row with your name. Nothing was shown.")
+		return
+	}
+	d, ok := c.readEvent(w, r, id)
+	if !ok {
+		return
+	}
+	if c.deps.Masks[d.Projection].Empty() {
+		c.refuse(w, r, http.StatusBadRequest, "Projection "+d.Projection+" masks nothing: the event page shows its payload whole.")
+		return
+	}
+	auditID, err := c.auditUnmasked(r, d, u.Name, why)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.deps.Log.Info().Str("user", u.Name).Int64("event_id", id).Str("projection", d.Projection).
+		Int64("audit_id", auditID).Str("why", why).Msg("console unmasked read")
+	c.eventPage(w, r, d, true)
+}
+
+// auditUnmasked records the unmasked read of d; the payload is shown only
+// once the row is committed.
+func (c *Console) auditUnmasked(r *http.Request, d replay.EventDetail, by, why string) (int64, error) {
+	tx, err := c.deps.Pool.Begin(r.Context())
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback(r.Context()) //nolint:errcheck // a no-op after Commit
+	id, _, err := outbox.WriteAudit(r.Context(), tx, outbox.Audit{Action: auditUnmask, By: by, Why: why,
+		Selector: map[string]any{"event": d.ID, "projection": d.Projection}, EventIDs: []int64{d.ID}, Count: 1})
+	if err != nil {
+		return 0, err
+	}
+	return id, tx.Commit(r.Context())
+}
