@@ -1,12 +1,9 @@
 package console
 
 import (
-	"bytes"
-	"encoding/json"
 	"net/http"
 	"strings"
 
-	"github.com/wlproj/wlproj/mask"
 	"github.com/wlproj/wlproj/outbox"
 	"github.com/wlproj/wlproj/replay"
 )
@@ -17,45 +14,9 @@ import (
 // mask was configured is masked here. The unmasked read shows the payload
 // whole on its one response, to a user mayUnmask allows, audited.
 
-// auditUnmask is the audit action of an unmasked read.
-const auditUnmask = "unmask"
-
 // mayUnmask is the one permission decision of the unmasked read: for now
 // any user who may act.
 func mayUnmask(u *user) bool { return u != nil && !u.ReadOnly }
-
-// maskEvent hides d's masked values, and reports whether d has a mask;
-// unmasked leaves the payload whole, never the error texts (they are
-// stored masked).
-func maskEvent(d *replay.EventDetail, m *mask.Mask, unmasked bool) bool {
-	if m.Empty() {
-		return false
-	}
-	payload := []byte(d.Payload)
-	d.LastError = m.Text(payload, d.LastError)
-	for i := range d.History {
-		d.History[i].Error = m.Text(payload, d.History[i].Error)
-	}
-	if unmasked {
-		return true
-	}
-	d.Payload = maskedPayload(m, payload)
-	return true
-}
-
-// maskedPayload is payload masked and indented, or a note that it cannot
-// be shown: what is not JSON cannot be masked.
-func maskedPayload(m *mask.Mask, payload []byte) string {
-	out, err := m.Payload(payload)
-	var indented bytes.Buffer
-	if err == nil {
-		err = json.Indent(&indented, out, "", "    ")
-	}
-	if err != nil {
-		return mask.Marker + " (not shown: the payload could not be masked)"
-	}
-	return indented.String()
-}
 
 // unmasked is the audited read of an event's payload unmasked: a why is
 // required, the audit row names the event, its projection, who and why,
@@ -108,8 +69,7 @@ func (c *Console) auditUnmasked(r *http.Request, d replay.EventDetail, by, why s
 		return 0, err
 	}
 	defer tx.Rollback(r.Context()) //nolint:errcheck // a no-op after Commit
-	id, _, err := outbox.WriteAudit(r.Context(), tx, outbox.Audit{Action: auditUnmask, By: by, Why: why,
-		Selector: map[string]any{"event": d.ID, "projection": d.Projection}, EventIDs: []int64{d.ID}, Count: 1})
+	id, _, err := outbox.WriteAudit(r.Context(), tx, replay.UnmaskAudit(d, by, why))
 	if err != nil {
 		return 0, err
 	}

@@ -370,7 +370,7 @@ func (c *Console) eventPage(w http.ResponseWriter, r *http.Request, d replay.Eve
 		return
 	}
 	m := c.deps.Masks[d.Projection]
-	masked := maskEvent(&d, m, unmasked)
+	masked := d.Mask(m, unmasked)
 	u := requestOf(r).user
 	operator := !u.ReadOnly
 	v := eventView{Event: d, Audits: audits, CanRestore: operator && !d.ArchivedAt.IsZero() && d.Status != outbox.StatusDiscarded,
