@@ -92,3 +92,20 @@ func TestCmdEventUnmaskedIsAudited(t *testing.T) {
 func unmaskAudits(t *testing.T, b opsBundle) int {
 	return b.db.Int(t, `SELECT count(*) FROM outbox_replay_audit WHERE action = 'unmask'`)
 }
+
+// wlproj failed list masks a listed error with its row's payload: a row
+// failed before its projection had a mask holds the quoted value.
+func TestCmdFailedListMasksErrors(t *testing.T) {
+	t.Parallel()
+	b, file := maskedEventSetup(t)
+	for _, args := range [][]string{{"failed", "list"}, {"failed", "list", "--json"},
+		{"failed", "list", "--archived"}, {"failed", "list", "--archived", "--json"}} {
+		code, out, errOut := b.run(t, append(args, "--projections-file", file)...)
+		require.Zero(t, code, errOut)
+		require.NotContains(t, out, "MARKER-91be", "%v", args)
+		require.Contains(t, out, "Preview of field", "%v: the rest of the error is shown", args)
+	}
+	code, out, _ := b.run(t, "failed", "list")
+	require.Zero(t, code)
+	require.Contains(t, out, "MARKER-91be", "without the file there is no mask: the stored text as it is")
+}
