@@ -9,10 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/wlproj/wlproj/classify"
 	"github.com/wlproj/wlproj/internal/testkit/harness"
@@ -26,7 +23,7 @@ import (
 // of the row's error text, its history, the loop's logs or its spans;
 // the engine's document of an event that succeeded holds its masked
 // field's real value: masking never changes what is sent. Not parallel:
-// it installs the global tracer provider.
+// it records the package's spans (recordSpans).
 func TestMaskedValueIsInNoErrorTextLogOrSpan(t *testing.T) {
 	const marker = "MARKER-c41d-not-a-number"
 	b := setup(t)
@@ -41,9 +38,7 @@ func TestMaskedValueIsInNoErrorTextLogOrSpan(t *testing.T) {
 	require.NoError(t, err)
 
 	var logs bytes.Buffer
-	spans := tracetest.NewSpanRecorder()
-	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)))
-	t.Cleanup(func() { otel.SetTracerProvider(noop.NewTracerProvider()) })
+	spans := recordSpans(t)
 	loop, err := NewLoop(Config{Masks: map[string]*mask.Mask{"search": m}}, b.Store, projection.Registry{"search": search},
 		zerolog.New(&logs).Level(zerolog.DebugLevel))
 	require.NoError(t, err)

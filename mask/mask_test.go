@@ -172,3 +172,32 @@ func quotings(s string) []string {
 		"ascii: " + strconv.QuoteToASCII(s),
 	}
 }
+
+// BenchmarkTextManyLeaves is the worst case the loop meets: a failed
+// event's payload with 10,000 masked values and an error text at
+// classify's bound.
+func BenchmarkTextManyLeaves(b *testing.B) {
+	items := make([]any, 10_000)
+	for i := range items {
+		items[i] = map[string]any{"email": fmt.Sprintf("user%d@example.org", i), "n": i}
+	}
+	body, _ := json.Marshal(map[string]any{"contacts": items})
+	m, _ := Compile([]string{"contacts.*"})
+	text := strings.Repeat("failed to parse field [contacts.n] of type [long] ", 10)[:500] + "user9999@exam…"
+	b.ResetTimer()
+	for range b.N {
+		if strings.Contains(m.Text(body, text), "user9999@exam") {
+			b.Fatal("the cut value survives")
+		}
+	}
+}
+
+// BenchmarkTextTypical is a failed event of a few masked fields.
+func BenchmarkTextTypical(b *testing.B) {
+	body := []byte(`{"title":"Dune","email":"ann@example.org","address":{"street":"Rue Oberkampf","city":"Paris","zip":75011}}`)
+	m, _ := Compile([]string{"email", "address.*"})
+	text := "elasticsearch 400 mapper_parsing_exception: failed to parse field [address.zip] of type [long] in document with id 'book:1'. Preview of field's value: 'Rue Oberkampf'"
+	for range b.N {
+		m.Text(body, text)
+	}
+}

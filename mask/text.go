@@ -44,11 +44,19 @@ func (m *Mask) Text(payload []byte, text string) string {
 			}
 		}
 	}, func(a, b string) int { return cmp.Or(len(b)-len(a), strings.Compare(a, b)) })
-	pairs := make([]string, 0, 2*len(ordered))
+	// Only the forms the text holds go into the replacer: a payload may
+	// mask thousands of values, and building a replacer of them all costs
+	// more than looking for each.
+	var pairs []string
 	for _, f := range ordered {
-		pairs = append(pairs, f, Marker)
+		if strings.Contains(text, f) {
+			pairs = append(pairs, f, Marker)
+		}
 	}
-	return cutTail(strings.NewReplacer(pairs...).Replace(text), ordered)
+	if len(pairs) > 0 {
+		text = strings.NewReplacer(pairs...).Replace(text)
+	}
+	return cutTail(text, ordered)
 }
 
 // cutTail hides the end of text when it is the start of a masked form:
@@ -61,11 +69,13 @@ func cutTail(text string, forms []string) string {
 			break
 		}
 	}
+	// The longest such end first: from the text's left, the first suffix
+	// that starts a form. Most comparisons fail on their first byte.
 	best := 0
-	for _, f := range forms {
-		for n := min(len(f)-1, len(text)); n >= cutPrefixMin && n > best; n-- {
-			if strings.HasSuffix(text, f[:n]) {
-				best = n
+	for i := 0; best == 0 && len(text)-i >= cutPrefixMin; i++ {
+		for _, f := range forms {
+			if len(f) > len(text)-i && strings.HasPrefix(f, text[i:]) {
+				best = len(text) - i
 				break
 			}
 		}
