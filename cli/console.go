@@ -20,6 +20,7 @@ type consoleFlags struct {
 	ConsolePort           int           `name:"console-port" help:"The console's own port; 0 serves it under /console/ on the HTTP port [${console_port_range}]." env:"OUTBOX_CONSOLE_PORT" default:"0" field:"Port"`
 	ConsoleTLSCertFile    string        `name:"console-tls-cert-file" help:"PEM certificate to serve the console's own port over TLS (with OUTBOX_CONSOLE_TLS_KEY_FILE)." env:"OUTBOX_CONSOLE_TLS_CERT_FILE" type:"existingfile" field:"TLSCertFile"`
 	ConsoleTLSKeyFile     string        `name:"console-tls-key-file" help:"PEM private key of OUTBOX_CONSOLE_TLS_CERT_FILE." env:"OUTBOX_CONSOLE_TLS_KEY_FILE" type:"existingfile" field:"TLSKeyFile"`
+	PolicyFile            string        `name:"policy-file" help:"Policy file (YAML) mapping console users and groups to roles: which projections and scope keys each may see, which actions take; without it operators do everything and read-only users look." env:"OUTBOX_POLICY_FILE" type:"existingfile" field:"PolicyFile"`
 }
 
 // config is the console's Config; a port equal to the HTTP port means the
@@ -37,7 +38,8 @@ func (f *consoleFlags) config(httpPort int, maxProcessing time.Duration) console
 	}
 	return console.Config{UsersFile: f.ConsoleUsersFile, ReadOnlyUsers: readOnly, SessionKeyFile: f.ConsoleSessionKeyFile,
 		SessionTTL: f.ConsoleSessionTTL, Addr: f.ConsoleAddr, Port: port,
-		TLSCertFile: f.ConsoleTLSCertFile, TLSKeyFile: f.ConsoleTLSKeyFile, MaxProcessing: maxProcessing}
+		TLSCertFile: f.ConsoleTLSCertFile, TLSKeyFile: f.ConsoleTLSKeyFile, MaxProcessing: maxProcessing,
+		PolicyFile: f.PolicyFile}
 }
 
 // validate refuses console settings without a users file: the console
@@ -52,7 +54,7 @@ func (f *consoleFlags) validate() error {
 	}{
 		{"Port", f.ConsolePort != 0}, {"ReadOnlyUsers", f.ConsoleReadOnlyUsers != ""},
 		{"SessionKeyFile", f.ConsoleSessionKeyFile != ""}, {"TLSCertFile", f.ConsoleTLSCertFile != ""},
-		{"TLSKeyFile", f.ConsoleTLSKeyFile != ""},
+		{"TLSKeyFile", f.ConsoleTLSKeyFile != ""}, {"PolicyFile", f.PolicyFile != ""},
 	} {
 		if s.set {
 			return bounds.Invalid(s.field, "is set, but the console is off: set OUTBOX_CONSOLE_USERS_FILE to turn it on")

@@ -43,7 +43,7 @@ func (c *eventCmd) Run(g *globals) error {
 	if err != nil {
 		return commandError(c, badFile(err))
 	}
-	return opsRun(c, func(ctx context.Context, conn *pgx.Conn) error {
+	return opsRun(g, c, func(ctx context.Context, conn *pgx.Conn) error {
 		d, err := replay.Event(ctx, conn, c.ID)
 		if err != nil {
 			return err

@@ -3,6 +3,7 @@ package console
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/hkdf"
 	"crypto/hmac"
@@ -25,14 +26,25 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/wlproj/wlproj/internal/bounds"
+	"github.com/wlproj/wlproj/policy"
 )
 
 // user is someone who may sign in.
 type user struct {
-	Name     string
+	Name string
+	// ReadOnly is a user who may take no action: a read-only user of the
+	// users file, or one the policy grants only views. Per request, the
+	// console's copy says what that request's actor may do (withSession).
 	ReadOnly bool
-	hash     []byte
+	// Groups are the groups the user's sign-in named (OpenID Connect);
+	// the policy file maps them to roles.
+	Groups []string
+	// Auth is how the user signed in, policy.AuthPassword when empty.
+	Auth string
+	hash []byte
 }
+
+func (u *user) auth() string { return cmp.Or(u.Auth, policy.AuthPassword) }
 
 // users are the entries of the users file.
 type users struct {
@@ -420,6 +432,20 @@ type request struct {
 	sess *session
 	user *user
 	csrf string
+	// id is the request's id: in its log lines, its audit row and the
+	// X-Request-Id header.
+	id string
+}
+
+// withActor makes u the request's user, as the policy sees them: the
+// actor in r's context, and a copy of u that is read-only unless the
+// actor may take some action.
+func (c *Console) withActor(r *http.Request, rq *request, u *user) *http.Request {
+	actor := c.actorOf(r, u, rq.id)
+	cp := *u
+	cp.ReadOnly = !mayActSomewhere(actor.Grants)
+	rq.user = &cp
+	return r.WithContext(policy.With(r.Context(), actor))
 }
 
 type requestKey struct{}
@@ -438,7 +464,8 @@ func requestOf(r *http.Request) *request {
 // ask for a sign-in and its actions are refused.
 func (c *Console) withSession(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rq := &request{sess: c.sessions.read(r)}
+		rq := &request{sess: c.sessions.read(r), id: policy.NewRequestID()}
+		w.Header().Set("X-Request-Id", rq.id)
 		if rq.sess != nil && rq.sess.User != "" {
 			if u := c.users.byName[rq.sess.User]; u != nil {
 				ok, err := c.live(r.Context(), rq.sess, u)
@@ -447,7 +474,7 @@ func (c *Console) withSession(next http.Handler) http.Handler {
 					return
 				}
 				if ok {
-					rq.user = u
+					r = c.withActor(r, rq, u)
 				}
 			}
 		}
@@ -473,11 +500,16 @@ func (c *Console) withSession(next http.Handler) http.Handler {
 	})
 }
 
-// signed serves h to signed-in users and sends everyone else to sign in.
+// signed serves h to signed-in users and sends everyone else to sign in;
+// a user the policy grants nothing is refused, audited.
 func (c *Console) signed(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if requestOf(r).user != nil {
-			h(w, r)
+			if grantsOf(r).None() && r.URL.Path != Prefix+"signout" {
+				c.deny(w, r, policy.View, "use the console: no role of the policy file is theirs", nil)
+				return
+			}
+			traced(h)(w, r)
 			return
 		}
 		if r.Method != http.MethodGet {

@@ -22,6 +22,7 @@ import (
 	"github.com/wlproj/wlproj/leader"
 	"github.com/wlproj/wlproj/mask"
 	"github.com/wlproj/wlproj/outbox"
+	"github.com/wlproj/wlproj/policy"
 )
 
 // Defaults of Config. The CLI's flags take theirs from here.
@@ -80,6 +81,10 @@ type Config struct {
 	// MaxProcessing is the stuck cap the overview counts with. Defaults to
 	// 300s.
 	MaxProcessing time.Duration
+	// PolicyFile maps users and groups to roles: which projections and
+	// scope keys each may see and which actions take (package policy).
+	// Defaults to none: operators may do everything, read-only users look.
+	PolicyFile string
 	// SignInPerMinute and SignInBurst rate-limit sign-in attempts: per
 	// browser for a browser that signed in as the name before, else per
 	// client address and per user name. Default to 10 and 5.
@@ -176,6 +181,7 @@ type Console struct {
 	cfg      Config
 	deps     Deps
 	users    *users
+	policy   *policy.Policy
 	sessions *sessions
 	limiter  *signInLimiter
 	pages    pages
@@ -209,11 +215,15 @@ func New(cfg Config, deps Deps) (*Console, error) {
 	if err != nil {
 		return nil, err
 	}
+	pol, err := loadPolicy(cfg.PolicyFile, deps.Projections)
+	if err != nil {
+		return nil, err
+	}
 	p, err := loadPages()
 	if err != nil {
 		return nil, err
 	}
-	c := &Console{cfg: cfg, deps: deps, users: u, sessions: sess, pages: p,
+	c := &Console{cfg: cfg, deps: deps, users: u, policy: pol, sessions: sess, pages: p,
 		limiter: newSignInLimiter(cfg.SignInPerMinute, cfg.SignInBurst)}
 	if c.deps.Horizon == nil {
 		c.deps.Horizon = &outbox.HorizonWatch{}

@@ -1,10 +1,12 @@
 package console
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 
 	"github.com/wlproj/wlproj/outbox"
+	"github.com/wlproj/wlproj/policy"
 	"github.com/wlproj/wlproj/replay"
 )
 
@@ -12,11 +14,15 @@ import (
 // hidden (Deps.Masks), and the error texts with the values they may quote
 // hidden too: the loop stores them masked, and a row written before the
 // mask was configured is masked here. The unmasked read shows the payload
-// whole on its one response, to a user mayUnmask allows, audited.
+// whole on its one response, to a user mayUnmask allows, audited; a
+// refusal is the policy's (deny: a 403 and a refused audit row).
 
-// mayUnmask is the one permission decision of the unmasked read: for now
-// any user who may act.
-func mayUnmask(u *user) bool { return u != nil && !u.ReadOnly }
+// mayUnmask is the one permission decision of the unmasked read: the
+// policy's unmask action on the event's projection and scope key
+// (operators hold it without a policy file, read-only users do not).
+func mayUnmask(r *http.Request, d replay.EventDetail) bool {
+	return grantsOf(r).Can(policy.Unmask, d.Projection, d.ScopeKey)
+}
 
 // unmasked is the audited read of an event's payload unmasked: a why is
 // required, the audit row names the event, its projection, who and why,
@@ -25,13 +31,6 @@ func (c *Console) unmasked(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r, "event")
 	if err != nil {
 		c.refuse(w, r, http.StatusBadRequest, err.Error())
-		return
-	}
-	u := requestOf(r).user
-	if !mayUnmask(u) {
-		c.deps.Log.Warn().Str("user", u.Name).Int64("event_id", id).Msg("console unmasked read refused: not allowed")
-		c.renderError(w, r, http.StatusForbidden, "message", "Refused", nil,
-			"Refused: "+u.Name+" may not read unmasked payloads. Nothing was shown or recorded.")
 		return
 	}
 	if err := onlyKnown(r.PostForm, []string{"csrf", "why"}); err != nil {
@@ -47,6 +46,11 @@ func (c *Console) unmasked(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if !mayUnmask(r, d) {
+		c.deny(w, r, policy.Unmask, fmt.Sprintf("read event %d unmasked", id), []int64{id})
+		return
+	}
+	u := requestOf(r).user
 	if c.deps.Masks[d.Projection].Empty() {
 		c.refuse(w, r, http.StatusBadRequest, "Projection "+d.Projection+" masks nothing: the event page shows its payload whole.")
 		return

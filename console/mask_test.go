@@ -59,11 +59,6 @@ func TestUnmaskedReadIsAudited(t *testing.T) {
 	plantMarker(t, b, ids[0])
 	path := Prefix + "events/" + itoa(ids[0]) + "/unmasked"
 
-	viewer := b.viewer(t)
-	r := viewer.post(path, url.Values{"why": {"curious"}})
-	require.Equal(t, http.StatusForbidden, r.code)
-	require.NotContains(t, r.body, "MARKER-7f3a")
-
 	op := b.operator(t)
 	for name, form := range map[string]url.Values{
 		"no why":    {},
@@ -75,18 +70,27 @@ func TestUnmaskedReadIsAudited(t *testing.T) {
 		require.GreaterOrEqual(t, r.code, 400, name)
 		require.NotContains(t, r.body, "MARKER-7f3a", name)
 	}
-	require.Zero(t, b.audits(t), "a refused read records nothing")
+	require.Zero(t, b.audits(t), "a read refused for its form records nothing")
+
+	// A read-only user may not: the policy's refusal, a 403 and its
+	// refused audit row, no unmask row.
+	r := b.viewer(t).post(path, url.Values{"why": {"curious"}})
+	require.Equal(t, http.StatusForbidden, r.code)
+	require.NotContains(t, r.body, "MARKER-7f3a")
+	require.Equal(t, 1, b.db.Int(t, `SELECT count(*) FROM outbox_replay_audit WHERE action = 'refused'`))
+	require.Zero(t, unmaskAudits(t, b))
 
 	r = op.post(path, url.Values{"why": {"ticket SUP-12: the customer's address"}})
 	require.Equal(t, http.StatusOK, r.code, r.body)
 	require.Contains(t, r.body, maskMarker, "the payload, whole")
 	require.Contains(t, r.body, `id="unmasked"`)
 	require.NotContains(t, r.body, "Preview of field&#39;s value: &#39;"+maskMarker, "the error texts stay masked")
-	require.Equal(t, 1, b.audits(t))
+	require.Equal(t, 1, unmaskAudits(t, b))
 	var action, by, why string
 	var selector map[string]any
 	var events []int64
-	require.NoError(t, b.db.Pool.QueryRow(b.ctx, `SELECT action, replayed_by, reason, selector, event_ids FROM outbox_replay_audit`).
+	require.NoError(t, b.db.Pool.QueryRow(b.ctx, `SELECT action, replayed_by, reason, selector, event_ids FROM outbox_replay_audit
+		WHERE action = 'unmask'`).
 		Scan(&action, &by, &why, &selector, &events))
 	require.Equal(t, "unmask", action)
 	require.Equal(t, "ada", by)
@@ -97,4 +101,8 @@ func TestUnmaskedReadIsAudited(t *testing.T) {
 	again := op.get(Prefix + "events/" + itoa(ids[0]))
 	require.NotContains(t, again.body, maskMarker, "masked again on the next read")
 	require.Contains(t, again.body, "ticket SUP-12", "the read is in the event's audit")
+}
+
+func unmaskAudits(t *testing.T, b *bundle) int {
+	return b.db.Int(t, `SELECT count(*) FROM outbox_replay_audit WHERE action = 'unmask'`)
 }

@@ -92,6 +92,11 @@ func WriteAudit(ctx context.Context, tx pgx.Tx, a Audit) (int64, time.Time, erro
 	}
 	var actor, requestID any
 	if who := policy.From(ctx); who != nil {
+		if who.User == "" {
+			// The CLI's actor is named by each command's --by.
+			cp := *who
+			cp.User, who = a.By, &cp
+		}
 		b, err := json.Marshal(who)
 		if err != nil {
 			return 0, time.Time{}, fmt.Errorf("audit actor: %w", err)
@@ -186,7 +191,7 @@ func AuditLog(ctx context.Context, db Querier, f AuditFilter) ([]AuditEntry, err
 		before = f.Before
 	}
 	rows, err := db.Query(ctx, auditListSQL, nullIfZero(f.Action), nullIfZero(f.By), nullIfZero(f.Text),
-		nullIfZero(f.Since), nullIfZero(f.Until), eventID, before, f.Limit, allowedProjections(f.Allowed), allowedScopes(f.Allowed))
+		nullIfZero(f.Since), nullIfZero(f.Until), eventID, before, f.Limit, f.Allowed.ProjectionsArg(), f.Allowed.ScopesArg())
 	if err != nil {
 		return nil, fmt.Errorf("audit log: %w", err)
 	}
@@ -252,20 +257,4 @@ func nullIfZero(v any) any {
 		}
 	}
 	return v
-}
-
-// allowedProjections and allowedScopes are a's pairs as parameters: NULL
-// for every row.
-func allowedProjections(a *policy.Allowed) any {
-	if a == nil {
-		return nil
-	}
-	return a.Projections
-}
-
-func allowedScopes(a *policy.Allowed) any {
-	if a == nil {
-		return nil
-	}
-	return a.Scopes
 }

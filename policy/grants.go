@@ -190,3 +190,20 @@ func Like(pattern string) string {
 	r := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`, `*`, `%`)
 	return r.Replace(pattern)
 }
+
+// ProjectionsArg and ScopesArg are a's pairs as SQL parameters: NULL for
+// a nil Allowed, every row.
+func (a *Allowed) ProjectionsArg() any {
+	if a == nil {
+		return nil
+	}
+	return a.Projections
+}
+
+// ScopesArg: see ProjectionsArg.
+func (a *Allowed) ScopesArg() any {
+	if a == nil {
+		return nil
+	}
+	return a.Scopes
+}
