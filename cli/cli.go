@@ -40,6 +40,7 @@ type commandLine struct {
 	Failed  failedCmd  `cmd:"" help:"Inspect, discard and archive failed events."`
 	Status  statusCmd  `cmd:"" help:"Show outbox status: counts, lag, stuck rows, failed reasons, leader."`
 	Doc     docCmd     `cmd:"" help:"Show a document's applied-version ledger entry next to its events."`
+	Event   eventCmd   `cmd:"" help:"Show one event whole (outbox or dead letter): its payload with the projection's masked fields hidden, its errors and history."`
 	Rebuild rebuildCmd `cmd:"" help:"Rebuild the search index from the source-of-truth table and swap the alias to it, with no downtime. Audited."`
 	Pause   pauseCmd   `cmd:"" help:"Pause a projection: its events stay pending while the others drain. Audited."`
 	Resume  resumeCmd  `cmd:"" help:"Resume a paused projection where it stopped. Audited."`

@@ -57,6 +57,8 @@ type failedCmd struct {
 type failedListCmd struct {
 	dbFlags
 	failedFilterFlags
+	// projectionsFlags give the masks a listed error is masked with.
+	projectionsFlags
 	Limit int  `help:"Show at most N events (0: all)." default:"${list_limit}" field:"Limit"`
 	JSON  bool `name:"json" help:"Print one JSON object per event."`
 }
@@ -69,6 +71,10 @@ func (c *failedListCmd) Run(g *globals) error {
 	if err != nil {
 		return commandError(c, err)
 	}
+	masks, err := c.masks()
+	if err != nil {
+		return commandError(c, badFile(err))
+	}
 	return opsRun(g, c, func(ctx context.Context, conn *pgx.Conn) error {
 		events, err := listFailed(ctx, conn, f, c.Limit)
 		if err != nil {
@@ -77,6 +83,9 @@ func (c *failedListCmd) Run(g *globals) error {
 		more := c.Limit > 0 && len(events) > c.Limit
 		if more {
 			events = events[:c.Limit]
+		}
+		if err := replay.MaskLastErrors(ctx, conn, masks, events); err != nil {
+			return err
 		}
 		switch {
 		case c.JSON:

@@ -14,6 +14,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/wlproj/wlproj/internal/pgpool"
+	"github.com/wlproj/wlproj/mask"
 	"github.com/wlproj/wlproj/projection"
 	"github.com/wlproj/wlproj/replica"
 )
@@ -178,6 +179,9 @@ type searchTarget struct {
 	// MappingFile is the file's mapping_file: a rebuild's new index's
 	// body unless --mapping names another.
 	MappingFile string
+	// Mask is the file's mask: a rebuild's refused rows' messages are
+	// masked with it.
+	Mask *mask.Mask
 }
 
 // target is the named search projection's target from the projections
@@ -203,5 +207,5 @@ func (f projectionsFlags) target(name string, flags searchTarget) (searchTarget,
 	engine := s.Engine
 	engine.Timeout = cmp.Or(s.Timeout, flags.Engine.Timeout)
 	return searchTarget{Engine: engine, Alias: s.Index, SourceTable: cmp.Or(flags.SourceTable, s.SourceTable),
-		MaxPayloadBytes: s.MaxPayloadBytes, MappingFile: cmp.Or(flags.MappingFile, s.MappingFile)}, nil
+		MaxPayloadBytes: s.MaxPayloadBytes, MappingFile: cmp.Or(flags.MappingFile, s.MappingFile), Mask: specs.Masks()[name]}, nil
 }

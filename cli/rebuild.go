@@ -119,7 +119,7 @@ func (c *rebuildCmd) config(ctx context.Context) (rebuild.Config, *pgxpool.Pool,
 	cfg := rebuild.Config{Projection: c.Projection, Alias: target.Alias, SourceTable: target.SourceTable,
 		EmitOutbox: c.EmitOutbox, EmitRate: c.EmitRate, EmitBacklog: c.EmitBacklog, BulkSize: c.BulkSize,
 		Concurrency: c.Concurrency, MaxPayloadBytes: target.MaxPayloadBytes, ConfirmTimeout: c.Confirm, AllowRefused: c.AllowRefused,
-		By: c.By, Why: c.Why}
+		By: c.By, Why: c.Why, Mask: target.Mask}
 	// The projections file's mapping_file, when --mapping names none: an
 	// edited mapping file takes effect with the next rebuild.
 	if target.MappingFile != "" {

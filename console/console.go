@@ -20,6 +20,7 @@ import (
 	"github.com/wlproj/wlproj/internal/bounds"
 	"github.com/wlproj/wlproj/internal/httpserve"
 	"github.com/wlproj/wlproj/leader"
+	"github.com/wlproj/wlproj/mask"
 	"github.com/wlproj/wlproj/outbox"
 	"github.com/wlproj/wlproj/policy"
 )
@@ -118,6 +119,10 @@ type Deps struct {
 	// (a search index not set up while its engine is away), why. Defaults
 	// to none.
 	Waiting func() map[string]string
+	// Masks hide each projection's masked payload fields on the event
+	// page (package mask), by projection name; the unmasked read shows
+	// them to a user mayUnmask allows, audited. Defaults to none.
+	Masks map[string]*mask.Mask
 }
 
 // ProjectionInfo is how one projection is built, as the overview lists it.

@@ -345,6 +345,10 @@ type eventView struct {
 	Audits []outbox.AuditEntry
 	// CanAct offers replay and discard, CanRestore restore.
 	CanAct, CanRestore bool
+	// Masked says the payload is shown masked (MaskPaths), Unmasked that
+	// this response shows it whole; CanUnmask offers the audited read.
+	Masked, Unmasked, CanUnmask bool
+	MaskPaths                   []string
 }
 
 func (v eventView) section() string {
@@ -370,30 +374,46 @@ func (c *Console) event(w http.ResponseWriter, r *http.Request) {
 		c.refuse(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
+	if d, ok := c.readEvent(w, r, id); ok {
+		c.eventPage(w, r, d, false)
+	}
+}
+
+// readEvent reads event id, or answers why it cannot.
+func (c *Console) readEvent(w http.ResponseWriter, r *http.Request, id int64) (replay.EventDetail, bool) {
 	d, err := replay.Event(r.Context(), c.deps.Pool, id)
 	switch {
 	case errors.Is(err, replay.ErrNotFound):
 		c.renderError(w, r, http.StatusNotFound, "message", "Not found", nil,
 			"There is no event "+strconv.FormatInt(id, 10)+" in the outbox or the dead letter (done events are pruned after the retention).")
-		return
+		return d, false
 	case err != nil:
 		c.fail(w, r, err)
-		return
+		return d, false
 	}
 	if !c.mayView(w, r, id, d.Projection, d.ScopeKey) {
-		return
+		return d, false
 	}
-	audits, err := outbox.AuditLog(r.Context(), c.deps.Pool, outbox.AuditFilter{EventID: id, Limit: 100, Allowed: viewAllowed(r)})
+	return d, true
+}
+
+// eventPage shows d, its payload masked unless unmasked (the audited read
+// of unmasked).
+func (c *Console) eventPage(w http.ResponseWriter, r *http.Request, d replay.EventDetail, unmasked bool) {
+	audits, err := outbox.AuditLog(r.Context(), c.deps.Pool, outbox.AuditFilter{EventID: d.ID, Limit: 100, Allowed: viewAllowed(r)})
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
+	m := c.deps.Masks[d.Projection]
+	masked := d.Mask(m, unmasked)
 	g := grantsOf(r)
 	v := eventView{Event: d, Audits: audits,
 		CanRestore: g.Can(policy.Restore, d.Projection, d.ScopeKey) && !d.ArchivedAt.IsZero() && d.Status != outbox.StatusDiscarded,
 		CanAct: (g.Can(policy.Replay, d.Projection, d.ScopeKey) || g.Can(policy.Discard, d.Projection, d.ScopeKey)) &&
-			d.Status == outbox.StatusFailed && d.ArchivedAt.IsZero()}
-	c.render(w, r, http.StatusOK, "event", "Event "+strconv.FormatInt(id, 10), v)
+			d.Status == outbox.StatusFailed && d.ArchivedAt.IsZero(),
+		Masked: masked, Unmasked: unmasked && !m.Empty(), CanUnmask: masked && mayUnmask(r, d), MaskPaths: m.Paths()}
+	c.render(w, r, http.StatusOK, "event", "Event "+strconv.FormatInt(d.ID, 10), v)
 }
 
 // auditActions are the actions an audit row may record.

@@ -209,6 +209,7 @@ func (c *Console) routes() http.Handler {
 	mux.HandleFunc("GET "+Prefix+"failed", c.signed(c.failed))
 	mux.HandleFunc("GET "+Prefix+"archived", c.signed(c.archived))
 	mux.HandleFunc("GET "+Prefix+"events/{id}", c.signed(c.event))
+	mux.HandleFunc("POST "+Prefix+"events/{id}/unmasked", c.signed(c.unmasked))
 	mux.HandleFunc("GET "+Prefix+"audit", c.signed(c.audit))
 	mux.HandleFunc("GET "+Prefix+"audit/{id}", c.signed(c.auditEntry))
 	mux.HandleFunc("POST "+Prefix+"actions/dry-run", c.operator(c.dryRun))

@@ -148,7 +148,11 @@ func decide(byID map[int64]outbox.Event, results []projection.Result, cfg Config
 		}
 		ev := byID[r.ID]
 		ce := classify.Classify(r.Err)
-		f := outbox.Failure{ID: r.ID, Class: string(ce.Class), Reason: ce.Reason, Message: ce.Message}
+		// Masked here, where the text is made, so that neither the row,
+		// its history, the log line nor a span ever holds a masked value
+		// an engine quoted (a mapping error quotes the refused value).
+		message := cfg.Masks[ev.Projection].Text(ev.Payload, ce.Message)
+		f := outbox.Failure{ID: r.ID, Class: string(ce.Class), Reason: ce.Reason, Message: message}
 		f.Terminal = ce.Class == classify.Deterministic || ev.Attempts+1 >= cfg.MaxAttempts
 		if !f.Terminal {
 			f.RetryIn = classify.Backoff(ev.Attempts, cfg.BaseBackoff, cfg.MaxBackoff, ce.RetryAfter)

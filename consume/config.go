@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/wlproj/wlproj/internal/bounds"
+	"github.com/wlproj/wlproj/mask"
 	"github.com/wlproj/wlproj/outbox"
 	"github.com/wlproj/wlproj/projection"
 )
@@ -81,6 +82,10 @@ type Config struct {
 	// over its events, and the replica that knows it drains them once it
 	// leads. Defaults to 10m.
 	UnknownWait time.Duration
+	// Masks hide each projection's masked payload fields (package mask)
+	// in the error text the loop stores (last_error, error_history), logs
+	// and traces, by projection name. Defaults to none.
+	Masks map[string]*mask.Mask
 }
 
 // WithDefaults fills zero fields.

@@ -6,21 +6,15 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/otel"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/wlproj/wlproj/outbox"
 )
 
 // A batch's span links to each well-formed producer traceparent, ignores
 // malformed ones, and has the claim as a child spanning the claim's time.
-// Not parallel: it installs the global tracer provider for its duration.
+// Not parallel: it records the spans of the package's tracer (recordSpans).
 func TestStartBatchLinksProducerTraces(t *testing.T) {
-	rec := tracetest.NewSpanRecorder()
-	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))
-	t.Cleanup(func() { otel.SetTracerProvider(noop.NewTracerProvider()) })
+	rec := recordSpans(t)
 
 	const good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	events := []outbox.Event{

@@ -7,6 +7,7 @@ import (
 
 	"github.com/wlproj/wlproj/classify"
 	"github.com/wlproj/wlproj/internal/serviceutil"
+	"github.com/wlproj/wlproj/mask"
 	"github.com/wlproj/wlproj/outbox"
 	"github.com/wlproj/wlproj/projection"
 )
@@ -78,8 +79,10 @@ type sent struct {
 // sendAll sends events to target through the search handler (the daemon's
 // bulk building, versioning and reading of answers), transient failures
 // (429, 5xx, timeouts) again after the daemon's backoff; after loadTries
-// it stops with an error. inFlight, if set, bounds the bulks in flight.
-func sendAll(ctx context.Context, search *projection.Search, target string, events []outbox.Event, inFlight chan struct{}) (sent, error) {
+// it stops with an error. inFlight, if set, bounds the bulks in flight. A
+// refused row's message is masked with m: the engine's error may quote a
+// masked value.
+func sendAll(ctx context.Context, search *projection.Search, m *mask.Mask, target string, events []outbox.Event, inFlight chan struct{}) (sent, error) {
 	var out sent
 	for try := 0; len(events) > 0; try++ {
 		var retry []outbox.Event
@@ -101,7 +104,7 @@ func sendAll(ctx context.Context, search *projection.Search, target string, even
 				out.loaded++
 			case ce.Class == classify.Deterministic:
 				out.refused = append(out.refused, Refused{EntityType: ev.EntityType, EntityID: ev.EntityID,
-					Version: *ev.EventVersion, Reason: ce.Reason, Message: ce.Message})
+					Version: *ev.EventVersion, Reason: ce.Reason, Message: m.Text(ev.Payload, ce.Message)})
 			default:
 				retry, retryAfter = append(retry, ev), max(retryAfter, ce.RetryAfter)
 				if try+1 >= loadTries || ctx.Err() != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/olivere/elastic/v7"
 
 	"github.com/wlproj/wlproj/internal/bounds"
+	"github.com/wlproj/wlproj/mask"
 	"github.com/wlproj/wlproj/projection"
 )
 
@@ -78,6 +79,10 @@ type Config struct {
 	By, Why string
 	// Progress receives the progress. Defaults to none.
 	Progress Progress
+	// Mask hides the projection's masked payload fields (package mask) in
+	// a refused row's message, which may quote the refused value.
+	// Defaults to none.
+	Mask *mask.Mask
 	// OnRefused is called with each refused row as it is found. Optional.
 	OnRefused func(Refused)
 	// Now names the new index. Defaults to time.Now.

@@ -200,7 +200,7 @@ func (l *loader) send(ctx context.Context, c *chunk, inFlight chan struct{}) {
 	// A row behind the ledger that the old index lacks is superseded: the
 	// new index cannot lack what the old one never served.
 	c.superseded, c.behind = int64(stale+len(behind)-len(copies)), behind
-	out, err := sendAll(ctx, l.search, l.row.Target, append(events, copies...), inFlight)
+	out, err := sendAll(ctx, l.search, l.cfg.Mask, l.row.Target, append(events, copies...), inFlight)
 	c.loaded, c.superseded, c.refused, c.err = out.loaded, c.superseded+out.superseded, out.refused, err
 }
 

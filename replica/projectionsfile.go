@@ -17,6 +17,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/wlproj/wlproj/mask"
 	"github.com/wlproj/wlproj/projection"
 )
 
@@ -35,6 +36,11 @@ type Spec struct {
 	Kind      string         `json:"kind"`
 	Search    *SearchSpec    `json:"search,omitempty"`
 	Chronicle *ChronicleSpec `json:"chronicle,omitempty"`
+	// Mask is the paths of the payload fields hidden wherever a payload
+	// or an error quoting one is shown (package mask); masker is them
+	// compiled.
+	Mask   []string `json:"mask,omitempty"`
+	masker *mask.Mask
 	// file and lines are where it was read: the projections file and the
 	// line of each of its keys, for what is checked later (its tables).
 	file  string
@@ -148,6 +154,18 @@ func (s Specs) Names() []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// Masks are the projections' compiled masks, by name; a projection
+// without one is absent (the nil *mask.Mask masks nothing).
+func (s Specs) Masks() map[string]*mask.Mask {
+	masks := map[string]*mask.Mask{}
+	for _, p := range s {
+		if !p.masker.Empty() {
+			masks[p.Name] = p.masker
+		}
+	}
+	return masks
 }
 
 // Known reports whether name is configured.

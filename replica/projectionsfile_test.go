@@ -139,7 +139,12 @@ func TestLoadProjectionsRefusesBadFiles(t *testing.T) {
 		{"bad chronicle table", "projections:\n  timeline:\n    kind: chronicle\n    table: 'Timeline'\n",
 			`:4: projection "timeline": table: "Timeline" is not a table name`},
 		{"chronicle key of search", "projections:\n  timeline:\n    kind: chronicle\n    index: books\n",
-			`:4: projection "timeline": index: unknown key (known here: kind, table)`},
+			`:4: projection "timeline": index: unknown key (known here: kind, table, mask)`},
+		{"mask not a list", "projections:\n  timeline:\n    kind: chronicle\n    mask: email\n",
+			`:4: projection "timeline": mask: must list the paths of the fields to mask`},
+		{"mask empty", "projections:\n  timeline:\n    kind: chronicle\n    mask: []\n", `:4: projection "timeline": mask: must list`},
+		{"mask bad path", "projections:\n  books:\n    kind: search\n    index: books\n    engine: {urls: [http://e:9200]}\n    mask: [email, 'address..city']\n",
+			`:6: projection "books": mask: mask path "address..city" has an empty segment`},
 		{"two chronicles", "projections:\n  a: {kind: chronicle}\n  b: {kind: chronicle}\n", `:3: projection "b": kind: a second chronicle`},
 		{"name twice", "projections:\n  a: {kind: chronicle}\n  a: {kind: chronicle}\n", `projection "a": is configured twice`},
 		{"both auths", "projections:\n  books:\n    kind: search\n    index: books\n    engine: {urls: [http://e:9200], username: u, password_env: BOOKS_PASSWORD, api_key_env: BOOKS_PASSWORD}\n",
@@ -207,4 +212,31 @@ func TestLoadProjectionsTakesOneAliasOnTwoEngines(t *testing.T) {
 		_, err := LoadProjections(path, env)
 		require.NoError(t, err, "%s and %s", urls[0], urls[1])
 	}
+}
+
+func TestLoadProjectionsReadsMasks(t *testing.T) {
+	path := writeFile(t, "projections.yaml", `
+projections:
+  books:
+    kind: search
+    engine: {urls: [http://127.0.0.1:9200]}
+    index: books
+    mask: [email, "address.*"]
+  timeline:
+    kind: chronicle
+    mask: [email]
+  plain:
+    kind: search
+    engine: {urls: [http://127.0.0.1:9200]}
+    index: plain
+`)
+	specs, err := LoadProjectionsUnresolved(path)
+	require.NoError(t, err)
+	require.Equal(t, []string{"email", "address.*"}, specs[0].Mask)
+	masks := specs.Masks()
+	require.Len(t, masks, 2, "a projection without mask: has none")
+	out, err := masks["books"].Payload([]byte(`{"email":"a@b","address":{"city":"Lyon"},"title":"t"}`))
+	require.NoError(t, err)
+	require.JSONEq(t, `{"email":"***","address":{"city":"***"},"title":"t"}`, string(out))
+	require.Equal(t, []string{"email"}, masks["timeline"].Paths())
 }

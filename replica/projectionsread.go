@@ -13,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/wlproj/wlproj/internal/bounds"
+	"github.com/wlproj/wlproj/mask"
 	"github.com/wlproj/wlproj/projection"
 )
 
@@ -38,9 +39,9 @@ func (f fileReader) fail(n *yaml.Node, projection, key, format string, args ...a
 // key does not silently leave its setting at the default.
 var (
 	topKeys       = []string{"projections"}
-	searchKeys    = []string{"kind", "engine", "index", "mapping_file", "source_table", "max_payload_bytes", "bulk"}
+	searchKeys    = []string{"kind", "engine", "index", "mapping_file", "source_table", "max_payload_bytes", "bulk", "mask"}
 	bulkKeys      = []string{"actions", "bytes", "concurrency"}
-	chronicleKeys = []string{"kind", "table"}
+	chronicleKeys = []string{"kind", "table", "mask"}
 	engineKeys    = []string{"urls", "username", "password_env", "password_file", "api_key_env", "api_key_file", "ca_file", "timeout", "password", "api_key"}
 )
 
@@ -123,6 +124,9 @@ func (f fileReader) projection(name string, n *yaml.Node) (Spec, error) {
 	for key, v := range m {
 		spec.lines[key] = v.Line
 	}
+	if spec.Mask, spec.masker, err = f.mask(name, m["mask"]); err != nil {
+		return Spec{}, err
+	}
 	switch kind {
 	case KindSearch:
 		spec.Search, err = f.search(name, n, m)
@@ -130,6 +134,22 @@ func (f fileReader) projection(name string, n *yaml.Node) (Spec, error) {
 		spec.Chronicle, err = f.chronicle(name, m)
 	}
 	return spec, err
+}
+
+// mask reads a projection's masked paths (package mask); none without n.
+func (f fileReader) mask(name string, n *yaml.Node) ([]string, *mask.Mask, error) {
+	if n == nil {
+		return nil, nil, nil
+	}
+	var paths []string
+	if n.Kind != yaml.SequenceNode || n.Decode(&paths) != nil || len(paths) == 0 {
+		return nil, nil, f.fail(n, name, "mask", `must list the paths of the fields to mask, e.g. [email, "address.*"]`)
+	}
+	m, err := mask.Compile(paths)
+	if err != nil {
+		return nil, nil, f.fail(n, name, "mask", "%s", err)
+	}
+	return paths, m, nil
 }
 
 // chronicle reads a chronicle's table; nil leaves the default.

@@ -72,7 +72,8 @@ func (r *Replica) build() error {
 	if r.cfg.Console.UsersFile != "" {
 		r.console, err = console.New(r.cfg.Console, console.Deps{Pool: r.pool, State: r.elector.State,
 			LeaderName: r.cfg.Leader.Name, Projections: r.cfg.Projections.Names(), Log: r.log, Horizon: horizon,
-			ProjectionSpecs: consoleSpecs(r.cfg.Projections), ProjectionsHash: r.cfg.Projections.Hash(), Waiting: r.parts.waiting})
+			ProjectionSpecs: consoleSpecs(r.cfg.Projections), ProjectionsHash: r.cfg.Projections.Hash(), Waiting: r.parts.waiting,
+			Masks: r.cfg.Projections.Masks()})
 		if err != nil {
 			return err
 		}

@@ -136,7 +136,9 @@ func newDaemon(cfg Config, pool *pgxpool.Pool, log zerolog.Logger) (daemonParts,
 	}
 	d := daemonParts{pingES: b.pingAll, searches: b.searches}
 	store := &outbox.Store{Pool: pool, Owner: cfg.WorkerID, LeaderName: cfg.Leader.Name}
-	loop, err := consume.NewLoop(cfg.Consume, store, registry, log)
+	consumeCfg := cfg.Consume
+	consumeCfg.Masks = cfg.Projections.Masks()
+	loop, err := consume.NewLoop(consumeCfg, store, registry, log)
 	if err != nil {
 		return daemonParts{}, err
 	}
