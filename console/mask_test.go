@@ -106,3 +106,17 @@ func TestUnmaskedReadIsAudited(t *testing.T) {
 func unmaskAudits(t *testing.T, b *bundle) int {
 	return b.db.Int(t, `SELECT count(*) FROM outbox_replay_audit WHERE action = 'unmask'`)
 }
+
+// The failed list shows each row's last error masked, also a row that
+// failed before its projection had a mask and so stored the quoted value.
+func TestFailedListMasksStoredErrors(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withMasks(t))
+	ids := b.failed(t, 2, "mapping_error", time.Hour)
+	plantMarker(t, b, ids[0])
+	r := b.operator(t).get(Prefix + "failed")
+	require.Equal(t, http.StatusOK, r.code)
+	require.Contains(t, r.body, "/console/events/"+itoa(ids[0]))
+	require.NotContains(t, r.body, "MARKER-7f3a")
+	require.NotContains(t, r.body, "ann@example")
+}

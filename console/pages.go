@@ -239,6 +239,12 @@ func (c *Console) rows(w http.ResponseWriter, r *http.Request, archived bool) {
 		c.fail(w, r, err)
 		return
 	}
+	// A row that failed before its projection had a mask holds the quoted
+	// value in its stored error: masked here, as the event page does.
+	if err := replay.MaskLastErrors(ctx, c.deps.Pool, c.deps.Masks, page.Events); err != nil {
+		c.fail(w, r, err)
+		return
+	}
 	v.Events = page.Events
 	v.links(q, page)
 	c.render(w, r, http.StatusOK, name, title, v)
@@ -417,7 +423,7 @@ func (c *Console) eventPage(w http.ResponseWriter, r *http.Request, d replay.Eve
 }
 
 // auditActions are the actions an audit row may record.
-var auditActions = []string{"replay", "discard", "archive", "restore", "pause", "resume"}
+var auditActions = []string{"replay", "discard", "archive", "restore", "pause", "resume", "unmask", "refused"}
 
 var auditFields = []string{"action", "by", "text", "since", "until", "event", "before"}
 
