@@ -15,6 +15,13 @@ import (
 // reports ready (health checks it), so it never claims on a schema its
 // statements would fail on.
 //
+// It is 28: the console reads and writes outbox_console_sessions' auth
+// and groups columns, which 00028 adds (how a session signed in, and an
+// OpenID user's groups), on every signed-in request, so a binary of 28 on
+// 27 would fail every console page. A binary of 21 to 27 runs on 28
+// unchanged (its sign-ins take the columns' defaults): the upgrade is the
+// usual one, migrate, then restart the standby, then the leader.
+//
 // 26 (the backlog steps over the rows of transactions in progress, and
 // the insert trigger's NOTIFY can be turned off for a two-phase commit)
 // does not raise it: it redefines functions with the same signatures and
@@ -33,7 +40,7 @@ import (
 // raise it: a binary of 22 on 21 records no hash (it logs why) and its
 // /readyz leaves the comparison out.
 //
-// It is 21: the leader's pruner rotates outbox_events, which 00021
+// Before that, 21: the leader's pruner rotates outbox_events, which 00021
 // partitions (outbox_events_rotation, outbox_events_0 to _2). A binary of
 // 19 or 20 runs on 21 unchanged (it deletes done rows row by row, as
 // before): the upgrade is the usual one, migrate, then restart the standby,
@@ -66,7 +73,7 @@ import (
 // then restart the standby, then the leader) relies on that.
 // TestRequiredVersionReviewed fails when a migration is added, until
 // someone has decided.
-const RequiredVersion int64 = 21
+const RequiredVersion int64 = 28
 
 // HeadVersion is the newest migration embedded in this binary: what
 // wlproj migrate brings a database to.
