@@ -5,6 +5,7 @@ package dex
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -36,6 +37,12 @@ type Config struct {
 	// RedirectURIs are the client's registered redirect URIs.
 	RedirectURIs []string
 	Users        []User
+	// Port is the loopback port to serve on. Defaults to a free one.
+	Port int
+	// Host names the loopback address in the issuer URL: "localhost" puts
+	// the provider on another site than a console at 127.0.0.1, as in a
+	// browser's eyes a real provider is. Defaults to 127.0.0.1.
+	Host string
 }
 
 // Provider is a running Dex with one confidential client.
@@ -67,9 +74,14 @@ func Binary(t testing.TB) string {
 func Start(t testing.TB, cfg Config) *Provider {
 	t.Helper()
 	bin := Binary(t)
-	port, err := harness.FreePort()
-	require.NoError(t, err)
-	p := &Provider{Issuer: "http://127.0.0.1:" + strconv.Itoa(port) + "/dex", ClientID: "wlproj-console",
+	port := cfg.Port
+	if port == 0 {
+		var err error
+		port, err = harness.FreePort()
+		require.NoError(t, err)
+	}
+	host := cmp.Or(cfg.Host, "127.0.0.1")
+	p := &Provider{Issuer: "http://" + host + ":" + strconv.Itoa(port) + "/dex", ClientID: "wlproj-console",
 		ClientSecret: rand.Text(), log: &syncBuffer{}}
 	file := filepath.Join(t.TempDir(), "dex.json")
 	require.NoError(t, os.WriteFile(file, p.config(t, cfg, port), 0o600))
