@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,17 @@ type globals struct {
 
 	logger zerolog.Logger
 	stdout io.Writer
+	// ctx carries the command's actor (policy.CLI: its --by, filled in by
+	// the audit, and the OS user) and its span; nil before runTraced.
+	ctx context.Context
+}
+
+// context is the command's base context.
+func (g *globals) context() context.Context {
+	if g.ctx == nil {
+		return context.Background()
+	}
+	return g.ctx
 }
 
 // commandLine is the kong model: the global flags and every command.

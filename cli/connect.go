@@ -22,8 +22,8 @@ const connectTimeoutDefault = 10 * time.Second
 
 // opsRun connects, runs fn, and turns its error into an exit code with the
 // database credentials scrubbed from the message.
-func opsRun(cmd dbCommand, fn func(ctx context.Context, conn *pgx.Conn) error) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+func opsRun(g *globals, cmd dbCommand, fn func(ctx context.Context, conn *pgx.Conn) error) error {
+	ctx, stop := signal.NotifyContext(g.context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	conn, err := connect(ctx, cmd.databaseURL())
 	if err != nil {

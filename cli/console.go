@@ -20,6 +20,7 @@ type consoleFlags struct {
 	ConsolePort           int           `name:"console-port" help:"The console's own port; 0 serves it under /console/ on the HTTP port [${console_port_range}]." env:"OUTBOX_CONSOLE_PORT" default:"0" field:"Port"`
 	ConsoleTLSCertFile    string        `name:"console-tls-cert-file" help:"PEM certificate to serve the console's own port over TLS (with OUTBOX_CONSOLE_TLS_KEY_FILE)." env:"OUTBOX_CONSOLE_TLS_CERT_FILE" type:"existingfile" field:"TLSCertFile"`
 	ConsoleTLSKeyFile     string        `name:"console-tls-key-file" help:"PEM private key of OUTBOX_CONSOLE_TLS_CERT_FILE." env:"OUTBOX_CONSOLE_TLS_KEY_FILE" type:"existingfile" field:"TLSKeyFile"`
+	PolicyFile            string        `name:"policy-file" help:"Policy file (YAML) mapping console users and groups to roles: which projections and scope keys each may see, which actions take; without it operators do everything and read-only users look." env:"OUTBOX_POLICY_FILE" type:"existingfile" field:"PolicyFile"`
 	consoleOIDCFlags
 }
 
@@ -50,7 +51,8 @@ func (f *consoleFlags) config(httpPort int, maxProcessing time.Duration) console
 		OIDCIssuer: o.ConsoleOIDCIssuer, OIDCClientID: o.ConsoleOIDCClientID, OIDCClientSecretFile: o.ConsoleOIDCClientSecretFile,
 		OIDCRedirectURL: o.ConsoleOIDCRedirectURL, OIDCUsernameClaim: o.ConsoleOIDCUsernameClaim,
 		OIDCGroupsClaim: o.ConsoleOIDCGroupsClaim, OIDCScopes: commaList(o.ConsoleOIDCScopes),
-		OIDCProviderName: o.ConsoleOIDCProviderName}
+		OIDCProviderName: o.ConsoleOIDCProviderName,
+		PolicyFile:       f.PolicyFile}
 }
 
 // commaList is the non-empty items of a comma list, trimmed.
@@ -79,7 +81,7 @@ func (f *consoleFlags) validate() error {
 		{"SessionKeyFile", f.ConsoleSessionKeyFile != ""}, {"TLSCertFile", f.ConsoleTLSCertFile != ""},
 		{"TLSKeyFile", f.ConsoleTLSKeyFile != ""}, {"OIDCClientID", f.ConsoleOIDCClientID != ""},
 		{"OIDCClientSecretFile", f.ConsoleOIDCClientSecretFile != ""}, {"OIDCRedirectURL", f.ConsoleOIDCRedirectURL != ""},
-		{"OIDCProviderName", f.ConsoleOIDCProviderName != ""},
+		{"OIDCProviderName", f.ConsoleOIDCProviderName != ""}, {"PolicyFile", f.PolicyFile != ""},
 	} {
 		if s.set {
 			return bounds.Invalid(s.field, "is set, but the console is off: set OUTBOX_CONSOLE_USERS_FILE or OUTBOX_CONSOLE_OIDC_ISSUER to turn it on")

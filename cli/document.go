@@ -43,7 +43,7 @@ func (c *docCmd) Run(g *globals) error {
 		g.logger.Warn().Str("projection", c.Projection).Strs("configured", known).
 			Msg("not a configured projection: its ledger and events, if any, are shown all the same")
 	}
-	return opsRun(c, func(ctx context.Context, conn *pgx.Conn) error {
+	return opsRun(g, c, func(ctx context.Context, conn *pgx.Conn) error {
 		d, err := outbox.ReadDocument(ctx, conn, c.Projection, entityType, entityID, c.All)
 		if err != nil {
 			return err

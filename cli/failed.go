@@ -69,7 +69,7 @@ func (c *failedListCmd) Run(g *globals) error {
 	if err != nil {
 		return commandError(c, err)
 	}
-	return opsRun(c, func(ctx context.Context, conn *pgx.Conn) error {
+	return opsRun(g, c, func(ctx context.Context, conn *pgx.Conn) error {
 		events, err := listFailed(ctx, conn, f, c.Limit)
 		if err != nil {
 			return err
@@ -134,7 +134,7 @@ func (c *failedStatsCmd) Run(g *globals) error {
 	if err != nil {
 		return commandError(c, err)
 	}
-	return opsRun(c, func(ctx context.Context, conn *pgx.Conn) error {
+	return opsRun(g, c, func(ctx context.Context, conn *pgx.Conn) error {
 		stats, err := replay.Stats(ctx, conn, f)
 		switch {
 		case err != nil:
@@ -279,7 +279,7 @@ type reportWords struct {
 func (f auditFlags) report(g *globals, cmd dbCommand, words reportWords,
 	do func(context.Context, *pgx.Conn) (replay.Report, error),
 ) error {
-	return opsRun(cmd, func(ctx context.Context, conn *pgx.Conn) error {
+	return opsRun(g, cmd, func(ctx context.Context, conn *pgx.Conn) error {
 		rep, err := do(ctx, conn)
 		var refused *replay.RefusedError
 		if err != nil && !errors.As(err, &refused) {

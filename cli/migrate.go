@@ -36,7 +36,7 @@ func init() {
 }
 
 func (c *migrateCmd) Run(g *globals) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(g.context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	want := migrations.Expect{Database: c.ExpectDB, Host: c.ExpectHost, Port: c.ExpectPort}
 	cfg := migrations.Config{LockTimeout: c.LockTimeout, LockWait: c.LockWait, UpTo: c.To, BeforeConnect: pgpool.BeforeConnect}

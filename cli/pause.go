@@ -37,7 +37,7 @@ func (f pauseFlags) set(g *globals, paused bool) error {
 	if err != nil {
 		return usagef("%s", err)
 	}
-	return opsRun(f, func(ctx context.Context, conn *pgx.Conn) error {
+	return opsRun(g, f, func(ctx context.Context, conn *pgx.Conn) error {
 		res, err := outbox.SetPaused(ctx, conn, outbox.PauseRequest{Projection: f.Projection, Paused: paused, By: f.By, Why: f.Why,
 			Known: known})
 		if err != nil {

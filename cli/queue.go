@@ -32,7 +32,7 @@ func (c *queueRebaseCmd) Run(g *globals) error {
 	if c.By == "" || c.Why == "" {
 		return usagef("--by and --why are required: the rebase is audited; nothing changed")
 	}
-	return opsRun(c, func(ctx context.Context, conn *pgx.Conn) error {
+	return opsRun(g, c, func(ctx context.Context, conn *pgx.Conn) error {
 		res, err := outbox.Rebase(ctx, conn, outbox.RebaseRequest{By: c.By, Why: c.Why, KeptCounter: c.KeptCounter, DryRun: c.DryRun})
 		if err != nil {
 			return err

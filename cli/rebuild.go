@@ -56,7 +56,7 @@ func (c *rebuildCmd) Help() string {
 }
 
 func (c *rebuildCmd) Run(g *globals) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(g.context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cfg, pool, err := c.config(ctx)
 	if err != nil {

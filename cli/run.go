@@ -19,6 +19,7 @@ import (
 	"github.com/wlproj/wlproj/internal/bounds"
 	"github.com/wlproj/wlproj/internal/buildinfo"
 	"github.com/wlproj/wlproj/leader"
+	"github.com/wlproj/wlproj/policy"
 	"github.com/wlproj/wlproj/replay"
 	"github.com/wlproj/wlproj/replica"
 	"github.com/wlproj/wlproj/verify"
@@ -181,7 +182,10 @@ func setGCPercent() int {
 // drainOnSignal returns a context that the first SIGTERM or SIGINT cancels
 // (a graceful drain); a second signal exits at once.
 func drainOnSignal(log zerolog.Logger) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(context.Background())
+	// The daemon's own audited work (the auto-replay, the auto-archive, a
+	// scheduled repair) is the scheduled actor's; a console request carries
+	// its person's instead.
+	ctx, cancel := context.WithCancel(policy.With(context.Background(), policy.Scheduled("")))
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	go func() {

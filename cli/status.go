@@ -123,7 +123,7 @@ func (c *statusCmd) Run(g *globals) error {
 	if err != nil {
 		return usagef("%s", err)
 	}
-	return opsRun(c, func(ctx context.Context, conn *pgx.Conn) error {
+	return opsRun(g, c, func(ctx context.Context, conn *pgx.Conn) error {
 		if c.MaxProcessingSeconds <= 0 {
 			return usagef("--max-processing-seconds (OUTBOX_MAX_PROCESSING_SECONDS) must be positive, got %g", c.MaxProcessingSeconds)
 		}

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wlproj/wlproj/internal/tracing"
+	"github.com/wlproj/wlproj/policy"
 )
 
 // flushTimeout bounds the export of the last spans when a command ends.
@@ -38,6 +39,9 @@ func (c *verifyCmd) changesState() bool      { return c.Repair }
 // OTEL_* variables turn tracing on (package tracing; off unless they do).
 // wlproj run starts tracing itself, after its first log line.
 func runTraced(kctx *kong.Context, g *globals) error {
+	actor := policy.CLI("")
+	g.ctx = policy.With(context.Background(), actor)
+	g.logger = g.logger.With().Str("request_id", actor.RequestID).Logger()
 	sc, _ := kctx.Selected().Target.Addr().Interface().(stateChanger)
 	if sc == nil || !sc.changesState() {
 		return kctx.Run(g)
@@ -48,7 +52,9 @@ func runTraced(kctx *kong.Context, g *globals) error {
 	}
 	defer stop()
 	name := commandName(kctx)
-	_, span := tracer.Start(context.Background(), "wlproj "+name, trace.WithAttributes(attribute.String("wlproj.command", name)))
+	var span trace.Span
+	g.ctx, span = tracer.Start(g.ctx, "wlproj "+name, trace.WithAttributes(attribute.String("wlproj.command", name),
+		attribute.String("wlproj.request_id", actor.RequestID), attribute.String("wlproj.os_user", actor.OSUser)))
 	defer span.End()
 	err = kctx.Run(g)
 	if err != nil {

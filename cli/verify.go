@@ -53,7 +53,7 @@ func (c *verifyCmd) Help() string {
 }
 
 func (c *verifyCmd) Run(g *globals) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(g.context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cfg, pool, err := c.config(ctx)
 	if err != nil {

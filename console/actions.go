@@ -74,7 +74,7 @@ const dryRunWhy = "console dry run"
 func archive(ctx context.Context, db replay.Beginner, req replay.Request) (replay.Report, error) {
 	return replay.Archive(ctx, db, replay.ArchiveRequest{Before: req.Until, IDs: req.IDs, Projection: req.Projection,
 		Reason: req.Reason, By: req.By, Why: req.Why, DryRun: req.DryRun, Given: req.Given, Expect: req.Expect,
-		Max: req.Max, Yes: req.Yes})
+		Max: req.Max, Yes: req.Yes, Allowed: req.Allowed})
 }
 
 // confirmView is the dry run's page: what would change, and the form that
@@ -117,6 +117,9 @@ func (c *Console) confirm(w http.ResponseWriter, r *http.Request, a actionForm, 
 	req, err := a.request(requestOf(r).user.Name, now, true)
 	if err != nil {
 		c.refuse(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	if !c.mayActOn(w, r, a, &req) {
 		return
 	}
 	rep, err := kind.do(r.Context(), c.deps.Pool, req)
@@ -185,6 +188,9 @@ func (c *Console) apply(w http.ResponseWriter, r *http.Request) {
 		c.refuse(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
+	if !c.mayActOn(w, r, a, &req) {
+		return
+	}
 	rep, err := kind.do(r.Context(), c.deps.Pool, req)
 	var refused *replay.RefusedError
 	switch {
@@ -206,7 +212,7 @@ func (c *Console) apply(w http.ResponseWriter, r *http.Request) {
 	if len(rep.AuditIDs) > 1 {
 		notice = kind.done + "-batches"
 	}
-	c.deps.Log.Info().Str("user", u.Name).Str("action", a.kind).Int("events", len(rep.Events)).
+	c.logOf(r).Info().Str("user", u.Name).Str("action", a.kind).Int("events", len(rep.Events)).
 		Int64("audit_id", rep.AuditID).Str("why", a.why).Int("left_alone", len(rep.NotFailed)+len(rep.Skipped)+len(rep.Missing)).
 		Msg("console action")
 	http.Redirect(w, r, Prefix+"audit/"+strconv.FormatInt(rep.AuditID, 10)+"?notice="+notice, http.StatusSeeOther)
@@ -223,7 +229,7 @@ func (c *Console) refused(w http.ResponseWriter, r *http.Request, err error, row
 		// The least-privilege runtime role (deploy/sql/roles.sql) may not
 		// insert events, so a replica running as it cannot restore.
 		kind := actionKinds[a.kind]
-		c.deps.Log.Warn().Err(err).Str("action", a.kind).Msg("console action refused by the database role")
+		c.logOf(r).Warn().Err(err).Str("action", a.kind).Msg("console action refused by the database role")
 		c.refuse(w, r, http.StatusForbidden, fmt.Sprintf("This replica's database role may not %s these events (%s). "+
 			"Nothing changed. Run %s as the owner role instead (--database-url \"$OWNER_DATABASE_URL\"), as the runbook shows.",
 			kind.verb, pgErr.Message, kind.cli))

@@ -3,6 +3,7 @@ package console
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/hkdf"
 	"crypto/hmac"
@@ -25,20 +26,26 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/wlproj/wlproj/internal/bounds"
+	"github.com/wlproj/wlproj/policy"
 )
 
 // user is someone who may sign in: from the users file, or from the
 // OpenID provider (see oidc.go), who is in no file.
 type user struct {
-	Name     string
+	Name string
+	// ReadOnly is a user who may take no action: a read-only user of the
+	// users file, or one the policy grants only views. Per request, the
+	// console's copy says what that request's actor may do (withSession).
 	ReadOnly bool
-	// Auth is how the user signed in: authPassword or authOIDC.
-	Auth string
-	// Groups are the provider's groups of an OpenID user, as at sign-in;
-	// none for a user of the file.
+	// Groups are the groups the user's sign-in named (OpenID Connect);
+	// the policy file maps them to roles.
 	Groups []string
-	hash   []byte
+	// Auth is how the user signed in, policy.AuthPassword when empty.
+	Auth string
+	hash []byte
 }
+
+func (u *user) auth() string { return cmp.Or(u.Auth, policy.AuthPassword) }
 
 // users are the entries of the users file.
 type users struct {
@@ -86,7 +93,7 @@ func loadUsers(path string, readOnly []string) (*users, error) {
 			return nil, bounds.Invalid("UsersFile", "%s line %d: %s: %v", path, n, name, err)
 		}
 		maxCost = max(maxCost, cost)
-		u[name] = &user{Name: name, Auth: authPassword, hash: []byte(hash)}
+		u[name] = &user{Name: name, hash: []byte(hash)}
 	}
 	if err := sc.Err(); err != nil {
 		return nil, bounds.Invalid("UsersFile", "%v", err)
@@ -293,11 +300,11 @@ func (c *Console) sessionUser(ctx context.Context, sess *session) (*user, error)
 		return nil, fmt.Errorf("read the session: %w", err)
 	}
 	switch auth {
-	case authPassword:
+	case policy.AuthPassword:
 		if u, _ := c.users.compared(sess.User); u != nil && hmac.Equal([]byte(mark), []byte(c.sessions.mark(u))) {
 			return u, nil
 		}
-	case authOIDC:
+	case policy.AuthOIDC:
 		if c.oidc != nil && hmac.Equal([]byte(mark), []byte(c.oidc.mark)) {
 			return c.oidc.user(sess.User, groups), nil
 		}
@@ -422,7 +429,7 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
-	if _, err := c.deps.Pool.Exec(r.Context(), signInSQL, signInArgs(sess, u.Name, c.sessions.mark(u), authPassword, nil,
+	if _, err := c.deps.Pool.Exec(r.Context(), signInSQL, signInArgs(sess, u.Name, c.sessions.mark(u), policy.AuthPassword, nil,
 		c.sessions.ttl)); err != nil {
 		c.fail(w, r, fmt.Errorf("record the session: %w", err))
 		return
@@ -465,6 +472,20 @@ type request struct {
 	sess *session
 	user *user
 	csrf string
+	// id is the request's id: in its log lines, its audit row and the
+	// X-Request-Id header.
+	id string
+}
+
+// withActor makes u the request's user, as the policy sees them: the
+// actor in r's context, and a copy of u that is read-only unless the
+// actor may take some action.
+func (c *Console) withActor(r *http.Request, rq *request, u *user) *http.Request {
+	actor := c.actorOf(r, u, rq.id)
+	cp := *u
+	cp.ReadOnly = !mayActSomewhere(actor.Grants)
+	rq.user = &cp
+	return r.WithContext(policy.With(r.Context(), actor))
 }
 
 type requestKey struct{}
@@ -483,14 +504,17 @@ func requestOf(r *http.Request) *request {
 // ask for a sign-in and its actions are refused.
 func (c *Console) withSession(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rq := &request{sess: c.sessions.read(r)}
+		rq := &request{sess: c.sessions.read(r), id: policy.NewRequestID()}
+		w.Header().Set("X-Request-Id", rq.id)
 		if rq.sess != nil && rq.sess.User != "" {
 			u, err := c.sessionUser(r.Context(), rq.sess)
 			if err != nil {
 				c.fail(w, r.WithContext(context.WithValue(r.Context(), requestKey{}, rq)), err)
 				return
 			}
-			rq.user = u
+			if u != nil {
+				r = c.withActor(r, rq, u)
+			}
 		}
 		if r.Method == http.MethodPost {
 			r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
@@ -514,11 +538,16 @@ func (c *Console) withSession(next http.Handler) http.Handler {
 	})
 }
 
-// signed serves h to signed-in users and sends everyone else to sign in.
+// signed serves h to signed-in users and sends everyone else to sign in;
+// a user the policy grants nothing is refused, audited.
 func (c *Console) signed(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if requestOf(r).user != nil {
-			h(w, r)
+			if grantsOf(r).None() && r.URL.Path != Prefix+"signout" {
+				c.deny(w, r, policy.View, "use the console: no role of the policy file is theirs", nil)
+				return
+			}
+			traced(h)(w, r)
 			return
 		}
 		if r.Method != http.MethodGet {

@@ -21,6 +21,7 @@ import (
 	"github.com/wlproj/wlproj/internal/httpserve"
 	"github.com/wlproj/wlproj/leader"
 	"github.com/wlproj/wlproj/outbox"
+	"github.com/wlproj/wlproj/policy"
 )
 
 // Defaults of Config. The CLI's flags take theirs from here.
@@ -87,6 +88,10 @@ type Config struct {
 	// MaxProcessing is the stuck cap the overview counts with. Defaults to
 	// 300s.
 	MaxProcessing time.Duration
+	// PolicyFile maps users and groups to roles: which projections and
+	// scope keys each may see and which actions take (package policy).
+	// Defaults to none: operators may do everything, read-only users look.
+	PolicyFile string
 	// SignInPerMinute and SignInBurst rate-limit sign-in attempts: per
 	// browser for a browser that signed in as the name before, else per
 	// client address and per user name; single sign-on callbacks per
@@ -262,6 +267,7 @@ type Console struct {
 	deps Deps
 	// users is nil without a users file: single sign-on only.
 	users    *users
+	policy   *policy.Policy
 	sessions *sessions
 	// oidc is nil without single sign-on.
 	oidc    *oidcProvider
@@ -304,11 +310,15 @@ func New(cfg Config, deps Deps) (*Console, error) {
 	if err != nil {
 		return nil, err
 	}
+	pol, err := loadPolicy(cfg.PolicyFile, deps.Projections)
+	if err != nil {
+		return nil, err
+	}
 	p, err := loadPages()
 	if err != nil {
 		return nil, err
 	}
-	c := &Console{cfg: cfg, deps: deps, users: u, sessions: sess, oidc: op, pages: p,
+	c := &Console{cfg: cfg, deps: deps, users: u, policy: pol, sessions: sess, oidc: op, pages: p,
 		limiter: newSignInLimiter(cfg.SignInPerMinute, cfg.SignInBurst)}
 	if c.deps.Horizon == nil {
 		c.deps.Horizon = &outbox.HorizonWatch{}

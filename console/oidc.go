@@ -34,12 +34,7 @@ import (
 	"golang.org/x/oauth2"
 
 	"github.com/wlproj/wlproj/internal/bounds"
-)
-
-// How a session signed in: outbox_console_sessions.auth.
-const (
-	authPassword = "password"
-	authOIDC     = "oidc"
+	"github.com/wlproj/wlproj/policy"
 )
 
 // OIDCCallbackPath is the path of the redirect URL the provider sends the
@@ -150,9 +145,10 @@ func (c *Console) warmUp(ctx context.Context) {
 
 // user is the signed-in OpenID user name, in groups.
 func (p *oidcProvider) user(name string, groups []string) *user {
-	// Read-only until the policy layer maps groups to roles: an OpenID
-	// user is in no users file, so nothing here says who may act.
-	return &user{Name: name, ReadOnly: true, Auth: authOIDC, Groups: groups}
+	// Read-only unless the policy file (OUTBOX_POLICY_FILE) grants the
+	// user's name or groups a role: an OpenID user is in no users file, so
+	// without a policy nothing says who may act.
+	return &user{Name: name, ReadOnly: true, Auth: policy.AuthOIDC, Groups: groups}
 }
 
 // oidcStart begins a sign-in at the provider. It is a POST with the form
@@ -354,7 +350,7 @@ func (c *Console) openOIDCSession(w http.ResponseWriter, r *http.Request, name s
 		c.fail(w, r, err)
 		return
 	}
-	if _, err := c.deps.Pool.Exec(r.Context(), signInSQL, signInArgs(sess, name, c.oidc.mark, authOIDC, groups,
+	if _, err := c.deps.Pool.Exec(r.Context(), signInSQL, signInArgs(sess, name, c.oidc.mark, policy.AuthOIDC, groups,
 		c.sessions.ttl)); err != nil {
 		c.fail(w, r, fmt.Errorf("record the session: %w", err))
 		return
@@ -363,7 +359,7 @@ func (c *Console) openOIDCSession(w http.ResponseWriter, r *http.Request, name s
 		c.fail(w, r, err)
 		return
 	}
-	c.deps.Log.Info().Str("user", name).Str("auth", authOIDC).Strs("groups", groups).Str("remote", clientIP(r)).
+	c.deps.Log.Info().Str("user", name).Str("auth", policy.AuthOIDC).Strs("groups", groups).Str("remote", clientIP(r)).
 		Msg("console sign-in")
 	c.continueTo(w, r, next)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/wlproj/wlproj/leader"
 	"github.com/wlproj/wlproj/outbox"
+	"github.com/wlproj/wlproj/policy"
 	"github.com/wlproj/wlproj/replay"
 	"github.com/wlproj/wlproj/verify"
 )
@@ -40,6 +41,9 @@ type overviewView struct {
 	// projections hash beside the leader's; nil without a hash.
 	Specs     []ProjectionInfo
 	Agreement *outbox.ProjectionsAgreement
+	// Scoped is an actor who may not view every scope of every projection:
+	// the counts over all scopes are not theirs to see.
+	Scoped bool
 }
 
 type replicaRow struct {
@@ -50,6 +54,10 @@ type replicaRow struct {
 }
 
 func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
+	if !seesEveryScope(grantsOf(r), c.deps.Projections) {
+		c.scopedOverview(w, r)
+		return
+	}
 	ctx := r.Context()
 	v := overviewView{MaxProcessing: c.cfg.MaxProcessing}
 	var err error
@@ -75,7 +83,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v.Done, v.Failed = activityCharts(buckets)
-	if v.Stats, err = replay.Stats(ctx, c.deps.Pool, replay.Filter{}); err != nil {
+	if v.Stats, err = replay.Stats(ctx, c.deps.Pool, replay.Filter{Allowed: viewAllowed(r)}); err != nil {
 		c.fail(w, r, err)
 		return
 	}
@@ -96,6 +104,30 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v.Specs = c.withWaiting(c.deps.ProjectionSpecs)
+	c.render(w, r, http.StatusOK, "overview", "Overview", v)
+}
+
+// seesEveryScope reports whether g may view every scope of every
+// projection: the counts over all scopes (lag, backlog, charts, stuck
+// rows, verify's drift, the horizon) are shown only then.
+func seesEveryScope(g *policy.Grants, projections []string) bool {
+	for _, p := range projections {
+		if !g.Whole(policy.View, p) {
+			return false
+		}
+	}
+	return true
+}
+
+// scopedOverview is the overview of an actor held to some scopes: the
+// failed rows of those scopes by projection and reason.
+func (c *Console) scopedOverview(w http.ResponseWriter, r *http.Request) {
+	v := overviewView{Scoped: true}
+	var err error
+	if v.Stats, err = replay.Stats(r.Context(), c.deps.Pool, replay.Filter{Allowed: viewAllowed(r)}); err != nil {
+		c.fail(w, r, err)
+		return
+	}
 	c.render(w, r, http.StatusOK, "overview", "Overview", v)
 }
 
@@ -174,7 +206,7 @@ func (c *Console) rows(w http.ResponseWriter, r *http.Request, archived bool) {
 	raw := r.URL.Query()
 	q, qerr := parseFailedQuery(raw, time.Now(), archived)
 	name, title := "failed", "Failed events"
-	choices := map[string][]string{"projection": c.deps.Projections, "class": classes}
+	choices := map[string][]string{"projection": grantsOf(r).Visible(policy.View, c.deps.Projections), "class": classes}
 	if archived {
 		// The reasons of the dead letter would take a scan of it: typed.
 		name, title = "archived", "Archived events"
@@ -195,6 +227,7 @@ func (c *Console) rows(w http.ResponseWriter, r *http.Request, archived bool) {
 		return
 	}
 	v.describeFilter(q.typed, archiveBy)
+	q.filter.Allowed = viewAllowed(r)
 	var err error
 	if v.Count, err = replay.Count(ctx, c.deps.Pool, q.filter); err != nil {
 		c.fail(w, r, err)
@@ -347,14 +380,19 @@ func (c *Console) event(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
-	audits, err := outbox.AuditLog(r.Context(), c.deps.Pool, outbox.AuditFilter{EventID: id, Limit: 100})
+	if !c.mayView(w, r, id, d.Projection, d.ScopeKey) {
+		return
+	}
+	audits, err := outbox.AuditLog(r.Context(), c.deps.Pool, outbox.AuditFilter{EventID: id, Limit: 100, Allowed: viewAllowed(r)})
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
-	operator := !requestOf(r).user.ReadOnly
-	v := eventView{Event: d, Audits: audits, CanRestore: operator && !d.ArchivedAt.IsZero() && d.Status != outbox.StatusDiscarded,
-		CanAct: operator && d.Status == outbox.StatusFailed && d.ArchivedAt.IsZero()}
+	g := grantsOf(r)
+	v := eventView{Event: d, Audits: audits,
+		CanRestore: g.Can(policy.Restore, d.Projection, d.ScopeKey) && !d.ArchivedAt.IsZero() && d.Status != outbox.StatusDiscarded,
+		CanAct: (g.Can(policy.Replay, d.Projection, d.ScopeKey) || g.Can(policy.Discard, d.Projection, d.ScopeKey)) &&
+			d.Status == outbox.StatusFailed && d.ArchivedAt.IsZero()}
 	c.render(w, r, http.StatusOK, "event", "Event "+strconv.FormatInt(id, 10), v)
 }
 
@@ -378,6 +416,7 @@ func (c *Console) audit(w http.ResponseWriter, r *http.Request) {
 		c.renderError(w, r, http.StatusBadRequest, "audit", "Audit log", v, err.Error())
 		return
 	}
+	f.Allowed = viewAllowed(r)
 	// One row past the page tells whether there are older ones.
 	limit := f.Limit
 	f.Limit++
@@ -475,6 +514,9 @@ func (c *Console) auditEntry(w http.ResponseWriter, r *http.Request) {
 		return
 	case err != nil:
 		c.fail(w, r, err)
+		return
+	}
+	if !c.mayViewAudit(w, r, a) {
 		return
 	}
 	v := auditEntryView{Entry: a}

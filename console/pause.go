@@ -28,6 +28,9 @@ func (c *Console) pause(w http.ResponseWriter, r *http.Request) {
 		c.refuse(w, r, http.StatusBadRequest, "Say why: the reason goes to the audit row with your name. Nothing changed.")
 		return
 	}
+	if !c.mayPause(w, r, projection) {
+		return
+	}
 	u := requestOf(r).user
 	res, err := outbox.SetPaused(r.Context(), c.deps.Pool, outbox.PauseRequest{Projection: projection, Paused: op == "pause",
 		By: u.Name, Why: why, Known: c.deps.Projections})
@@ -50,7 +53,7 @@ func (c *Console) pause(w http.ResponseWriter, r *http.Request) {
 		c.refuse(w, r, http.StatusConflict, msg)
 		return
 	}
-	c.deps.Log.Info().Str("user", u.Name).Str("op", op).Str("projection", projection).Int64("audit_id", res.AuditID).
+	c.logOf(r).Info().Str("user", u.Name).Str("op", op).Str("projection", projection).Int64("audit_id", res.AuditID).
 		Str("why", why).Msg("console pause")
 	http.Redirect(w, r, Prefix+"?notice="+op+"d", http.StatusSeeOther)
 }

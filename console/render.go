@@ -157,7 +157,7 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, context.DeadlineExceeded) {
 		status = http.StatusGatewayTimeout
 	}
-	c.deps.Log.Error().Err(err).Str("path", r.URL.Path).Msg("console request failed")
+	c.logOf(r).Error().Err(err).Str("path", r.URL.Path).Msg("console request failed")
 	c.renderError(w, r, status, "message", "Error", nil, "Something failed: "+err.Error())
 }
 

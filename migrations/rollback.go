@@ -48,7 +48,7 @@ func Down(ctx context.Context, databaseURL string, want Expect, cfg Config, rb R
 		if err != nil {
 			return err
 		}
-		return rb.audit(ctx, db, undo)
+		return rb.audit(ctx, db, undo, applied[outbox.AuditActorVersion])
 	}
 	return migrate(ctx, databaseURL, want, cfg, log, before, func(ctx context.Context, p *goose.Provider) ([]*goose.MigrationResult, error) {
 		return p.DownTo(ctx, rb.To)
@@ -109,7 +109,11 @@ func (rb Rollback) undo(known []int64, applied map[int64]bool) ([]int64, error) 
 
 // audit writes the rollback's audit row, in its own transaction, before
 // anything is undone: a rollback that fails halfway is on record too.
-func (rb Rollback) audit(ctx context.Context, db *sql.DB, undo []int64) error {
+func (rb Rollback) audit(ctx context.Context, db *sql.DB, undo []int64, withActor bool) error {
+	write := outbox.WriteAudit
+	if !withActor {
+		write = outbox.WriteAuditBefore27
+	}
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return err
@@ -125,7 +129,7 @@ func (rb Rollback) audit(ctx context.Context, db *sql.DB, undo []int64) error {
 			return err
 		}
 		defer tx.Rollback(ctx) //nolint:errcheck
-		_, _, err = outbox.WriteAudit(ctx, tx, outbox.Audit{Action: "migrate", By: rb.By, Why: rb.Why,
+		_, _, err = write(ctx, tx, outbox.Audit{Action: "migrate", By: rb.By, Why: rb.Why,
 			Selector: map[string]any{"direction": "down", "from": undo[0], "to": rb.To, "undo": undo}, Count: int64(len(undo))})
 		if err != nil {
 			return fmt.Errorf("refusing to roll back: %w; nothing was changed", err)

@@ -22,6 +22,13 @@ import (
 // unchanged (its sign-ins take the columns' defaults): the upgrade is the
 // usual one, migrate, then restart the standby, then the leader.
 //
+// Before that, 27: every audit row names its actor and request id
+// (outbox_replay_audit.actor and request_id, which 00027 adds), and the
+// policy's refusals and unmasked reads are audit actions the check of 27
+// accepts. A binary of before 27 runs on 27 unchanged (it leaves both
+// columns empty): the upgrade is the usual one, migrate, then restart the
+// standby, then the leader.
+//
 // 26 (the backlog steps over the rows of transactions in progress, and
 // the insert trigger's NOTIFY can be turned off for a two-phase commit)
 // does not raise it: it redefines functions with the same signatures and

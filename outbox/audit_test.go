@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wlproj/wlproj/outbox"
+	"github.com/wlproj/wlproj/policy"
 )
 
 func TestAuditLogFilters(t *testing.T) {
@@ -66,4 +67,56 @@ func TestAuditedSinceUsesItsIndex(t *testing.T) {
 	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	require.Contains(t, strings.Join(plan, "\n"), "outbox_replay_audit_by_time_idx")
+}
+
+// Every audit row records the actor of its context and the (projection,
+// scope key) pairs of the events it took, and a scoped reader of the trail
+// sees only the rows all of whose pairs its grants allow.
+func TestAuditRecordsTheActorAndIsHeldToTheReadersScope(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var lib3, lib4 int64
+	require.NoError(t, b.Pool.QueryRow(ctx, `INSERT INTO outbox_events (projection, entity_type, entity_id, op, payload, scope_key)
+		VALUES ('books', 'book', '1', 'upsert', '{}', 'library-3') RETURNING id`).Scan(&lib3))
+	require.NoError(t, b.Pool.QueryRow(ctx, `INSERT INTO outbox_events (projection, entity_type, entity_id, op, payload, scope_key)
+		VALUES ('books', 'book', '2', 'upsert', '{}', 'library-4') RETURNING id`).Scan(&lib4))
+	write := func(a outbox.Audit, who *policy.Actor) int64 {
+		tx, err := b.Pool.Begin(ctx)
+		require.NoError(t, err)
+		id, _, err := outbox.WriteAudit(policy.With(ctx, who), tx, a)
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+		return id
+	}
+	ada := &policy.Actor{User: "ada", Auth: policy.AuthOIDC, Via: policy.ViaConsole, RequestID: "REQ1", Roles: []string{"lib3"}}
+	only3 := write(outbox.Audit{Action: "replay", By: "ada", Why: "t", EventIDs: []int64{lib3}, Count: 1}, ada)
+	both := write(outbox.Audit{Action: "discard", By: "ada", Why: "t", EventIDs: []int64{lib3, lib4}, Count: 2}, ada)
+	pause := write(outbox.Audit{Action: "pause", By: "ada", Why: "t", Projection: "books"}, policy.CLI("ada"))
+	b.Exec(t, `INSERT INTO outbox_replay_audit (action, replayed_by, reason, selector, event_count, event_ids)
+		VALUES ('replay', 'old', 'before 27', '{}', 1, ARRAY[$1::bigint])`, lib3)
+
+	e, err := outbox.ReadAudit(ctx, b.Pool, only3)
+	require.NoError(t, err)
+	require.Equal(t, "REQ1", e.RequestID)
+	require.JSONEq(t, `{"user":"ada","roles":["lib3"],"auth":"oidc","via":"console","request_id":"REQ1"}`, string(e.Actor))
+
+	ids := func(allowed *policy.Allowed) []int64 {
+		got, err := outbox.AuditLog(ctx, b.Pool, outbox.AuditFilter{Allowed: allowed})
+		require.NoError(t, err)
+		var out []int64
+		for _, a := range got {
+			if a.ID >= only3 {
+				out = append(out, a.ID)
+			}
+		}
+		return out
+	}
+	lib3Grants := policy.NewGrants(policy.Grant{Role: "lib3", Projections: []string{"books"}, Scopes: []string{"library-3"}})
+	require.Equal(t, []int64{only3}, ids(lib3Grants.Allowed(policy.View)),
+		"a row that also took library-4's event, a pause of the whole projection and a row of before 27 are not library-3's")
+	require.Equal(t, []int64{pause + 1, pause, both, only3}, ids(nil))
+	everyScope := policy.NewGrants(policy.Grant{Role: "books", Projections: []string{"books"}, Scopes: []string{"*"}})
+	require.Equal(t, []int64{pause, both, only3}, ids(everyScope.Allowed(policy.View)))
+	require.Empty(t, ids(policy.NewGrants().Allowed(policy.View)))
 }

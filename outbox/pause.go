@@ -141,7 +141,7 @@ func setPaused(ctx context.Context, tx pgx.Tx, req PauseRequest, action string) 
 	}
 	res.State, res.Changed = st, true
 	if res.AuditID, _, err = WriteAudit(ctx, tx, Audit{Action: action, By: req.By, Why: req.Why,
-		Selector: map[string]string{"projection": req.Projection}}); err != nil {
+		Selector: map[string]string{"projection": req.Projection}, Projection: req.Projection}); err != nil {
 		return res, err
 	}
 	if req.Paused {

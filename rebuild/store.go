@@ -162,7 +162,8 @@ type auditEntry struct {
 }
 
 func audit(ctx context.Context, tx pgx.Tx, by, why string, count int64, entry auditEntry) error {
-	_, _, err := outbox.WriteAudit(ctx, tx, outbox.Audit{Action: "rebuild", By: by, Why: why, Selector: entry, Count: count})
+	_, _, err := outbox.WriteAudit(ctx, tx, outbox.Audit{Action: "rebuild", By: by, Why: why, Selector: entry, Count: count,
+		Projection: entry.Row.Projection})
 	return err
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/wlproj/wlproj/internal/bounds"
+	"github.com/wlproj/wlproj/policy"
 )
 
 // BatchDefault is the most rows one transaction of a batched action
@@ -47,6 +48,9 @@ type ArchiveRequest struct {
 	// The batched archive needs no cap.
 	Max int
 	Yes bool
+	// Allowed holds the archive to the rows the actor may archive, as
+	// Request.Allowed.
+	Allowed *policy.Allowed
 }
 
 // archiveSQL moves rows in one statement; the status check makes it a
@@ -80,7 +84,8 @@ func Archive(ctx context.Context, db Beginner, ar ArchiveRequest) (Report, error
 	ar.BatchSize = cmp.Or(ar.BatchSize, BatchDefault)
 	now := time.Now()
 	req := Request{IDs: ar.IDs, Projection: ar.Projection, Reason: ar.Reason, Until: cmp.Or(ar.Before, now.Add(-ar.OlderThan)),
-		By: ar.By, Why: ar.Why, DryRun: ar.DryRun, Given: ar.Given, Expect: ar.Expect, Max: ar.Max, Yes: ar.Yes}
+		By: ar.By, Why: ar.Why, DryRun: ar.DryRun, Given: ar.Given, Expect: ar.Expect, Max: ar.Max, Yes: ar.Yes,
+		Allowed: ar.Allowed}
 	rep := Report{DryRun: ar.DryRun}
 	if err := req.check(archiveAction.doing); err != nil {
 		return rep, err

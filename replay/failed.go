@@ -12,6 +12,7 @@ import (
 
 	"github.com/wlproj/wlproj/internal/bounds"
 	"github.com/wlproj/wlproj/outbox"
+	"github.com/wlproj/wlproj/policy"
 )
 
 // Filter selects failed rows, or archived ones. Zero fields do not filter;
@@ -33,6 +34,9 @@ type Filter struct {
 	// Archived reads the dead letter (outbox_dead_letter) instead of the
 	// failed rows of outbox_events.
 	Archived bool
+	// Allowed holds every read and action to the rows the reader's grants
+	// allow (policy.Grants.Allowed); nil: every row.
+	Allowed *policy.Allowed
 }
 
 // FailedEvent is a failed row as triage sees it.
@@ -68,7 +72,10 @@ type Stat struct {
 // filterWhere is shared by listing, stats, paging and every action, with
 // the parameters $1 projection, $2 reason, $3 since, $4 until, $5
 // entity_type, $6 scope_key, $7 error_class, $8 text in last_error, each
-// NULL when not filtering. The text is escaped, so that % and _ in it are
+// NULL when not filtering, and $9 and $10 the pairs of LIKE patterns of
+// projection and scope key the reader's grants allow (policy.Allowed),
+// NULL for every row: what a person filters by narrows what their grants
+// allow, never widens it. The text is escaped, so that % and _ in it are
 // themselves, and matched as lower(last_error) LIKE, the form the trigram
 // index outbox_events_failed_error_idx serves (migration 00008).
 const filterWhere = `($1::text IS NULL OR projection = $1)
@@ -79,11 +86,13 @@ const filterWhere = `($1::text IS NULL OR projection = $1)
    AND ($6::text IS NULL OR scope_key = $6)
    AND ($7::text IS NULL OR coalesce(error_class, '') = $7)
    AND ($8::text IS NULL OR lower(last_error) LIKE
-        '%' || replace(replace(replace(lower($8), '\', '\\'), '%', '\%'), '_', '\_') || '%')`
+        '%' || replace(replace(replace(lower($8), '\', '\\'), '%', '\%'), '_', '\_') || '%')
+   AND ($9::text[] IS NULL OR EXISTS (SELECT 1 FROM unnest($9::text[], $10::text[]) AS allowed(p, s)
+                                       WHERE projection LIKE allowed.p AND coalesce(scope_key, '') LIKE allowed.s))`
 
 // filterParams is how many parameters filterWhere takes; a query's own
 // come after them.
-const filterParams = 8
+const filterParams = 10
 
 // rowSet is the rows an action or a listing reads: a table, and the
 // statuses in it that count. Its SQL is put together once, from the
@@ -101,14 +110,14 @@ type rowSet struct {
 	// unwanted ids can be reported; wanted and matches say why one is left.
 	// readByIDs is the same without the lock, for a dry run.
 	byIDs, readByIDs string
-	// locked locks the wanted rows a filter matches, lowest id first; $9 is
+	// locked locks the wanted rows a filter matches, lowest id first; $11 is
 	// the limit, NULL for all. lowest reads them without the lock.
 	locked, lowest string
-	// oldest locks the $9 wanted rows a filter matches that failed first:
+	// oldest locks the $11 wanted rows a filter matches that failed first:
 	// a batch of a large selection, found by walking the partial indexes
 	// of its statuses in the order of failure, where locked would read and
-	// sort every match for each batch. page reads, without a lock, the $9
-	// that failed first after the position ($10 the time of failure, $11
+	// sort every match for each batch. page reads, without a lock, the $11
+	// that failed first after the position ($12 the time of failure, $13
 	// the id): a page of a dry run. Both empty for the dead letter.
 	oldest, page string
 	count        string
@@ -178,13 +187,13 @@ func newRowSet(table, archivedAt, status, want, unknown string) rowSet {
 	byIDs := `SELECT ` + rowCols(archivedAt, shownStatus(table)) + `, ` + status + ` AS wanted,
        coalesce(` + filterWhere + `, false) AS matches
   FROM ` + table + `
- WHERE id = ANY($9)
+ WHERE id = ANY($11)
  ORDER BY id`
 	lowest := `SELECT ` + cols + `
   FROM ` + table + `
  WHERE ` + where + `
  ORDER BY id
- LIMIT $9`
+ LIMIT $11`
 	return rowSet{
 		want: want, unknown: unknown, table: table, cols: cols, where: where,
 		byIDs: byIDs + "\n FOR UPDATE", readByIDs: byIDs,
@@ -194,21 +203,21 @@ func newRowSet(table, archivedAt, status, want, unknown string) rowSet {
   FROM ` + table + `
  WHERE ` + where + `
  ORDER BY updated_at DESC, id DESC
- LIMIT $9`,
+ LIMIT $11`,
 		stats: statsPageSQL(table, where),
 	}
 }
 
 // statsPageSQL counts one page of the rows of table matching where, by
-// projection and reason, with the page's last position: $9 and $10 are
+// projection and reason, with the page's last position: $11 and $12 are
 // the position after which the page starts (the time of failure and the
 // id; for the dead letter, whose page walks the primary key, the id alone
-// counts), $11 the page's size. A page of the failed rows walks
+// counts), $13 the page's size. A page of the failed rows walks
 // outbox_events_failed_time_idx.
 func statsPageSQL(table, where string) string {
-	key, after := "updated_at, id", "(updated_at, id) > ($9::timestamptz, $10::bigint)"
+	key, after := "updated_at, id", "(updated_at, id) > ($11::timestamptz, $12::bigint)"
 	if table == "outbox_dead_letter" {
-		key, after = "id", "($9::timestamptz IS NOT NULL AND id > $10::bigint)"
+		key, after = "id", "($11::timestamptz IS NOT NULL AND id > $12::bigint)"
 	}
 	last := func(col string) string {
 		return `(SELECT ` + col + ` FROM page ORDER BY ` + strings.ReplaceAll(key, ",", " DESC,") + ` DESC LIMIT 1)`
@@ -217,7 +226,7 @@ func statsPageSQL(table, where string) string {
   SELECT projection, error_reason, error_class, updated_at, id FROM ` + table + `
    WHERE ` + where + `
      AND ` + after + `
-   ORDER BY ` + key + ` LIMIT $11)
+   ORDER BY ` + key + ` LIMIT $13)
 SELECT projection, coalesce(error_reason, ''), coalesce(max(error_class), ''), count(*), min(updated_at), max(updated_at),
        ` + last("updated_at") + `, ` + last("id") + `
   FROM page
@@ -232,25 +241,26 @@ func withOldest(r rowSet, statuses ...string) rowSet {
 		arms := make([]string, len(statuses))
 		for i, st := range statuses {
 			arms[i] = `(SELECT id, updated_at FROM ` + r.table + ` WHERE status = '` + st + `' AND ` + filterWhere + after + `
-         ORDER BY updated_at, id LIMIT $9)`
+         ORDER BY updated_at, id LIMIT $11)`
 		}
 		return `SELECT ` + r.cols + `
   FROM ` + r.table + `
  WHERE id = ANY(ARRAY(SELECT id FROM (` + strings.Join(arms, "\n       UNION ALL ") + `) c
-                       ORDER BY updated_at, id LIMIT $9))
+                       ORDER BY updated_at, id LIMIT $11))
    AND ` + r.where
 	}
 	r.oldest = firstFailed("") + `
  ORDER BY id
  FOR UPDATE`
-	r.page = firstFailed(` AND (updated_at, id) > ($10::timestamptz, $11::bigint)`) + `
+	r.page = firstFailed(` AND (updated_at, id) > ($12::timestamptz, $13::bigint)`) + `
  ORDER BY updated_at, id`
 	return r
 }
 
 func (f Filter) args() []any {
 	return []any{nullString(f.Projection), nullString(f.Reason), nullTime(f.Since), nullTime(f.Until),
-		nullString(f.EntityType), nullString(f.ScopeKey), nullString(f.Class), nullString(f.Text)}
+		nullString(f.EntityType), nullString(f.ScopeKey), nullString(f.Class), nullString(f.Text),
+		f.Allowed.ProjectionsArg(), f.Allowed.ScopesArg()}
 }
 
 func (f Filter) rows() rowSet {
@@ -370,4 +380,26 @@ func nullTime(t time.Time) any {
 		return nil
 	}
 	return t
+}
+
+// NotAllowed are those of ids that name rows (failed or not; archived
+// ones when archived) that allowed does not allow; none for a nil allowed.
+// An action checks its ids with it first, so that an id of another scope
+// is refused as such, not left out as if a filter had skipped it.
+func NotAllowed(ctx context.Context, db outbox.Querier, archived bool, ids []int64, allowed *policy.Allowed) ([]int64, error) {
+	if allowed == nil || len(ids) == 0 {
+		return nil, nil
+	}
+	table := "outbox_events"
+	if archived {
+		table = "outbox_dead_letter"
+	}
+	rows, err := db.Query(ctx, `SELECT id FROM `+table+` WHERE id = ANY($1) AND NOT EXISTS (
+		SELECT 1 FROM unnest($2::text[], $3::text[]) AS allowed(p, s)
+		 WHERE projection LIKE allowed.p AND coalesce(scope_key, '') LIKE allowed.s) ORDER BY id`,
+		ids, allowed.Projections, allowed.Scopes)
+	if err != nil {
+		return nil, fmt.Errorf("check the ids against the policy: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int64])
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/wlproj/wlproj/internal/bounds"
 	"github.com/wlproj/wlproj/outbox"
+	"github.com/wlproj/wlproj/policy"
 )
 
 const (
@@ -72,12 +73,16 @@ type Request struct {
 	// is one transaction; more go in transactions of BatchDefault, each
 	// leaving alone a row changed since the check (action.confirmed).
 	Expect string
+	// Allowed holds the request to the rows the actor's grants allow for
+	// this action (policy.Grants.Allowed), dry run and action alike; nil:
+	// every row. It is not a selector: a request still needs one.
+	Allowed *policy.Allowed
 }
 
 // filter is the Filter of the request's selectors other than IDs.
 func (r Request) filter() Filter {
 	return Filter{Projection: r.Projection, Reason: r.Reason, Since: r.Since, Until: r.Until,
-		EntityType: r.EntityType, ScopeKey: r.ScopeKey, Class: r.Class, Text: r.Text}
+		EntityType: r.EntityType, ScopeKey: r.ScopeKey, Class: r.Class, Text: r.Text, Allowed: r.Allowed}
 }
 
 // Report says what an action did, or would do, or why it refused.
@@ -204,7 +209,7 @@ func (r *Request) check(doing string) error {
 		return &AuditRequiredError{Doing: doing}
 	case r.By == AutoBy:
 		return bounds.Invalid("By", "%q is reserved for the auto-replay policy", AutoBy)
-	case len(r.IDs) == 0 && r.filter() == Filter{}:
+	case len(r.IDs) == 0 && r.filter() == Filter{Allowed: r.Allowed}:
 		return ErrNoSelector
 	case r.Limit < 0:
 		return bounds.Invalid("Limit", "must not be negative, got %d", r.Limit)
