@@ -445,3 +445,40 @@ func TestPasswordSignInAlone(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, c.post(Prefix+"oidc/start", url.Values{}).code)
 	require.Equal(t, http.StatusNotFound, c.get(OIDCCallbackPath+"?code=x&state=y").code)
 }
+
+// TestSingleSignOnGroupsMapToRoles: the policy file grants grace's group a
+// role, so grace, read-only without it, replays; the audit row names her
+// sign-in and groups.
+func TestSingleSignOnGroupsMapToRoles(t *testing.T) {
+	t.Parallel()
+	b := setupOIDC(t, 0, withPolicy(t, `
+roles:
+  ops:
+    actions: [replay, discard]
+    projections: ["*"]
+    scopes: ["*"]
+groups:
+  wlproj-operators: [ops]
+`))
+	ids := b.failed(t, 2, "mapping_error", time.Hour)
+	grace := b.client(t)
+	page := grace.ssoSignIn(Prefix)
+	require.Equal(t, http.StatusOK, page.code, page.body)
+	require.NotContains(t, page.body, `<span class="tag">read-only</span>`)
+
+	r := grace.post(Prefix+"actions/dry-run", url.Values{"action": {"replay"}, "scope": {"ids"}, "id": {itoa(ids[0])}})
+	require.Equal(t, http.StatusOK, r.code, r.body)
+	form := confirmForm(t, r.body)
+	form.Set("why", "fixed the mapping")
+	r = grace.post(Prefix+"actions/apply", form)
+	require.Equal(t, http.StatusSeeOther, r.code, r.body)
+	require.Equal(t, 1, b.count(t, `status = 'pending'`))
+	var by, auth string
+	var groups []string
+	require.NoError(t, b.db.Pool.QueryRow(b.ctx, `SELECT replayed_by, actor->>'auth',
+		ARRAY(SELECT jsonb_array_elements_text(actor->'groups')) FROM outbox_replay_audit WHERE action = 'replay'`).
+		Scan(&by, &auth, &groups))
+	require.Equal(t, graceEmail, by)
+	require.Equal(t, "oidc", auth)
+	require.Equal(t, graceGroups, groups)
+}
