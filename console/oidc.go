@@ -22,6 +22,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -372,6 +373,6 @@ func oidcURLOK(raw string) bool {
 	if err != nil || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
 		return false
 	}
-	host := u.Hostname()
-	return u.Scheme == "https" || u.Scheme == "http" && (host == "localhost" || strings.HasPrefix(host, "127.") || host == "::1")
+	ip := net.ParseIP(u.Hostname())
+	return u.Scheme == "https" || u.Scheme == "http" && (u.Hostname() == "localhost" || ip != nil && ip.IsLoopback())
 }

@@ -367,6 +367,7 @@ func TestSingleSignOnConfig(t *testing.T) {
 		"OIDCIssuer \"http://sso.example\" is not an https:// URL": sso("http://sso.example", redirect),
 		"OIDCIssuer \"https://u:p@sso.example\"":                   sso("https://u:p@sso.example", redirect),
 		"OIDCIssuer \"sso.example\"":                               sso("sso.example", redirect),
+		"OIDCIssuer \"http://127.example.com/\"":                   sso("http://127.example.com/", redirect),
 		"OIDCRedirectURL \"https://wlproj.example/\" is not":       sso("https://sso.example", "https://wlproj.example/"),
 		"OIDCRedirectURL \"/console/oidc/callback\" is not":        sso("https://sso.example", OIDCCallbackPath),
 		"OIDCClientID is required":                                 {SessionTTL: time.Hour, OIDCIssuer: "https://sso.example"},
