@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -482,4 +483,56 @@ groups:
 	require.Equal(t, graceEmail, by)
 	require.Equal(t, "oidc", auth)
 	require.Equal(t, graceGroups, groups)
+}
+
+// syncLog is a log the console's handlers and the test may use at once.
+type syncLog struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// TestSingleSignOnSessionsFollowTheProviderConfig: a replica sharing the
+// session key takes grace's session while it names the same issuer and
+// client, and refuses it once the client changed; no code, token or
+// client secret is ever in the log, a refused replay included.
+func TestSingleSignOnSessionsFollowTheProviderConfig(t *testing.T) {
+	t.Parallel()
+	key := writeFile(t, strings.Repeat("k", 40)+"\n")
+	log := &syncLog{}
+	b := setupOIDC(t, 0, func(c *Config, d *Deps) { c.SessionKeyFile, d.Log = key, zerolog.New(log) })
+	grace := b.client(t)
+	cb := grace.dexLogin(grace.ssoStart(Prefix), graceEmail, gracePassword)
+	flow := grace.flowCookie()
+	landing := continued(t, grace.callback(cb))
+	require.Equal(t, http.StatusOK, grace.get(landing).code)
+	thief := b.client(t)
+	thief.setFlowCookie(flow)
+	require.Equal(t, http.StatusUnauthorized, thief.callback(cb).code, "the replayed code is refused")
+
+	same := b.con.cfg
+	require.Equal(t, http.StatusOK, b.replica(t, same).replayed(t, grace).get(Prefix).code, "same provider and client")
+	moved := b.con.cfg
+	moved.OIDCClientID = "another-client"
+	require.Equal(t, http.StatusSeeOther, b.replica(t, moved).replayed(t, grace).get(Prefix).code,
+		"a session of another client is over")
+
+	code := mustURL(t, cb).Query().Get("code")
+	require.NotEmpty(t, code)
+	logged := log.String()
+	require.Contains(t, logged, `"message":"console sign-in"`, "the log is the console's")
+	for _, secret := range []string{code, b.dex.ClientSecret, "eyJ"} {
+		require.NotContains(t, logged, secret)
+	}
 }
