@@ -47,6 +47,7 @@ type commandLine struct {
 	Queue   queueCmd   `cmd:"" help:"The queue's storage: rebase it after the database moved to another Postgres cluster. Audited."`
 
 	Projections projectionsCmd `cmd:"" help:"Check or list the projections file (OUTBOX_PROJECTIONS_FILE)."`
+	Policy      policyCmd      `cmd:"" help:"Check the console's policy file (OUTBOX_POLICY_FILE), or what one user may do."`
 	Build       versionCmd     `cmd:"" name:"version" help:"Print the version, commit, dirty flag, Go version and build date."`
 }
 

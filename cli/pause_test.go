@@ -99,3 +99,25 @@ func TestCmdPauseResumeAudited(t *testing.T) {
 		  FROM outbox_replay_audit ORDER BY id`)
 	require.Equal(t, []string{"pause alice INC-7 chronicle disk full chronicle 0 0", "resume alice disk replaced chronicle 0 0"}, actions)
 }
+
+// A command's audit row names its actor: --by, the OS user who ran it,
+// via the CLI, and the command's request id.
+func TestCmdAuditRowNamesTheCLIActor(t *testing.T) {
+	t.Parallel()
+	b := pauseBundle{db: harness.NewDatabase(t)}
+	code, _, errOut := b.run(t, "pause", "--projection", "chronicle", "--by", "alice", "--why", "INC-8")
+	require.Zero(t, code, errOut)
+	var user, via, auth, osUser, requestID, actorRequestID string
+	require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT actor->>'user', actor->>'via', actor->>'auth', actor->>'os_user',
+		       request_id, actor->>'request_id' FROM outbox_replay_audit WHERE action = 'pause'`).
+		Scan(&user, &via, &auth, &osUser, &requestID, &actorRequestID))
+	require.Equal(t, []string{"alice", "cli", "os"}, []string{user, via, auth})
+	require.NotEmpty(t, osUser)
+	require.Len(t, requestID, 16)
+	require.Equal(t, requestID, actorRequestID)
+	var projections, scopes []*string
+	require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT projections, scope_keys FROM outbox_replay_audit WHERE action = 'pause'`).
+		Scan(&projections, &scopes))
+	require.Equal(t, "chronicle", *projections[0])
+	require.Nil(t, scopes[0], "a pause takes the projection as a whole")
+}
