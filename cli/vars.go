@@ -91,6 +91,10 @@ func flagVars() map[string]string {
 		"search_projection":  projection.SearchName,
 		"elastic_index":      projection.IndexDefault,
 	}
+	v["console_oidc_callback"] = console.OIDCCallbackPath
+	v["console_oidc_username_claim"] = console.OIDCUsernameClaimDefault
+	v["console_oidc_groups_claim"] = console.OIDCGroupsClaimDefault
+	v["console_oidc_scopes"] = strings.Join(console.OIDCScopesDefault, ",")
 	for name, s := range intVars {
 		v[name], v[name+"_range"] = strconv.Itoa(s.def), rangeText(s.rng)
 	}

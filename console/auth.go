@@ -29,7 +29,8 @@ import (
 	"github.com/wlproj/wlproj/policy"
 )
 
-// user is someone who may sign in.
+// user is someone who may sign in: from the users file, or from the
+// OpenID provider (see oidc.go), who is in no file.
 type user struct {
 	Name string
 	// ReadOnly is a user who may take no action: a read-only user of the
@@ -119,7 +120,11 @@ func loadUsers(path string, readOnly []string) (*users, error) {
 
 // compared is the user named name, nil if there is none, and the hash a
 // sign-in as name compares the password with: the user's, or the dummy.
+// Without a users file (single sign-on alone) there is no one.
 func (u *users) compared(name string) (*user, []byte) {
+	if u == nil {
+		return nil, nil
+	}
 	if usr := u.byName[name]; usr != nil {
 		return usr, usr.hash
 	}
@@ -153,6 +158,7 @@ const cookieName = "wlproj_console"
 type sessions struct {
 	codec   *securecookie.SecureCookie
 	devices *securecookie.SecureCookie
+	flows   *securecookie.SecureCookie
 	csrfKey []byte
 	markKey []byte
 	ttl     time.Duration
@@ -190,7 +196,7 @@ func newSessions(keyFile string, ttl time.Duration) (*sessions, error) {
 	}
 	codec := securecookie.New(derive("cookie hash", 32), derive("cookie block", 32)).
 		SetSerializer(securecookie.JSONEncoder{}).MaxAge(int(ttl.Seconds()))
-	return &sessions{codec: codec, devices: newDeviceCodec(derive), csrfKey: derive("form token", 32),
+	return &sessions{codec: codec, devices: newDeviceCodec(derive), flows: newFlowCodec(derive), csrfKey: derive("form token", 32),
 		markKey: derive("password mark", 32), ttl: ttl}, nil
 }
 
@@ -260,32 +266,50 @@ WITH expired AS (
    WHERE id IN (SELECT id FROM outbox_console_sessions WHERE expires_at < now()
                  ORDER BY expires_at LIMIT @prune)
 )
-INSERT INTO outbox_console_sessions (id, username, password_mark, expires_at)
-VALUES (@id, @user, @mark, now() + make_interval(secs => @ttl_secs))`
+INSERT INTO outbox_console_sessions (id, username, password_mark, expires_at, auth, groups)
+VALUES (@id, @user, @mark, now() + make_interval(secs => @ttl_secs), @auth, @groups)`
+
+// signInArgs are signInSQL's arguments for sess of user, signed in by auth.
+func signInArgs(sess *session, user, mark, auth string, groups []string, ttl time.Duration) pgx.NamedArgs {
+	return pgx.NamedArgs{"id": sess.SID, "user": user, "mark": mark, "ttl_secs": ttl.Seconds(),
+		"prune": sessionPruneBatch, "auth": auth, "groups": append([]string{}, groups...)}
+}
 
 // liveSQL reads a session that has not ended, by its primary key.
 const liveSQL = `
-SELECT password_mark FROM outbox_console_sessions
+SELECT password_mark, auth, groups FROM outbox_console_sessions
  WHERE id = $1 AND username = $2 AND revoked_at IS NULL AND expires_at > now()`
 
 // signOutSQL ends a session on every replica; a second sign-out of the
 // same session changes nothing.
 const signOutSQL = `UPDATE outbox_console_sessions SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL`
 
-// live reports whether the signed-in session sess of u has not ended: not
-// signed out, not expired, and opened with the password the users file
-// holds now. Every replica reads the same row, so a sign-out on one ends
-// the session on all.
-func (c *Console) live(ctx context.Context, sess *session, u *user) (bool, error) {
-	var mark string
-	err := c.deps.Pool.QueryRow(ctx, liveSQL, sess.SID, u.Name).Scan(&mark)
+// sessionUser is the user of the signed-in session sess if it has not
+// ended, else nil: not signed out, not expired, and for a user of the
+// users file opened with the password the file holds now, for an OpenID
+// user opened through the provider and client configured now. Every
+// replica reads the same row, so a sign-out on one ends the session on all.
+func (c *Console) sessionUser(ctx context.Context, sess *session) (*user, error) {
+	var mark, auth string
+	var groups []string
+	err := c.deps.Pool.QueryRow(ctx, liveSQL, sess.SID, sess.User).Scan(&mark, &auth, &groups)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return false, nil
+		return nil, nil
 	case err != nil:
-		return false, fmt.Errorf("read the session: %w", err)
+		return nil, fmt.Errorf("read the session: %w", err)
 	}
-	return hmac.Equal([]byte(mark), []byte(c.sessions.mark(u))), nil
+	switch auth {
+	case policy.AuthPassword:
+		if u, _ := c.users.compared(sess.User); u != nil && hmac.Equal([]byte(mark), []byte(c.sessions.mark(u))) {
+			return u, nil
+		}
+	case policy.AuthOIDC:
+		if c.oidc != nil && hmac.Equal([]byte(mark), []byte(c.oidc.mark)) {
+			return c.oidc.user(sess.User, groups), nil
+		}
+	}
+	return nil, nil
 }
 
 // signInLimiter bounds sign-in attempts per key: per client address and
@@ -354,6 +378,18 @@ func clientIP(r *http.Request) string {
 type signInView struct {
 	Next string
 	Name string
+	// Password offers the users file's form; Provider, when set, the
+	// single sign-on button "Sign in with Provider".
+	Password bool
+	Provider string
+}
+
+func (c *Console) signInView(next, name string) signInView {
+	v := signInView{Next: next, Name: name, Password: c.users != nil}
+	if c.oidc != nil {
+		v.Provider = c.cfg.OIDCProviderName
+	}
+	return v
 }
 
 func (c *Console) signInPage(w http.ResponseWriter, r *http.Request) {
@@ -362,12 +398,16 @@ func (c *Console) signInPage(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, Prefix, http.StatusSeeOther)
 		return
 	}
-	c.render(w, r, http.StatusOK, "signin", "Sign in", signInView{Next: safeNext(r.URL.Query().Get("next"))})
+	c.render(w, r, http.StatusOK, "signin", "Sign in", c.signInView(safeNext(r.URL.Query().Get("next")), ""))
 }
 
 func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 	name, password := strings.TrimSpace(r.PostFormValue("user")), r.PostFormValue("password")
-	view := signInView{Next: safeNext(r.PostFormValue("next")), Name: name}
+	view := c.signInView(safeNext(r.PostFormValue("next")), name)
+	if c.users == nil {
+		c.renderError(w, r, http.StatusNotFound, "signin", "Sign in", view, "Sign-in with a password is not configured here.")
+		return
+	}
 	named, _ := c.users.compared(name)
 	keys, known := c.sessions.signInKeys(r, named, name)
 	if !c.limiter.allow(time.Now(), keys...) {
@@ -389,8 +429,8 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
-	if _, err := c.deps.Pool.Exec(r.Context(), signInSQL, pgx.NamedArgs{"id": sess.SID, "user": u.Name,
-		"mark": c.sessions.mark(u), "ttl_secs": c.sessions.ttl.Seconds(), "prune": sessionPruneBatch}); err != nil {
+	if _, err := c.deps.Pool.Exec(r.Context(), signInSQL, signInArgs(sess, u.Name, c.sessions.mark(u), policy.AuthPassword, nil,
+		c.sessions.ttl)); err != nil {
 		c.fail(w, r, fmt.Errorf("record the session: %w", err))
 		return
 	}
@@ -467,15 +507,13 @@ func (c *Console) withSession(next http.Handler) http.Handler {
 		rq := &request{sess: c.sessions.read(r), id: policy.NewRequestID()}
 		w.Header().Set("X-Request-Id", rq.id)
 		if rq.sess != nil && rq.sess.User != "" {
-			if u := c.users.byName[rq.sess.User]; u != nil {
-				ok, err := c.live(r.Context(), rq.sess, u)
-				if err != nil {
-					c.fail(w, r.WithContext(context.WithValue(r.Context(), requestKey{}, rq)), err)
-					return
-				}
-				if ok {
-					r = c.withActor(r, rq, u)
-				}
+			u, err := c.sessionUser(r.Context(), rq.sess)
+			if err != nil {
+				c.fail(w, r.WithContext(context.WithValue(r.Context(), requestKey{}, rq)), err)
+				return
+			}
+			if u != nil {
+				r = c.withActor(r, rq, u)
 			}
 		}
 		if r.Method == http.MethodPost {

@@ -29,7 +29,15 @@ import (
 const (
 	AddrDefault       = "127.0.0.1"
 	SessionTTLDefault = 8 * time.Hour
+	// OIDCUsernameClaimDefault and OIDCGroupsClaimDefault are the ID
+	// token's claims a single sign-on user's name and groups are read from.
+	OIDCUsernameClaimDefault = "email"
+	OIDCGroupsClaimDefault   = "groups"
 )
+
+// OIDCScopesDefault are the scopes single sign-on asks for: the ID token,
+// and the claims the user name and groups default to.
+var OIDCScopesDefault = []string{"openid", "email", "profile", "groups"}
 
 // Prefix is the path every page of the console is under, on its own
 // listener or mounted on the replica's HTTP listener.
@@ -58,7 +66,7 @@ var (
 // Config configures the console.
 type Config struct {
 	// UsersFile is the htpasswd file of the users, bcrypt hashes only
-	// (htpasswd -B). Required.
+	// (htpasswd -B). It or OIDCIssuer is required; both may be set.
 	UsersFile string
 	// ReadOnlyUsers are users of UsersFile who may look but not act; each
 	// must be in the file. Defaults to none.
@@ -87,8 +95,35 @@ type Config struct {
 	PolicyFile string
 	// SignInPerMinute and SignInBurst rate-limit sign-in attempts: per
 	// browser for a browser that signed in as the name before, else per
-	// client address and per user name. Default to 10 and 5.
+	// client address and per user name; single sign-on callbacks per
+	// client address. Default to 10 and 5.
 	SignInPerMinute, SignInBurst int
+
+	// OIDCIssuer is the issuer URL of an OpenID provider to sign in with
+	// (single sign-on, the authorization code flow with PKCE): HTTPS, or
+	// HTTP on a loopback address. Defaults to none: no single sign-on.
+	OIDCIssuer string
+	// OIDCClientID is the console's client id at the provider. Required
+	// with OIDCIssuer.
+	OIDCClientID string
+	// OIDCClientSecretFile holds the client's secret. Required with
+	// OIDCIssuer.
+	OIDCClientSecretFile string
+	// OIDCRedirectURL is the console's public URL of OIDCCallbackPath, as
+	// registered at the provider. Required with OIDCIssuer.
+	OIDCRedirectURL string
+	// OIDCUsernameClaim is the ID token claim that names the user.
+	// Defaults to email.
+	OIDCUsernameClaim string
+	// OIDCGroupsClaim is the ID token claim that lists the user's groups.
+	// Defaults to groups.
+	OIDCGroupsClaim string
+	// OIDCScopes are the scopes asked for; openid is always among them.
+	// Defaults to openid, email, profile, groups.
+	OIDCScopes []string
+	// OIDCProviderName names the provider on the sign-in button. Defaults
+	// to the issuer's host.
+	OIDCProviderName string
 }
 
 // Deps is what the console reads and acts on.
@@ -151,22 +186,44 @@ func (c Config) withDefaults() Config {
 	c.MaxProcessing = cmp.Or(c.MaxProcessing, outbox.MaxProcessingDefault)
 	c.SignInPerMinute = cmp.Or(c.SignInPerMinute, signInPerMinuteDefault)
 	c.SignInBurst = cmp.Or(c.SignInBurst, signInBurstDefault)
+	if c.OIDCIssuer != "" {
+		c.OIDCUsernameClaim = cmp.Or(c.OIDCUsernameClaim, OIDCUsernameClaimDefault)
+		c.OIDCGroupsClaim = cmp.Or(c.OIDCGroupsClaim, OIDCGroupsClaimDefault)
+		if len(c.OIDCScopes) == 0 {
+			c.OIDCScopes = OIDCScopesDefault
+		}
+		if !slices.Contains(c.OIDCScopes, "openid") {
+			c.OIDCScopes = append([]string{"openid"}, c.OIDCScopes...)
+		}
+		if u, err := url.Parse(c.OIDCIssuer); err == nil && c.OIDCProviderName == "" {
+			c.OIDCProviderName = u.Host
+		}
+	}
 	return c
 }
+
+// On says whether the console has a way to sign in, a users file or an
+// OpenID provider: without one it has no page to serve, and is off.
+func (c Config) On() bool { return c.UsersFile != "" || c.OIDCIssuer != "" }
 
 // Validate checks the settings that need no file read; a range error is a
 // *bounds.FieldError. It applies no defaults: a zero SessionTTL or Port is
 // checked as given (the sign-in limits, which have no flag, take theirs).
 func (c Config) Validate() error {
 	switch {
-	case c.UsersFile == "":
-		return bounds.Invalid("UsersFile", "is required: the console has no page without sign-in")
+	case c.UsersFile == "" && c.OIDCIssuer == "":
+		return bounds.Invalid("UsersFile", "is required unless single sign-on is set up (an OpenID issuer): the console has no page without sign-in")
+	case c.UsersFile == "" && len(c.ReadOnlyUsers) > 0:
+		return bounds.Invalid("ReadOnlyUsers", "is set without a users file, whose users it names")
 	case c.TLSCertFile != "" && c.TLSKeyFile == "":
 		return bounds.Invalid("TLSKeyFile", "is required with a TLS certificate")
 	case c.TLSKeyFile != "" && c.TLSCertFile == "":
 		return bounds.Invalid("TLSCertFile", "is required with a TLS key")
 	case c.TLSCertFile != "" && c.Port == 0:
 		return bounds.Invalid("Port", "must be the console's own port to serve TLS: the HTTP listener serves health checks in plain HTTP")
+	}
+	if err := c.validateOIDC(); err != nil {
+		return err
 	}
 	return bounds.First(
 		bounds.Check("Port", c.Port, PortRange),
@@ -176,16 +233,52 @@ func (c Config) Validate() error {
 	)
 }
 
+// validateOIDC checks the single sign-on settings: all of them with an
+// issuer, none without.
+func (c Config) validateOIDC() error {
+	if c.OIDCIssuer == "" {
+		for _, s := range []struct {
+			field string
+			set   bool
+		}{{"OIDCClientID", c.OIDCClientID != ""}, {"OIDCClientSecretFile", c.OIDCClientSecretFile != ""},
+			{"OIDCRedirectURL", c.OIDCRedirectURL != ""}} {
+			if s.set {
+				return bounds.Invalid(s.field, "is set, but single sign-on is off: the OpenID issuer is empty")
+			}
+		}
+		return nil
+	}
+	switch {
+	case !oidcURLOK(c.OIDCIssuer):
+		return bounds.Invalid("OIDCIssuer", "%q is not an https:// URL (http:// only on a loopback address), without user, query or fragment", c.OIDCIssuer)
+	case c.OIDCClientID == "":
+		return bounds.Invalid("OIDCClientID", "is required for single sign-on")
+	case c.OIDCClientSecretFile == "":
+		return bounds.Invalid("OIDCClientSecretFile", "is required for single sign-on")
+	case c.OIDCRedirectURL == "":
+		return bounds.Invalid("OIDCRedirectURL", "is required for single sign-on: the console's public URL followed by %s", OIDCCallbackPath)
+	}
+	u, err := url.Parse(c.OIDCRedirectURL)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.Path != OIDCCallbackPath ||
+		u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return bounds.Invalid("OIDCRedirectURL", "%q is not the console's public URL followed by %s", c.OIDCRedirectURL, OIDCCallbackPath)
+	}
+	return nil
+}
+
 // Console is the operator's web UI of one replica.
 type Console struct {
-	cfg      Config
-	deps     Deps
+	cfg  Config
+	deps Deps
+	// users is nil without a users file: single sign-on only.
 	users    *users
 	policy   *policy.Policy
 	sessions *sessions
-	limiter  *signInLimiter
-	pages    pages
-	handler  http.Handler
+	// oidc is nil without single sign-on.
+	oidc    *oidcProvider
+	limiter *signInLimiter
+	pages   pages
+	handler http.Handler
 
 	// srv is the console's own listener; nil without one.
 	srv *httpserve.Server
@@ -207,11 +300,18 @@ func New(cfg Config, deps Deps) (*Console, error) {
 	if deps.Pool == nil || deps.State == nil || deps.LeaderName == "" {
 		return nil, errors.New("console: Pool, State and LeaderName are required")
 	}
-	u, err := loadUsers(cfg.UsersFile, cfg.ReadOnlyUsers)
+	var u *users
+	if cfg.UsersFile != "" {
+		var err error
+		if u, err = loadUsers(cfg.UsersFile, cfg.ReadOnlyUsers); err != nil {
+			return nil, err
+		}
+	}
+	sess, err := newSessions(cfg.SessionKeyFile, cfg.SessionTTL)
 	if err != nil {
 		return nil, err
 	}
-	sess, err := newSessions(cfg.SessionKeyFile, cfg.SessionTTL)
+	op, err := newOIDCProvider(cfg, sess)
 	if err != nil {
 		return nil, err
 	}
@@ -223,7 +323,7 @@ func New(cfg Config, deps Deps) (*Console, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Console{cfg: cfg, deps: deps, users: u, policy: pol, sessions: sess, pages: p,
+	c := &Console{cfg: cfg, deps: deps, users: u, policy: pol, sessions: sess, oidc: op, pages: p,
 		limiter: newSignInLimiter(cfg.SignInPerMinute, cfg.SignInBurst)}
 	if c.deps.Horizon == nil {
 		c.deps.Horizon = &outbox.HorizonWatch{}
@@ -271,6 +371,7 @@ func (c *Console) Addr() string {
 // Start serves the own listener, if any, until Stop or ctx ends (a
 // startstop.Service).
 func (c *Console) Start(ctx context.Context) error {
+	go c.warmUp(ctx)
 	if c.srv == nil {
 		return nil
 	}

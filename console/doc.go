@@ -22,7 +22,8 @@
 // rows never applies to others. An archive, whose request takes no token,
 // runs in a transaction the console rolls back unless it moved those rows.
 //
-// Security: sign-in against a file of bcrypt hashes, sessions in signed and
+// Security: sign-in against a file of bcrypt hashes, or through an OpenID
+// provider (oidc.go: code flow with PKCE, state and nonce), sessions in signed and
 // encrypted cookies (HttpOnly, SameSite=Strict, Secure over TLS), each
 // signed-in one also a row of outbox_console_sessions that every request
 // checks, so sign-out and a password change end it everywhere, a session

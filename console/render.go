@@ -29,7 +29,7 @@ var assets embed.FS
 // pages are the templates by page name, each with the layout.
 type pages map[string]*template.Template
 
-var pageNames = []string{"signin", "message", "overview", "failed", "archived", "event", "confirm", "audit", "audit_entry"}
+var pageNames = []string{"signin", "continue", "message", "overview", "failed", "archived", "event", "confirm", "audit", "audit_entry"}
 
 // pageFiles are the pages served by another page's template: the archived
 // rows are listed as the failed ones are.
@@ -205,6 +205,8 @@ func (c *Console) routes() http.Handler {
 	mux.HandleFunc("GET "+Prefix+"signin", c.signInPage)
 	mux.HandleFunc("POST "+Prefix+"signin", c.signIn)
 	mux.HandleFunc("POST "+Prefix+"signout", c.signed(c.signOut))
+	mux.HandleFunc("POST "+Prefix+"oidc/start", c.oidcStart)
+	mux.HandleFunc("GET "+OIDCCallbackPath, c.oidcCallback)
 	mux.HandleFunc("GET "+Prefix+"{$}", c.signed(c.overview))
 	mux.HandleFunc("GET "+Prefix+"failed", c.signed(c.failed))
 	mux.HandleFunc("GET "+Prefix+"archived", c.signed(c.archived))

@@ -15,7 +15,14 @@ import (
 // reports ready (health checks it), so it never claims on a schema its
 // statements would fail on.
 //
-// It is 27: every audit row names its actor and request id
+// It is 28: the console reads and writes outbox_console_sessions' auth
+// and groups columns, which 00028 adds (how a session signed in, and an
+// OpenID user's groups), on every signed-in request, so a binary of 28 on
+// 27 would fail every console page. A binary of 21 to 27 runs on 28
+// unchanged (its sign-ins take the columns' defaults): the upgrade is the
+// usual one, migrate, then restart the standby, then the leader.
+//
+// Before that, 27: every audit row names its actor and request id
 // (outbox_replay_audit.actor and request_id, which 00027 adds), and the
 // policy's refusals and unmasked reads are audit actions the check of 27
 // accepts. A binary of before 27 runs on 27 unchanged (it leaves both
@@ -73,7 +80,7 @@ import (
 // then restart the standby, then the leader) relies on that.
 // TestRequiredVersionReviewed fails when a migration is added, until
 // someone has decided.
-const RequiredVersion int64 = 27
+const RequiredVersion int64 = 28
 
 // HeadVersion is the newest migration embedded in this binary: what
 // wlproj migrate brings a database to.

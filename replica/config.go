@@ -48,7 +48,8 @@ type Config struct {
 	Pruner consume.PrunerConfig
 	// Health is /healthz, /readyz and /metrics.
 	Health health.Config
-	// Console is the operator console; off while its UsersFile is empty.
+	// Console is the operator console; off unless it has a way to sign in
+	// (console.Config.On).
 	Console console.Config
 	// AutoReplay revives transient failures while the engine is healthy.
 	// Defaults to false.
@@ -112,7 +113,7 @@ func (c Config) Validate() error {
 		bounds.Check("TombstoneRetention", c.Pruner.TombstoneRetention, consume.TombstoneRetentionRange),
 		bounds.NotBelow("TombstoneRetention", c.Pruner.TombstoneRetention, "Retention", c.Pruner.Retention),
 	)
-	if err == nil && c.Console.UsersFile != "" {
+	if err == nil && c.Console.On() {
 		err = c.Console.Validate()
 	}
 	if err == nil && c.FailedArchiveAfter != 0 {

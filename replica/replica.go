@@ -69,7 +69,7 @@ func (r *Replica) build() error {
 	// One watch of the vacuum horizon for the gauges and the console, so
 	// both count an age Postgres does not show from the same first sight.
 	horizon := &outbox.HorizonWatch{}
-	if r.cfg.Console.UsersFile != "" {
+	if r.cfg.Console.On() {
 		r.console, err = console.New(r.cfg.Console, console.Deps{Pool: r.pool, State: r.elector.State,
 			LeaderName: r.cfg.Leader.Name, Projections: r.cfg.Projections.Names(), Log: r.log, Horizon: horizon,
 			ProjectionSpecs: consoleSpecs(r.cfg.Projections), ProjectionsHash: r.cfg.Projections.Hash(), Waiting: r.parts.waiting,

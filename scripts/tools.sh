@@ -14,6 +14,8 @@
 # no buildah, slirp4netns or fuse-overlayfs, which rootful podman with host
 # networking does not use.
 #
+# Then Dex for the console's sign-in tests, as `scripts/tools.sh dex` does.
+#
 # `scripts/tools.sh nfpm` installs nFPM, the packager of `make deb`, with go
 # install into .cache/ (never onto the machine's PATH) and prints its path.
 # nFPM because it builds a .deb from a list of files without debhelper, a
@@ -38,8 +40,25 @@ goinstall() {
 }
 nfpm() { goinstall nfpm github.com/goreleaser/nfpm/v2/cmd/nfpm "$NFPM_VERSION"; }
 gotestsum() { goinstall gotestsum gotest.tools/gotestsum "$GOTESTSUM_VERSION"; }
+# `scripts/tools.sh dex` builds Dex, the OpenID provider the console's
+# sign-in tests start (internal/testkit/dex), into .cache/bin/dex and prints
+# its path. Built from its own module, internal/testkit/dex/build, which
+# pins Dex (a pseudo-version: Dex publishes no module release) and says why
+# it has its own main. Rebuilt when that module's files change: the stamp
+# beside the binary holds their digest.
+dex() {
+	local src=internal/testkit/dex/build bin=.cache/bin/dex sum
+	sum=$(cat "$src/go.mod" "$src/go.sum" "$src/main.go" | sha256sum | cut -c1-16)
+	if [ ! -x "$bin" ] || [ "$(cat "$bin.stamp" 2>/dev/null)" != "$sum" ]; then
+		echo "tools: go build dex ($src)" >&2
+		mkdir -p "${bin%/*}"
+		(cd "$src" && go build -o "$OLDPWD/$bin" .) >&2
+		echo "$sum" >"$bin.stamp"
+	fi
+	echo "$PWD/$bin"
+}
 case "${1:-}" in
-nfpm | gotestsum)
+nfpm | gotestsum | dex)
 	"$1"
 	exit 0
 	;;
@@ -57,6 +76,7 @@ podman_missing
 if [ "${1:-}" != podman ]; then
 	nfpm >/dev/null
 	gotestsum >/dev/null
+	dex >/dev/null
 	command -v promtool >/dev/null || lean+=(prometheus)
 	command -v systemd-analyze >/dev/null || lean+=(systemd)
 	command -v lintian >/dev/null || lean+=(lintian)
