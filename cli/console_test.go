@@ -35,6 +35,7 @@ func TestRunRefusesBadSingleSignOnSettings(t *testing.T) {
 			"OUTBOX_CONSOLE_OIDC_CLIENT_ID is required for single sign-on"},
 		{[]string{"--console-oidc-issuer", "https://sso.example", "--console-oidc-client-id", "wlproj",
 			"--console-oidc-redirect-url", redirect}, "OUTBOX_CONSOLE_OIDC_CLIENT_SECRET_FILE is required for single sign-on"},
+		{full("https://sso.example", redirect), "OUTBOX_POLICY_FILE is required for single sign-on"},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := Run(append([]string{"run", "--database-url", "postgres://127.0.0.1:1/none"}, c.args...), &stdout, &stderr)

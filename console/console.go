@@ -263,6 +263,12 @@ func (c Config) validateOIDC() error {
 		u.RawQuery != "" || u.Fragment != "" || u.User != nil {
 		return bounds.Invalid("OIDCRedirectURL", "%q is not the console's public URL followed by %s", c.OIDCRedirectURL, OIDCCallbackPath)
 	}
+	if c.PolicyFile == "" {
+		// The provider says who someone is, the policy what they may see:
+		// without one, everyone the provider knows would read every
+		// projection and scope.
+		return bounds.Invalid("PolicyFile", "is required for single sign-on: it gives the provider's users and groups their roles")
+	}
 	return nil
 }
 

@@ -232,6 +232,15 @@ func (c *Console) oidcCallback(w http.ResponseWriter, r *http.Request) {
 		c.signInRefused(w, r, http.StatusUnauthorized, flow.Next, "The sign-in could not be completed: "+publicReason(err)+" Sign in again.")
 		return
 	}
+	if c.users != nil && c.users.byName[name] != nil {
+		// The policy names users by name, however they signed in: a
+		// provider's user named as one of the users file would get that
+		// user's roles.
+		c.deps.Log.Warn().Str("user", name).Str("remote", clientIP(r)).Msg("console single sign-on refused: a name of the users file")
+		c.signInRefused(w, r, http.StatusForbidden, flow.Next, "The provider's user "+name+
+			" has the name of a user of the console's users file: sign in with that user's password, or remove the name from the file.")
+		return
+	}
 	c.openOIDCSession(w, r, name, groups, flow.Next)
 }
 

@@ -26,6 +26,8 @@ func TestSingleSignOnThroughTheBinary(t *testing.T) {
 	p := startDex(t, base, "", 0)
 	secret := filepath.Join(t.TempDir(), "oidc-secret")
 	require.NoError(t, os.WriteFile(secret, []byte(p.ClientSecret+"\n"), 0o600))
+	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
+	require.NoError(t, os.WriteFile(policyFile, []byte(ssoPolicy), 0o600))
 	env := harness.ReplicaEnv(db.URL, harness.ElasticURL(t), index, slices.Concat(harness.Quick, []string{
 		"OUTBOX_CONSOLE_PORT=" + strconv.Itoa(port),
 		"OUTBOX_CONSOLE_OIDC_ISSUER=" + p.Issuer,
@@ -33,6 +35,7 @@ func TestSingleSignOnThroughTheBinary(t *testing.T) {
 		"OUTBOX_CONSOLE_OIDC_CLIENT_SECRET_FILE=" + secret,
 		"OUTBOX_CONSOLE_OIDC_REDIRECT_URL=" + base + OIDCCallbackPath,
 		"OUTBOX_CONSOLE_OIDC_PROVIDER_NAME=Dex",
+		"OUTBOX_POLICY_FILE=" + policyFile,
 	})...)
 	r := harness.StartReplica(t, "sso-a", env)
 	harness.Healthy(t, r)

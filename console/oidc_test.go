@@ -22,6 +22,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/crypto/bcrypt"
 	"golang.org/x/oauth2"
 
 	"github.com/wlproj/wlproj/internal/testkit/dex"
@@ -35,6 +36,25 @@ const (
 )
 
 var graceGroups = []string{"wlproj-operators", "sre"}
+
+// ssoPolicy is the policy of the single sign-on tests, unless one gives
+// its own.
+const ssoPolicy = `
+roles:
+  operator:
+    actions: [view, replay, discard, archive, restore, pause, unmask]
+    projections: ["*"]
+    scopes: ["*"]
+  viewer:
+    actions: [view]
+    projections: ["*"]
+    scopes: ["*"]
+users:
+  ada: [operator]
+  viv: [viewer]
+groups:
+  sre: [viewer]
+`
 
 // oidcBundle is a console with single sign-on at dex, and the users file.
 type oidcBundle struct {
@@ -67,6 +87,9 @@ func setupOIDCAt(t *testing.T, dexHost string, dexPort int, opts ...setupOption)
 	b.state = leader.State{Role: leader.RoleLeader, WorkerID: "replica-a", Epoch: 3, Since: time.Now()}
 	cfg := Config{UsersFile: usersFile(t), ReadOnlyUsers: []string{"viv"}, OIDCIssuer: p.Issuer, OIDCClientID: p.ClientID,
 		OIDCClientSecretFile: secret, OIDCRedirectURL: base + OIDCCallbackPath, OIDCProviderName: "Dex"}
+	// Single sign-on needs a policy: as without one, ada operates and viv
+	// looks; grace's group sre looks.
+	withPolicy(t, ssoPolicy)(&cfg, nil)
 	deps := Deps{Pool: b.db.Pool, State: func() leader.State { return b.state }, LeaderName: "wlproj",
 		Projections: []string{"search", "chronicle"}, Log: zerolog.Nop()}
 	for _, o := range opts {
@@ -356,7 +379,7 @@ func TestSingleSignOnConfig(t *testing.T) {
 	t.Parallel()
 	sso := func(issuer, redirect string) Config {
 		return Config{SessionTTL: time.Hour, OIDCIssuer: issuer, OIDCClientID: "wlproj", OIDCClientSecretFile: "s",
-			OIDCRedirectURL: redirect}
+			OIDCRedirectURL: redirect, PolicyFile: "policy.yaml"}
 	}
 	const redirect = "https://wlproj.example/console/oidc/callback"
 	for _, ok := range []Config{sso("https://sso.example/realms/ops", redirect), sso("http://127.0.0.1:5556/dex", redirect),
@@ -373,6 +396,8 @@ func TestSingleSignOnConfig(t *testing.T) {
 		"OIDCRedirectURL \"/console/oidc/callback\" is not":        sso("https://sso.example", OIDCCallbackPath),
 		"OIDCClientID is required":                                 {SessionTTL: time.Hour, OIDCIssuer: "https://sso.example"},
 		"OIDCClientSecretFile is set, but single sign-on is off":   {UsersFile: "u", SessionTTL: time.Hour, OIDCClientSecretFile: "s"},
+		"PolicyFile is required for single sign-on": {SessionTTL: time.Hour, OIDCIssuer: "https://sso.example", OIDCClientID: "wlproj",
+			OIDCClientSecretFile: "s", OIDCRedirectURL: redirect},
 	} {
 		require.ErrorContains(t, c.Validate(), want)
 	}
@@ -535,4 +560,20 @@ func TestSingleSignOnSessionsFollowTheProviderConfig(t *testing.T) {
 	for _, secret := range []string{code, b.dex.ClientSecret, "eyJ"} {
 		require.NotContains(t, logged, secret)
 	}
+}
+
+// A provider's user named as a user of the users file is refused: the
+// policy names users by name, so they would get that user's roles.
+func TestSingleSignOnRefusesANameOfTheUsersFile(t *testing.T) {
+	t.Parallel()
+	h, err := bcrypt.GenerateFromPassword([]byte("another-secret"), bcrypt.MinCost)
+	require.NoError(t, err)
+	users := filepath.Join(t.TempDir(), "users")
+	require.NoError(t, os.WriteFile(users, []byte(graceEmail+":"+string(h)+"\nada:"+string(h)+"\n"), 0o600))
+	b := setupOIDC(t, 0, func(c *Config, _ *Deps) { c.UsersFile, c.ReadOnlyUsers = users, nil })
+	grace := b.client(t)
+	cb := grace.callback(grace.dexLogin(grace.ssoStart(Prefix), graceEmail, gracePassword))
+	require.Equal(t, http.StatusForbidden, cb.code, cb.body)
+	require.Contains(t, cb.body, "has the name of a user of the console&#39;s users file")
+	require.Zero(t, b.sessions(t), "no session was opened")
 }
