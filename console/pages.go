@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -389,6 +390,11 @@ func (c *Console) event(w http.ResponseWriter, r *http.Request) {
 func (c *Console) readEvent(w http.ResponseWriter, r *http.Request, id int64) (replay.EventDetail, bool) {
 	d, err := replay.Event(r.Context(), c.deps.Pool, id)
 	switch {
+	case errors.Is(err, replay.ErrNotFound) && viewAllowed(r) != nil:
+		// Held to some scopes, a person learns no more of an id that is
+		// not there than of one of another scope.
+		c.deny(w, r, policy.View, fmt.Sprintf("view event %d", id), []int64{id})
+		return d, false
 	case errors.Is(err, replay.ErrNotFound):
 		c.renderError(w, r, http.StatusNotFound, "message", "Not found", nil,
 			"There is no event "+strconv.FormatInt(id, 10)+" in the outbox or the dead letter (done events are pruned after the retention).")
@@ -535,6 +541,9 @@ func (c *Console) auditEntry(w http.ResponseWriter, r *http.Request) {
 	}
 	a, err := outbox.ReadAudit(r.Context(), c.deps.Pool, id)
 	switch {
+	case errors.Is(err, replay.ErrNotFound) && viewAllowed(r) != nil:
+		c.deny(w, r, policy.View, fmt.Sprintf("view audit row %d", id), nil)
+		return
 	case errors.Is(err, replay.ErrNotFound):
 		c.renderError(w, r, http.StatusNotFound, "message", "Not found", nil, "There is no audit row "+strconv.FormatInt(id, 10)+".")
 		return

@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,6 +69,14 @@ func TestAScopedOperatorSeesAndChangesOnlyItsScope(t *testing.T) {
 		WHERE action = 'refused' AND $1 = ANY(event_ids)`, other).Scan(&by, &requestID))
 	require.Equal(t, "ada", by)
 	require.Equal(t, r.header.Get("X-Request-Id"), requestID, "the audit row carries the request's id")
+
+	// An id that is not there reads as one of another scope.
+	missing := ada.get(Prefix + "events/999999")
+	require.Equal(t, http.StatusForbidden, missing.code)
+	require.Equal(t, r.body[strings.Index(r.body, "<main>"):strings.Index(r.body, "Refused: ")],
+		missing.body[strings.Index(missing.body, "<main>"):strings.Index(missing.body, "Refused: ")])
+	r = ada.post(Prefix+"actions/dry-run", url.Values{"action": {"replay"}, "scope": {"ids"}, "id": {itoa(mine), "999999"}})
+	require.Equal(t, http.StatusForbidden, r.code, r.body)
 
 	// Ids of another scope, typed by hand: refused, audited, nothing changed.
 	r = ada.post(Prefix+"actions/dry-run", url.Values{"action": {"replay"}, "scope": {"ids"}, "id": {itoa(mine), itoa(other)}})

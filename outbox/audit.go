@@ -63,32 +63,19 @@ const AuditActorVersion = 27
 
 // WriteAuditBefore27 is WriteAudit on a schema of before 27.
 func WriteAuditBefore27(ctx context.Context, tx pgx.Tx, a Audit) (int64, time.Time, error) {
-	sel, err := json.Marshal(a.Selector)
+	args, err := a.args()
 	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("audit selector: %w", err)
+		return 0, time.Time{}, err
 	}
-	ids := a.EventIDs
-	if ids == nil {
-		ids = []int64{}
-	}
-	var id int64
-	var at time.Time
-	if err := tx.QueryRow(ctx, auditBefore27SQL, a.Action, a.By, a.Why, string(sel), a.Count, ids).Scan(&id, &at); err != nil {
-		return 0, time.Time{}, fmt.Errorf("audit: %w", err)
-	}
-	return id, at, nil
+	return insertAudit(ctx, tx, auditBefore27SQL, args...)
 }
 
 // WriteAudit inserts a in tx, with the actor of ctx (policy.From), and
 // returns its id and time.
 func WriteAudit(ctx context.Context, tx pgx.Tx, a Audit) (int64, time.Time, error) {
-	sel, err := json.Marshal(a.Selector)
+	args, err := a.args()
 	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("audit selector: %w", err)
-	}
-	ids := a.EventIDs
-	if ids == nil {
-		ids = []int64{}
+		return 0, time.Time{}, err
 	}
 	var actor, requestID any
 	if who := policy.From(ctx); who != nil {
@@ -103,10 +90,26 @@ func WriteAudit(ctx context.Context, tx pgx.Tx, a Audit) (int64, time.Time, erro
 		}
 		actor, requestID = string(b), who.RequestID
 	}
+	return insertAudit(ctx, tx, auditSQL, append(args, actor, requestID, nullIfZero(a.Projection))...)
+}
+
+// args are the parameters both inserts begin with.
+func (a Audit) args() ([]any, error) {
+	sel, err := json.Marshal(a.Selector)
+	if err != nil {
+		return nil, fmt.Errorf("audit selector: %w", err)
+	}
+	ids := a.EventIDs
+	if ids == nil {
+		ids = []int64{}
+	}
+	return []any{a.Action, a.By, a.Why, string(sel), a.Count, ids}, nil
+}
+
+func insertAudit(ctx context.Context, tx pgx.Tx, sql string, args ...any) (int64, time.Time, error) {
 	var id int64
 	var at time.Time
-	if err := tx.QueryRow(ctx, auditSQL, a.Action, a.By, a.Why, string(sel), a.Count, ids, actor, requestID,
-		nullIfZero(a.Projection)).Scan(&id, &at); err != nil {
+	if err := tx.QueryRow(ctx, sql, args...).Scan(&id, &at); err != nil {
 		return 0, time.Time{}, fmt.Errorf("audit: %w", err)
 	}
 	return id, at, nil

@@ -47,6 +47,13 @@ func TestAllowedHoldsEveryReadAndActionToTheGrants(t *testing.T) {
 		require.Equal(t, "failed", b.row(t, id).Status, "id %d is not library-3's", id)
 	}
 
+	outside, err := NotAllowed(b.ctx, b.db.Pool, false, []int64{ids[1], ids[0], 999999, ids[1]}, allowed)
+	require.NoError(t, err)
+	require.Equal(t, []int64{ids[1], 999999}, outside, "another scope's id, and an id of no row, read alike")
+	outside, err = NotAllowed(b.ctx, b.db.Pool, false, []int64{ids[1], 999999}, nil)
+	require.NoError(t, err)
+	require.Empty(t, outside, "every scope: the action itself says what is missing")
+
 	none, err := List(b.ctx, b.db.Pool, Filter{Allowed: policy.NewGrants().Allowed(policy.View)})
 	require.NoError(t, err)
 	require.Empty(t, none, "no grant: no row")

@@ -382,10 +382,12 @@ func nullTime(t time.Time) any {
 	return t
 }
 
-// NotAllowed are those of ids that name rows (failed or not; archived
-// ones when archived) that allowed does not allow; none for a nil allowed.
-// An action checks its ids with it first, so that an id of another scope
-// is refused as such, not left out as if a filter had skipped it.
+// NotAllowed are those of ids that allowed does not allow: ids of rows
+// (failed or not; archived ones when archived) of another projection or
+// scope, and ids of no row at all, which a person held to some scopes is
+// told no more about than those; none for a nil allowed. An action checks
+// its ids with it first, so that an id of another scope is refused as
+// such, not left out as if a filter had skipped it.
 func NotAllowed(ctx context.Context, db outbox.Querier, archived bool, ids []int64, allowed *policy.Allowed) ([]int64, error) {
 	if allowed == nil || len(ids) == 0 {
 		return nil, nil
@@ -394,12 +396,23 @@ func NotAllowed(ctx context.Context, db outbox.Querier, archived bool, ids []int
 	if archived {
 		table = "outbox_dead_letter"
 	}
-	rows, err := db.Query(ctx, `SELECT id FROM `+table+` WHERE id = ANY($1) AND NOT EXISTS (
+	rows, err := db.Query(ctx, `SELECT id FROM `+table+` WHERE id = ANY($1) AND EXISTS (
 		SELECT 1 FROM unnest($2::text[], $3::text[]) AS allowed(p, s)
-		 WHERE projection LIKE allowed.p AND coalesce(scope_key, '') LIKE allowed.s) ORDER BY id`,
+		 WHERE projection LIKE allowed.p AND coalesce(scope_key, '') LIKE allowed.s)`,
 		ids, allowed.Projections, allowed.Scopes)
 	if err != nil {
 		return nil, fmt.Errorf("check the ids against the policy: %w", err)
 	}
-	return pgx.CollectRows(rows, pgx.RowTo[int64])
+	mine, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("check the ids against the policy: %w", err)
+	}
+	var outside []int64
+	for _, id := range ids {
+		if !slices.Contains(mine, id) && !slices.Contains(outside, id) {
+			outside = append(outside, id)
+		}
+	}
+	slices.Sort(outside)
+	return outside, nil
 }
