@@ -113,10 +113,7 @@ func EnsureIndexWith(ctx context.Context, client *elastic.Client, name string, b
 // refuses, it reports what name stands for now (another replica's alias,
 // an index a write auto-created), or the refusal when name is still missing.
 func createAliased(ctx context.Context, client *elastic.Client, name, index string, mapping map[string]any) (IndexSetup, error) {
-	body := maps.Clone(mapping)
-	if body == nil {
-		body = map[string]any{}
-	}
+	body := WithRefreshInterval(mapping)
 	body["aliases"] = map[string]any{name: map[string]any{"is_write_index": true}}
 	_, err := client.PerformRequest(ctx, elastic.PerformRequestOptions{
 		Method: http.MethodPut, Path: "/" + url.PathEscape(index), Body: body})

@@ -2,6 +2,7 @@ package projection
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"net/http"
 	"slices"
@@ -309,4 +310,38 @@ func TestEnsureIndexWithKeeperSendsWhileTheEngineRefusesTheClient(t *testing.T) 
 	keeper.Keep(ctx)
 	require.Empty(t, keeper.Waiting())
 	require.Len(t, b.aliases(t), 1, "an alias on one index, from the mapping")
+}
+
+// An index wlproj creates refreshes every second whether or not anyone
+// searches it (RefreshIntervalDefault), unless its mapping file says
+// otherwise; the caller's body is left as it was.
+func TestEnsureIndexSetsTheRefreshInterval(t *testing.T) {
+	t.Parallel()
+	for name, c := range map[string]struct {
+		body map[string]any
+		want string
+	}{
+		"no mapping":          {nil, "1s"},
+		"a mapping without":   {map[string]any{"settings": map[string]any{"number_of_replicas": 0}}, "1s"},
+		"a mapping with":      {map[string]any{"settings": map[string]any{"index": map[string]any{"refresh_interval": "5s"}}}, "5s"},
+		"a mapping, dot form": {map[string]any{"settings": map[string]any{"index.refresh_interval": "30s"}}, "30s"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := indexSetup(t)
+			before := fmt.Sprint(c.body)
+			got, err := EnsureIndexWith(b.ctx, b.client, b.name, c.body, time.Now())
+			require.NoError(t, err)
+			var settings map[string]struct {
+				Settings struct {
+					Index struct {
+						RefreshInterval string `json:"refresh_interval"`
+					} `json:"index"`
+				} `json:"settings"`
+			}
+			require.NoError(t, harness.ES(b.ctx, b.base, http.MethodGet, "/"+got.Indexes[0]+"/_settings", nil, &settings))
+			require.Equal(t, c.want, settings[got.Indexes[0]].Settings.Index.RefreshInterval)
+			require.Equal(t, before, fmt.Sprint(c.body))
+		})
+	}
 }

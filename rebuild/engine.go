@@ -103,21 +103,6 @@ func (e engine) indexBody(ctx context.Context, index string) (map[string]any, er
 	return map[string]any{"settings": map[string]any{"index": copied}, "mappings": mappings[index].Mappings}, nil
 }
 
-// refreshInterval is the index.refresh_interval a create-index body sets,
-// nil for the engine's default; both settings forms ("index": {...} and
-// "index.refresh_interval") count.
-func refreshInterval(body map[string]any) any {
-	settings, _ := body["settings"].(map[string]any)
-	if v, ok := settings["index.refresh_interval"]; ok {
-		return v
-	}
-	if v, ok := settings["refresh_interval"]; ok {
-		return v
-	}
-	index, _ := settings["index"].(map[string]any)
-	return index["refresh_interval"]
-}
-
 // withoutRefresh returns body with refreshes off, as a bulk load wants:
 // the rebuild refreshes once, before the swap.
 func withoutRefresh(body map[string]any) map[string]any {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/wlproj/wlproj/projection"
 )
 
 const swappedSet = `, finished_at = now(), rows_loaded = $4, rows_refused = $5, rows_superseded = $6`
@@ -165,20 +167,22 @@ func (r *runner) swapNote(row *Row) string {
 }
 
 // finalRefresh is the refresh interval the new index serves with: the
-// mapping file's, or the old index's (unless a crash left it frozen).
+// mapping file's, or the old index's (unless a crash left it frozen), or
+// projection.RefreshIntervalDefault when neither sets one.
 func (r *runner) finalRefresh(ctx context.Context, row *Row) (any, error) {
 	body, err := r.cfg.mappingBody()
 	if err != nil || body != nil || row.OldIndex == "" {
-		return refreshInterval(body), err
+		return unfrozen(projection.RefreshInterval(body)), err
 	}
 	prev, err := r.eng.refreshInterval(ctx, row.OldIndex)
 	return unfrozen(prev), err
 }
 
-// unfrozen is v, or the default for the -1 a crashed swap may have left.
+// unfrozen is v, or projection.RefreshIntervalDefault for none, and for
+// the -1 a crashed swap may have left.
 func unfrozen(v any) any {
-	if v == "-1" {
-		return nil
+	if v == nil || v == "-1" {
+		return projection.RefreshIntervalDefault
 	}
 	return v
 }
