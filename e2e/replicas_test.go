@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"syscall"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,7 +87,14 @@ func TestReplicasTerminatedLockSessionFencesTheLeader(t *testing.T) {
 func TestReplicasEngineDownThenBack(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
-	c.run("a", "b")
+	l := c.run("a", "b")
+	// The engine goes away once the leader has found its index: before,
+	// the events would wait for the index, never sent, never retried (the
+	// late engine's test covers that).
+	harness.Eventually(t, 20*time.Second, "the leader's index set up", func() bool {
+		_, ready, err := l.Get("/readyz")
+		return err == nil && !strings.Contains(string(ready), `"waiting"`)
+	})
 
 	c.proxy.Set(faultproxy.Fault{Status: http.StatusServiceUnavailable})
 	c.produce(50, 2)
