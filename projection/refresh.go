@@ -31,24 +31,32 @@ func RefreshInterval(body map[string]any) any {
 // WithRefreshInterval is body (nil: none) with RefreshIntervalDefault when
 // it sets no refresh interval of its own; body itself is left as it was.
 func WithRefreshInterval(body map[string]any) map[string]any {
+	if RefreshInterval(body) != nil {
+		return maps.Clone(body)
+	}
+	return WithRefreshIntervalOf(body, RefreshIntervalDefault)
+}
+
+// WithRefreshIntervalOf is body (nil: none) with index.refresh_interval
+// set to v, in place of any form of it body has; body is left as it was.
+func WithRefreshIntervalOf(body map[string]any, v any) map[string]any {
 	out := maps.Clone(body)
 	if out == nil {
 		out = map[string]any{}
-	}
-	if RefreshInterval(body) != nil {
-		return out
 	}
 	settings, _ := out["settings"].(map[string]any)
 	settings = maps.Clone(settings)
 	if settings == nil {
 		settings = map[string]any{}
 	}
+	delete(settings, "index.refresh_interval")
+	delete(settings, "refresh_interval")
 	index, _ := settings["index"].(map[string]any)
 	index = maps.Clone(index)
 	if index == nil {
 		index = map[string]any{}
 	}
-	index["refresh_interval"] = RefreshIntervalDefault
+	index["refresh_interval"] = v
 	settings["index"] = index
 	out["settings"] = settings
 	return out

@@ -12,6 +12,7 @@ import (
 	"github.com/olivere/elastic/v7"
 
 	"github.com/wlproj/wlproj/classify"
+	"github.com/wlproj/wlproj/projection"
 )
 
 // engine is what a rebuild asks of Elasticsearch, through the daemon's
@@ -106,28 +107,7 @@ func (e engine) indexBody(ctx context.Context, index string) (map[string]any, er
 // withoutRefresh returns body with refreshes off, as a bulk load wants:
 // the rebuild refreshes once, before the swap.
 func withoutRefresh(body map[string]any) map[string]any {
-	out := map[string]any{}
-	for k, v := range body {
-		out[k] = v
-	}
-	settings := map[string]any{}
-	if s, ok := body["settings"].(map[string]any); ok {
-		for k, v := range s {
-			if k != "index.refresh_interval" && k != "refresh_interval" {
-				settings[k] = v
-			}
-		}
-	}
-	index := map[string]any{}
-	if s, ok := settings["index"].(map[string]any); ok {
-		for k, v := range s {
-			index[k] = v
-		}
-	}
-	index["refresh_interval"] = "-1"
-	settings["index"] = index
-	out["settings"] = settings
-	return out
+	return projection.WithRefreshIntervalOf(body, "-1")
 }
 
 func (e engine) create(ctx context.Context, index string, body map[string]any) error {
