@@ -36,15 +36,14 @@ func wlprojKeyRoles(index string) string {
 		"indices": [{"names": [%q, %q], "privileges": ["read", "write", "manage"]}]}}`, index, index+"-*")
 }
 
-func TestTLSWithAPIKey(t *testing.T) {
-	t.Parallel()
-	if e := harness.Engine(t); e.Distribution != "elasticsearch" {
-		t.Skipf("%s: its integ-test zip has no security plugin, so no API keys", e.Name)
+// testTLSWithAPIKey is TestTLS/WithAPIKey: keys of the shared node, whose
+// certificate ca issued.
+func testTLSWithAPIKey(t *testing.T, ca *harness.CA, shared *sharedSecuredNode) {
+	node := shared.get(t)
+	if node == nil {
+		t.Skipf("%s: its integ-test zip has no security plugin, so no API keys", harness.Engine(t).Name)
 	}
 	ctx := context.Background()
-	ca, err := harness.NewCA("wlproj test CA")
-	require.NoError(t, err)
-	node := harness.SecuredEngine(t, harness.SecuredConfig{CA: ca, User: "admin", Password: harness.UniqueName("pw-"), APIKeys: true})
 	t.Logf("engine: %s's own security at %s", node.Engine.Name, node.URL)
 	caFile := filepath.Join(t.TempDir(), "ca.pem")
 	require.NoError(t, os.WriteFile(caFile, ca.PEM, 0o644))

@@ -8,8 +8,8 @@ import (
 	"context"
 	"net/http"
 	"slices"
-	"syscall"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 

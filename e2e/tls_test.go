@@ -40,26 +40,23 @@ type securedEngine struct {
 }
 
 // startSecuredEngine is the engine's own security on Elasticsearch 8 and
-// later, where it is on by default (a node of its own with x-pack security;
-// the integ-test zip carries it), else a TLS-terminating proxy with basic
-// auth in front of the engine under test, answering wrong credentials as
-// OpenSearch's security plugin does (OpenSearch's integ-test zip has none).
-// Elasticsearch 7, whose security is off by default, gets the proxy too: its
-// leg runs the whole suite, whose timed tests a second JVM starting beside
-// them would slow down.
-func startSecuredEngine(t *testing.T, ca *harness.CA, user, password string) securedEngine {
+// later, where it is on by default (the shared node of TestTLS, with x-pack
+// security; the integ-test zip carries it), else a TLS-terminating proxy
+// with basic auth in front of the engine under test, answering wrong
+// credentials as OpenSearch's security plugin does (OpenSearch's integ-test
+// zip has none). Elasticsearch 7, whose security is off by default, gets the
+// proxy too: its leg runs the whole suite, where this test need not wait
+// for the node the API key test starts.
+func startSecuredEngine(t *testing.T, ca *harness.CA, shared *sharedSecuredNode) securedEngine {
 	t.Helper()
+	user, password := shared.user, shared.password
 	e := securedEngine{user: user, pass: password,
 		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}}
 	if engine := harness.Engine(t); engine.Distribution == "elasticsearch" && engine.Name != "elasticsearch-7" {
-		node, err := harness.StartSecuredNode(context.Background(), harness.StackEnv(t), engine,
-			harness.SecuredConfig{CA: ca, User: user, Password: password})
-		if err == nil {
-			t.Cleanup(node.Close)
+		if node := shared.get(t); node != nil {
 			e.url, e.kind = node.URL, node.Engine.Name+"'s own security"
 			return e
 		}
-		require.ErrorIs(t, err, harness.ErrNoSecuredNode)
 	}
 
 	target, err := url.Parse(harness.ElasticURL(t))
@@ -104,15 +101,13 @@ func (e securedEngine) do(t *testing.T, method, path, body string, out any) {
 	}
 }
 
-func TestTLSWithCredentials(t *testing.T) {
-	t.Parallel()
-	ca, err := harness.NewCA("wlproj test CA")
-	require.NoError(t, err)
+// testTLSWithCredentials is TestTLS/WithCredentials: the engine behind TLS
+// with a certificate of ca and basic auth.
+func testTLSWithCredentials(t *testing.T, ca *harness.CA, shared *sharedSecuredNode) {
 	otherCA, err := harness.NewCA("another CA")
 	require.NoError(t, err)
-	const user = "wlproj"
-	password := harness.UniqueName("pw-")
-	engine := startSecuredEngine(t, ca, user, password)
+	engine := startSecuredEngine(t, ca, shared)
+	user, password := engine.user, engine.pass
 	t.Logf("engine: %s at %s", engine.kind, engine.url)
 
 	dir := t.TempDir()
