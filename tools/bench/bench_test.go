@@ -222,8 +222,8 @@ func TestBenchSmoke(t *testing.T) {
 		require.Contains(t, h.Tables, outboxTable, h.Step)
 	}
 
-	require.Len(t, rep.Targets, 21+2*6+3+1+4+len(loaded),
-		"six targets per sustained run, three of the verify step, one of the network delay, four of the soak, one per step under load")
+	require.Len(t, rep.Targets, 21+2*6+3+1+5+len(loaded),
+		"six targets per sustained run, three of the verify step, one of the network delay, five of the soak, one per step under load")
 	profile, err := os.Stat(cfg.CPUProfile)
 	require.NoError(t, err, "the leader's CPU profile")
 	require.Positive(t, profile.Size())

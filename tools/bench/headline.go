@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"time"
 )
 
 // The README's benchmark section opens with the headline table, written
@@ -53,6 +54,7 @@ var headlines = []headline{
 	{"kill -9 to the first event applied, p99", regexp.MustCompile(`^kill -9 to first event applied p99`), failoverAnchor},
 	{"Soak: lag p99, worst window", regexp.MustCompile(`^soak .*: lag p99, worst of`), nil},
 	{"Soak: lag p99, last window ÷ first", regexp.MustCompile(`^soak .*: lag p99, last window / first`), nil},
+	{"Soak: Postgres CPU per event, last window ÷ first", regexp.MustCompile(`^soak .*: Postgres CPU per event, last window / first`), soakCPUAnchor},
 	{"Soak: wlproj's oldest snapshot", regexp.MustCompile(`^soak: oldest wlproj snapshot`), nil},
 	{"Claim beside a done history ÷ empty", regexp.MustCompile(`^claim cost ratio$`), func(r *Report) string {
 		if c := r.ClaimCost; c != nil {
@@ -67,6 +69,21 @@ var headlines = []headline{
 		return ""
 	}},
 	{"Two search projections ÷ one", regexp.MustCompile(`^two search projections sharing one leader`), nil},
+}
+
+// soakCPUAnchor is the first and last windows' figures, and the retention
+// the soak ran with (its outbox rotating, or growing all through the run).
+func soakCPUAnchor(r *Report) string {
+	so := r.Soak
+	if so == nil || len(so.Windows) < 2 {
+		return ""
+	}
+	retention := "7-day retention: no rotation"
+	if so.RetentionSeconds > 0 {
+		retention = fmt.Sprintf("retention %s, %d rotations", time.Duration(so.RetentionSeconds*float64(time.Second)), so.Rotations[outboxTable])
+	}
+	return fmt.Sprintf("%.0f → %.0f µs per event; %s", so.Windows[0].PostgresAllCPUPerEv,
+		so.Windows[len(so.Windows)-1].PostgresAllCPUPerEv, retention)
 }
 
 func failoverAnchor(r *Report) string {
