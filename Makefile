@@ -46,7 +46,7 @@ DEB_VERSION ?= $(shell scripts/version.sh --deb)
 DEB_ARCH ?= $(shell $(GO) env GOARCH)
 DEB_STAGE := $(DEB_DIR)/deb-stage
 
-.PHONY: build deb image test test-go test-k8s test-engine test-engines capture stack-up stack-down lint demo bench drill clean
+.PHONY: build deb image test test-go test-binary test-k8s test-engine test-engines capture stack-up stack-down lint demo bench drill clean
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/wlproj .
@@ -119,8 +119,7 @@ stack-up:
 stack-down:
 	@$(STACK) down
 
-# The whole suite on ENGINE, the Kubernetes checks beside it, then the
-# engine-facing tests on each of ENGINES.
+# The whole suite on ENGINE, then the engine-facing tests on each of ENGINES.
 # Each engine's stack is brought up if it is not up, and taken down again
 # only if this target started it (`stack.sh with`), so the engines run one
 # after the other; stack.sh prints each one's wall time.
@@ -131,7 +130,7 @@ test:
 	@scripts/tools.sh
 	@rm -rf $(TEST_JSON)
 	@rc=0; \
-	$(STACK) with $(MAKE) --no-print-directory -k -j2 test-go test-k8s || rc=$$?; \
+	$(STACK) with $(MAKE) --no-print-directory -k test-go test-k8s || rc=$$?; \
 	$(MAKE) --no-print-directory test-engines || rc=$$?; \
 	$(GO) run ./tools/testsummary $(TEST_JSON)/*.json || true; \
 	exit $$rc
@@ -154,9 +153,16 @@ GOTEST_PACKAGES ?= 2
 # given them (./... after them adds only the rest), and in path order the
 # longest (tools/bench) started last and ran alone for its last half-minute.
 GOTEST_FIRST := ./e2e ./tools/bench ./console ./outbox ./consume
-test-go:
+test-go: test-binary
 	@mkdir -p $(TEST_JSON)
-	@$(STACK) exec $(GOTESTSUM) --jsonfile $(TEST_JSON)/$(ENGINE).json -- $(GOTEST_FLAGS) -p $(GOTEST_PACKAGES) $(GOTEST_FIRST) ./...
+	@$(STACK) exec env WLPROJ_TEST_BINARY=$(CURDIR)/$(TEST_BINARY) $(GOTESTSUM) --jsonfile $(TEST_JSON)/$(ENGINE).json -- $(GOTEST_FLAGS) -p $(GOTEST_PACKAGES) $(GOTEST_FIRST) ./...
+
+# The binary every test process of a run drives (harness.Binary), built
+# once: each process linking its own cost about 20 links a run.
+TEST_BINARY := .cache/bin/wlproj-test
+test-binary:
+	@mkdir -p $(dir $(TEST_BINARY))
+	@$(GO) build -o $(TEST_BINARY) .
 
 # The Kubernetes manifests' checks: deploy/k8s is a Go module of its own
 # (the Kubernetes API types and kustomize stay out of wlproj's go.mod),
@@ -167,9 +173,9 @@ test-k8s:
 	@cd deploy/k8s && $(GO) test $(GOTEST_FLAGS) ./...
 
 # The engine-facing tests against ENGINE's stack, which must be up.
-test-engine:
+test-engine: test-binary
 	@mkdir -p $(TEST_JSON)
-	@$(STACK) exec $(GOTESTSUM) --jsonfile $(TEST_JSON)/$(ENGINE)-engine-facing.json -- $(GOTEST_FLAGS) -run '$(ENGINE_TEST_RUN)' $(ENGINE_TEST_PKGS)
+	@$(STACK) exec env WLPROJ_TEST_BINARY=$(CURDIR)/$(TEST_BINARY) $(GOTESTSUM) --jsonfile $(TEST_JSON)/$(ENGINE)-engine-facing.json -- $(GOTEST_FLAGS) -run '$(ENGINE_TEST_RUN)' $(ENGINE_TEST_PKGS)
 
 # The engine-facing tests on each of ENGINES, each on a stack of its own.
 test-engines:
