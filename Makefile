@@ -149,13 +149,9 @@ GOTESTSUM = $(shell scripts/tools.sh gotestsum) --format standard-quiet
 # package's hold on the horizon (the drill's smoke, a rebuild test) in two
 # clean-clone runs of three. GOTEST_PACKAGES=4 for a faster local run.
 GOTEST_PACKAGES ?= 2
-# The longest packages first: go test starts packages in the order it is
-# given them (./... after them adds only the rest), and in path order the
-# longest (tools/bench) started last and ran alone for its last half-minute.
-GOTEST_FIRST := ./e2e ./tools/bench ./console ./outbox ./consume
 test-go: test-binary
 	@mkdir -p $(TEST_JSON)
-	@$(STACK) exec env WLPROJ_TEST_BINARY=$(CURDIR)/$(TEST_BINARY) $(GOTESTSUM) --jsonfile $(TEST_JSON)/$(ENGINE).json -- $(GOTEST_FLAGS) -p $(GOTEST_PACKAGES) $(GOTEST_FIRST) ./...
+	@$(STACK) exec env WLPROJ_TEST_BINARY=$(CURDIR)/$(TEST_BINARY) $(GOTESTSUM) --jsonfile $(TEST_JSON)/$(ENGINE).json -- $(GOTEST_FLAGS) -p $(GOTEST_PACKAGES) ./...
 
 # The binary every test process of a run drives (harness.Binary), built
 # once: each process linking its own cost about 20 links a run.

@@ -252,7 +252,12 @@ func requireSoak(t *testing.T, cfg Config, so *Soak) {
 	require.NotNil(t, so)
 	require.Len(t, so.Replicas, 2, "the soak runs the documented pair")
 	require.Len(t, so.Windows, int(cfg.Soak.Duration/cfg.Soak.Window))
-	require.InDelta(t, cfg.Soak.Rate*int(cfg.Soak.Duration.Seconds()), so.Events, float64(cfg.Soak.Rate)/5)
+	// The warm-up's events are not the windows' and not so.Events.
+	require.NotNil(t, so.Warmup, "the warm-up summed up apart")
+	require.Positive(t, so.Warmup.Events)
+	require.Positive(t, so.Warmup.Acked)
+	require.Equal(t, -cfg.Soak.Warmup.Seconds(), so.Warmup.StartSeconds)
+	require.InDelta(t, cfg.Soak.Rate*int(cfg.Soak.Duration.Seconds()), so.Events-so.Warmup.Events, float64(cfg.Soak.Rate)/5)
 	for i, w := range so.Windows {
 		require.Positive(t, w.Events, "window %d", i)
 		require.Positive(t, w.Acked, "window %d", i)

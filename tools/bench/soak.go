@@ -59,7 +59,8 @@ func defaultSoakConfig() SoakConfig {
 }
 
 func (c SoakConfig) smoke() SoakConfig {
-	return SoakConfig{Rate: 200, Duration: 6 * time.Second, Window: 2 * time.Second, Books: 1000, Writers: 2}
+	return SoakConfig{Rate: 200, Duration: 6 * time.Second, Window: 2 * time.Second, Books: 1000, Writers: 2,
+		Warmup: time.Second}
 }
 
 func (c *SoakConfig) flags(fs *flag.FlagSet) {
@@ -113,8 +114,9 @@ type Soak struct {
 	Replicas []string `json:"replicas"`
 	// Autovacuum is the server's settings, as shipped: the bench tunes none.
 	Autovacuum AutovacuumSettings `json:"autovacuum"`
-	Events     int64              `json:"events"`
-	Windows    []SoakWindow       `json:"windows"`
+	// Events is every event the producer committed, the warm-up's too.
+	Events  int64        `json:"events"`
+	Windows []SoakWindow `json:"windows"`
 	// Warmup is the producer's run before the first window (SoakConfig.Warmup).
 	Warmup *SoakWindow `json:"warmup,omitempty"`
 	// Flatness is the last window's lag p99 over the first's.
@@ -260,22 +262,14 @@ func (b *bench) soakWarmup(ctx context.Context, p *harness.Producer, d time.Dura
 	if d <= 0 {
 		return nil, nil
 	}
-	cost0, err := b.soakCost(ctx, p)
-	if err != nil {
-		return nil, err
-	}
-	mark0, err := b.soakMark(ctx)
+	cost0, mark0, err := b.soakBoth(ctx, p)
 	if err != nil {
 		return nil, err
 	}
 	if err := harness.Sleep(ctx, d); err != nil {
 		return nil, err
 	}
-	cost1, err := b.soakCost(ctx, p)
-	if err != nil {
-		return nil, err
-	}
-	mark1, err := b.soakMark(ctx)
+	cost1, mark1, err := b.soakBoth(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -284,6 +278,17 @@ func (b *bench) soakWarmup(ctx context.Context, p *harness.Producer, d time.Dura
 	w.settle(mark0, mark1)
 	b.say("soak warm-up of %s (not judged): %d events, lag p99 %.1f ms over %d acked", d, w.Events, w.LagP99ms, w.Acked)
 	return w, nil
+}
+
+// soakBoth is what a window's CPU figures and its acks are the difference
+// of, taken together.
+func (b *bench) soakBoth(ctx context.Context, p *harness.Producer) (soakCost, soakMark, error) {
+	cost, err := b.soakCost(ctx, p)
+	if err != nil {
+		return soakCost{}, soakMark{}, err
+	}
+	mark, err := b.soakMark(ctx)
+	return cost, mark, err
 }
 
 // soakSetup empties the outbox and the index, reads the autovacuum
