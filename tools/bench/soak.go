@@ -338,11 +338,7 @@ func (b *bench) soakSetup(ctx context.Context, so *Soak) error {
 // window's: it returns the mark at its start, for the drain's end).
 func (b *bench) soakWindows(ctx context.Context, so *Soak, p *harness.Producer, start time.Time) (soakMark, error) {
 	c := b.cfg.Soak
-	cost0, err := b.soakCost(ctx, p)
-	if err != nil {
-		return soakMark{}, err
-	}
-	mark0, err := b.soakMark(ctx)
+	cost0, mark0, err := b.soakBoth(ctx, p)
 	if err != nil {
 		return soakMark{}, err
 	}
