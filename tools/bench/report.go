@@ -287,6 +287,9 @@ type Retention struct {
 	Docs             int     `json:"docs"`
 	Seeded           int     `json:"seeded"`
 	Produced         int64   `json:"produced"`
+	// ProducedSeconds is how long the producer ran: Seconds, and the last
+	// sample's queries after it (seconds on a loaded machine).
+	ProducedSeconds float64 `json:"produced_seconds"`
 	// Pruned is the rows gone with their partitions by the end: seeded and
 	// produced, less those left (every one of them done).
 	Pruned int64 `json:"pruned"`

@@ -47,6 +47,7 @@ func (b *bench) retention(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	started := time.Now()
 	p := b.startProducer(ctx, cfg.RetentionRate, 0, cfg.RetentionDocs)
 	defer p.Stop()
 	claims, acks, err := b.retentionSamples(ctx, r, rt, t0, vacuums0)
@@ -54,6 +55,7 @@ func (b *bench) retention(ctx context.Context) error {
 		return err
 	}
 	p.Stop()
+	rt.ProducedSeconds = harness.Round3(time.Since(started).Seconds())
 	if err := p.Err(); err != nil {
 		return err
 	}

@@ -188,6 +188,10 @@ type SoakWindow struct {
 	// minute): on a shared machine, how much else wanted its cores.
 	LoadAverage float64               `json:"load_average"`
 	Database    harness.HealthSummary `json:"database"`
+	// Statements are the window's costliest statements in the bench's
+	// database (pg_stat_statements, where the server loads it): issue 43's
+	// CPU per event climbed and these say which statement's cost grew.
+	Statements []StatementCost `json:"statements,omitempty"`
 }
 
 // SoakChurn is one table's writes in a window (pg_stat_user_tables), per
@@ -266,6 +270,7 @@ func (b *bench) soakWarmup(ctx context.Context, p *harness.Producer, d time.Dura
 	if err != nil {
 		return nil, err
 	}
+	statements := b.resetStatements(ctx)
 	if err := harness.Sleep(ctx, d); err != nil {
 		return nil, err
 	}
@@ -274,6 +279,9 @@ func (b *bench) soakWarmup(ctx context.Context, p *harness.Producer, d time.Dura
 		return nil, err
 	}
 	w := &SoakWindow{StartSeconds: -d.Seconds(), LoadAverage: loadAverage()}
+	if w.Statements, err = b.windowStatements(ctx, statements); err != nil {
+		return nil, err
+	}
 	w.cost(cost0, cost1)
 	w.settle(mark0, mark1)
 	b.say("soak warm-up of %s (not judged): %d events, lag p99 %.1f ms over %d acked", d, w.Events, w.LagP99ms, w.Acked)
@@ -342,6 +350,7 @@ func (b *bench) soakWindows(ctx context.Context, so *Soak, p *harness.Producer, 
 	if err != nil {
 		return soakMark{}, err
 	}
+	statements := b.resetStatements(ctx)
 	n := int(c.Duration / c.Window)
 	for i := range n {
 		end := start.Add(time.Duration(i+1) * c.Window)
@@ -354,6 +363,9 @@ func (b *bench) soakWindows(ctx context.Context, so *Soak, p *harness.Producer, 
 		}
 		w := SoakWindow{StartSeconds: (time.Duration(i) * c.Window).Seconds(), Held: c.held(i), LoadAverage: loadAverage()}
 		w.cost(cost0, cost1)
+		if w.Statements, err = b.windowStatements(ctx, statements); err != nil {
+			return soakMark{}, err
+		}
 		if b.health != nil {
 			w.Database = harness.Summarize(harness.Between(b.health.Samples(), end.Add(-c.Window), end))
 		}
@@ -370,6 +382,20 @@ func (b *bench) soakWindows(ctx context.Context, so *Soak, p *harness.Producer, 
 		cost0 = cost1
 	}
 	return mark0, nil
+}
+
+// windowStatements reads the statements run since the last reset and
+// resets them for the next window; nothing where the server lacks them.
+func (b *bench) windowStatements(ctx context.Context, on bool) ([]StatementCost, error) {
+	if !on {
+		return nil, nil
+	}
+	top, _, err := b.readStatements(ctx)
+	if err != nil {
+		return nil, err
+	}
+	b.resetStatements(ctx)
+	return top, nil
 }
 
 // soakCost is what a window's CPU figures are the difference of.
@@ -456,6 +482,10 @@ func (b *bench) soakSay(i int, w SoakWindow) {
 	b.say("soak window %d%s: per acked event, outbox updates+deletes %.3f (HOT updates %.3f), dead %d; ledger updates+deletes %.3f (HOT updates %.3f), dead %d",
 		i+1, map[bool]string{true: " (held)"}[w.Held], out.UpdatesDeletesPerAcked, out.HotUpdatesPerAcked, out.DeadTuples,
 		led.UpdatesDeletesPerAcked, led.HotUpdatesPerAcked, led.DeadTuples)
+	for _, st := range w.Statements[:min(4, len(w.Statements))] {
+		b.say("soak window %d statement: %.1f µs/event, %d calls, mean %.3f ms: %s",
+			i+1, perEvent(st.TotalMs/1000, int(w.Events)), st.Calls, st.MeanMs, oneLine(st.Query, 100))
+	}
 }
 
 // soakProducer is the issue's pgbench run: one insert per transaction,
