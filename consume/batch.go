@@ -95,10 +95,13 @@ func liveInBatch(fresh []outbox.Event, stale []int64, latest map[string]bool) ([
 }
 
 // process projects one claimed batch and records every outcome.
-func (l *Loop) process(ctx context.Context, epoch int64, events []outbox.Event) BatchResult {
+func (l *Loop) process(ctx context.Context, epoch int64, events []outbox.Event, projected func()) BatchResult {
 	start := time.Now()
 	fresh, stale, reused := splitStale(events, l.latest)
 	results := append(l.project(ctx, fresh), reused...)
+	if projected != nil {
+		projected()
+	}
 	if ctx.Err() != nil {
 		// Cancelled mid-flight: leadership lost or grace over. The rows stay
 		// tracked; the drain or the next leader puts them back.

@@ -23,6 +23,9 @@ type flight struct {
 	done  chan struct{}
 	// span is the batch's trace span, from its claim to its last ack.
 	span trace.Span
+	// projected, if set, is called once the batch's projection writes have
+	// returned, before its acks: it frees the batch's bulk lane.
+	projected func()
 }
 
 // order keeps a term's batches of one document in claim order. The loop

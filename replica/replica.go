@@ -41,7 +41,10 @@ func New(ctx context.Context, cfg Config, log zerolog.Logger) (*Replica, error) 
 	cfg = cfg.withDefaults()
 	r := &Replica{cfg: cfg, log: log}
 	var err error
-	if r.pool, err = pgpool.Open(ctx, cfg.DatabaseURL, cfg.Consume.Concurrency+6, "wlproj:"+cfg.WorkerID); err != nil {
+	// A connection for each batch acking at once (the loop's lanes: twice
+	// the bulks in flight) and six for the claim, the listener, the
+	// checkpoint, the elector's work, health and the console.
+	if r.pool, err = pgpool.Open(ctx, cfg.DatabaseURL, 2*cfg.Consume.Concurrency+6, "wlproj:"+cfg.WorkerID); err != nil {
 		return nil, err
 	}
 	// The tables a projections file names; those of the environment's

@@ -296,7 +296,7 @@ func (b *bench) say(format string, args ...any) {
 
 func (b *bench) setup(ctx context.Context) error {
 	s, err := harness.Open(ctx, harness.SessionConfig{AdminURL: b.cfg.AdminURL, ElasticURL: b.cfg.ElasticURL,
-		Name: "bench", Bin: b.cfg.Bin, PoolSize: int32(b.cfg.Concurrency + 6 + b.cfg.Soak.Writers), Log: b.say})
+		Name: "bench", Bin: b.cfg.Bin, PoolSize: int32(2*b.cfg.Concurrency + 6 + b.cfg.Soak.Writers), Log: b.say})
 	if err != nil {
 		return err
 	}
