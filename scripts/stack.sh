@@ -7,6 +7,7 @@
 #   stack.sh exec CMD…   run CMD with the env file's variables (the stack must be up)
 #   stack.sh with CMD…   the same, starting the stack first if it is down and
 #                        stopping it afterwards if this call started it
+#   stack.sh fetch       install ENGINE's JDK and distribution, start nothing
 #   stack.sh env         print the env file's path
 #   stack.sh engines     print the engines of the matrix, the default first
 #   stack.sh version     print ENGINE's version
@@ -24,6 +25,9 @@
 # of one (ES_HEAP each, 384m by default), ELASTIC_URL listing their URLs;
 #   stack.sh start-node N  starts node N of such a stack again (the drill
 #                          kills one with kill -9, STACK_ENGINE_PID_FILES)
+# ENGINE_JAVA_OPTS adds JVM options to every engine node the stack starts
+# (recorded as STACK_ENGINE_JAVA_OPTS, for the nodes tests start beside it):
+# `make test` runs its engines with C1 only, see the Makefile.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -36,6 +40,7 @@ ENGINE="${ENGINE:-$DEFAULT_ENGINE}"
 CACHE_DIR="${WLPROJ_CACHE:-/var/cache/wlproj}"
 RUN_USER="${WLPROJ_STACK_USER:-wlproj}"
 ENGINE_NODES="${ENGINE_NODES:-1}"
+ENGINE_JAVA_OPTS="${ENGINE_JAVA_OPTS:-}"
 case "$ENGINE_NODES" in [1-9]) ;; *) echo "stack: ENGINE_NODES=$ENGINE_NODES: a number of nodes from 1 to 9" >&2; exit 1 ;; esac
 if [ "$ENGINE_NODES" = 1 ]; then ES_HEAP="${ES_HEAP:-512m}"; else ES_HEAP="${ES_HEAP:-384m}"; fi
 
@@ -80,8 +85,31 @@ cleanup_failed_up() {
   rm -rf "$RUN_DIR"
 }
 
+# free_port prints a loopback port free a moment ago, below the kernel's
+# ephemeral range: the engine binds its ports seconds later, and a port of
+# that range may by then be an outgoing connection's source port (stacks
+# run side by side in make test). harness.FreePort picks ports the same way.
 free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+  python3 - <<'PY'
+import random, socket
+lo = 32768
+try:
+    lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+except (OSError, ValueError, IndexError):
+    pass
+for port in [random.randrange(10000, lo) for _ in range(100)] if lo - 10000 >= 1000 else []:
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(port)
+    break
+else:
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()
+PY
 }
 
 as_user() {
@@ -265,7 +293,7 @@ start_engine() {
   mkdir -p "$RUN_DIR/es-tmp"; chown "$RUN_USER" "$RUN_DIR/es-tmp" 2>/dev/null || true
   if [ "$DIST" = opensearch ]; then prefix=OPENSEARCH; else extra+=(-Expack.security.enabled=false); fi
   as_user env "${prefix}_JAVA_HOME=$JAVA_HOME_FOUND" "${prefix}_PATH_CONF=$conf" "${prefix}_TMPDIR=$RUN_DIR/es-tmp" \
-    "${prefix}_JAVA_OPTS=-Xms$ES_HEAP -Xmx$ES_HEAP" \
+    "${prefix}_JAVA_OPTS=-Xms$ES_HEAP -Xmx$ES_HEAP $ENGINE_JAVA_OPTS" \
     "$ENGINE_HOME/bin/$DIST" -d -p "$RUN_DIR/es.pid" \
     -Ediscovery.type=single-node -Enetwork.host=127.0.0.1 -Ehttp.port="$ES_PORT" \
     -Etransport.port="$(free_port)" "${extra[@]}" \
@@ -328,7 +356,7 @@ start_node() {
     extra+=(-Expack.security.enabled=false -Ecluster.initial_master_nodes="$ENGINE_NODE_NAMES")
   fi
   as_user env "${prefix}_JAVA_HOME=$JAVA_HOME_FOUND" "${prefix}_PATH_CONF=$RUN_DIR/es-config-$i" "${prefix}_TMPDIR=$RUN_DIR/es-tmp-$i" \
-    "${prefix}_JAVA_OPTS=-Xms$ES_HEAP -Xmx$ES_HEAP" \
+    "${prefix}_JAVA_OPTS=-Xms$ES_HEAP -Xmx$ES_HEAP $ENGINE_JAVA_OPTS" \
     "$ENGINE_HOME/bin/$DIST" -d -p "$RUN_DIR/es-$i.pid" \
     -Ecluster.name=wlproj-stack -Enode.name="node-$i" -Ediscovery.seed_hosts="$ENGINE_SEED_HOSTS" \
     -Enetwork.host=127.0.0.1 -Ehttp.port="$hp" -Etransport.port="$tp" "${extra[@]}" \
@@ -350,6 +378,7 @@ restart_node() {
   local pidfile="$STACK_RUN_DIR/es-$i.pid"
   if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then die "start-node $i: node $i is running"; fi
   RUN_DIR=$STACK_RUN_DIR; ENGINE_HOME=$STACK_ENGINE_HOME; JAVA_HOME_FOUND=$STACK_JAVA_HOME; ES_HEAP=$STACK_ES_HEAP
+  ENGINE_JAVA_OPTS=${STACK_ENGINE_JAVA_OPTS:-}
   ENGINE_HTTP_PORTS=$STACK_ENGINE_HTTP_PORTS; ENGINE_TRANSPORT_PORTS=$STACK_ENGINE_TRANSPORT_PORTS
   ENGINE_SEED_HOSTS=$STACK_ENGINE_SEED_HOSTS; ENGINE_NODE_NAMES=$STACK_ENGINE_NODE_NAMES
   rm -f "$pidfile"
@@ -407,6 +436,7 @@ export STACK_PG_STANDBY_PORT='$PG_STANDBY_PORT'
 export STACK_RUN_USER='$RUN_USER'
 export STACK_ENGINE_NODES='$ENGINE_NODES'
 export STACK_ES_HEAP='$ES_HEAP'
+export STACK_ENGINE_JAVA_OPTS='$ENGINE_JAVA_OPTS'
 export STACK_ENGINE_HTTP_PORTS='$ENGINE_HTTP_PORTS'
 export STACK_ENGINE_TRANSPORT_PORTS='$ENGINE_TRANSPORT_PORTS'
 export STACK_ENGINE_PID_FILES='$ENGINE_PID_FILES'
@@ -470,9 +500,10 @@ case "${1:-}" in
   status) if is_up; then cat "$ENV_FILE"; else echo "stack: $ENGINE down"; exit 1; fi ;;
   exec) shift; exec_with_env "$@" ;;
   with) shift; with "$@" ;;
+  fetch) ensure_user; ensure_java; ensure_engine ;;
   env) echo "$ENV_FILE" ;;
   engines) echo "$ENGINES" ;;
   version) echo "$VERSION" ;;
   start-node) shift; restart_node "$@" ;;
-  *) die "usage: $0 up|down|status|exec|with|env|engines|version|start-node N" ;;
+  *) die "usage: $0 up|down|status|exec|with|fetch|env|engines|version|start-node N" ;;
 esac

@@ -87,11 +87,11 @@ func NewEmptyDatabase(t testing.TB) DB {
 	return newDatabase(t, CreateEmptyDatabase)
 }
 
-// NewDatabase is CreateDatabase for tests: a migrated database of the
-// test's own, dropped when it ends.
+// NewDatabase is a migrated database of the test's own, dropped when it
+// ends: a copy of the migrated template (CopyMigratedDatabase).
 func NewDatabase(t testing.TB) DB {
 	t.Helper()
-	return newDatabase(t, CreateDatabase)
+	return newDatabase(t, CopyMigratedDatabase)
 }
 
 func newDatabase(t testing.TB, create func(context.Context, string, string) (string, error)) DB {

@@ -24,9 +24,9 @@ func OtherEngine(t testing.TB) string {
 // knows) beside the stack under test, for the test, and stops it when the
 // test ends; it returns the node's URL and what it is. stack.sh starts it
 // as it starts any stack's (fetched from Maven Central once, as the stack's
-// unprivileged user, on loopback), but with no Postgres of its own: the
-// env file it writes names the stack's database and lives in the test's
-// temporary directory.
+// unprivileged user, on loopback, with the stack's JVM options), but with
+// no Postgres of its own: the env file it writes names the stack's
+// database and lives in the test's temporary directory.
 func SecondEngine(t testing.TB, engine string) (string, EngineInfo) {
 	t.Helper()
 	envFile := filepath.Join(t.TempDir(), engine+".env")
@@ -34,7 +34,8 @@ func SecondEngine(t testing.TB, engine string) (string, EngineInfo) {
 		cmd := exec.Command(filepath.Join(Root(t), "scripts", "stack.sh"), verb)
 		cmd.Env = append(os.Environ(), "ENGINE="+engine, "WLPROJ_STACK_ENV="+envFile,
 			"WLPROJ_TEST_DATABASE_URL="+AdminDatabaseURL(t), "WLPROJ_TEST_ELASTIC_URL=",
-			"ENGINE_VERSION=", "ES_VERSION=", "ENGINE_NODES=1", "ES_HEAP=384m", "PG_STANDBY=")
+			"ENGINE_VERSION=", "ES_VERSION=", "ENGINE_NODES=1", "ES_HEAP=384m", "PG_STANDBY=",
+			"ENGINE_JAVA_OPTS="+StackEnv(t)["STACK_ENGINE_JAVA_OPTS"])
 		return cmd.CombinedOutput()
 	}
 	t.Cleanup(func() {

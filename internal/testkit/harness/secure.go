@@ -143,6 +143,8 @@ type SecuredNode struct {
 	cmd    *exec.Cmd
 	dir    string
 	exited chan struct{}
+	// javaOpts is ES_JAVA_OPTS: the heap and the stack's own options.
+	javaOpts string
 }
 
 // ErrNoSecuredNode says why the stack cannot start a secured node.
@@ -166,7 +168,10 @@ func StartSecuredNode(ctx context.Context, stackEnv map[string]string, engine En
 	if err != nil {
 		return nil, err
 	}
-	n := &SecuredNode{dir: dir, Engine: engine, cfg: cfg, exited: make(chan struct{})}
+	// The stack's own JVM options too (make test's C1-only JIT), so a
+	// secured node costs what the stack's node does.
+	n := &SecuredNode{dir: dir, Engine: engine, cfg: cfg, exited: make(chan struct{}),
+		javaOpts: strings.TrimSpace("-Xms" + cfg.Heap + " -Xmx" + cfg.Heap + " " + stackEnv["STACK_ENGINE_JAVA_OPTS"])}
 	if err := n.start(ctx, home, javaHome, stackEnv["STACK_RUN_USER"], cfg); err != nil {
 		n.Close()
 		return nil, err
@@ -189,7 +194,7 @@ func (n *SecuredNode) start(ctx context.Context, home, javaHome, runUser string,
 	if err != nil {
 		return err
 	}
-	if err := n.launch(home, javaHome, conf, runUser, httpPort, cfg.Heap); err != nil {
+	if err := n.launch(home, javaHome, conf, runUser, httpPort); err != nil {
 		return err
 	}
 	n.URL = "https://127.0.0.1:" + strconv.Itoa(httpPort)
@@ -352,7 +357,7 @@ func distributionVersion(home string) (string, error) {
 }
 
 // launch starts the node with security on and TLS on HTTP only.
-func (n *SecuredNode) launch(home, javaHome, conf, runUser string, httpPort int, heap string) error {
+func (n *SecuredNode) launch(home, javaHome, conf, runUser string, httpPort int) error {
 	transportPort, err := FreePort()
 	if err != nil {
 		return err
@@ -372,7 +377,7 @@ func (n *SecuredNode) launch(home, javaHome, conf, runUser string, httpPort int,
 		"-Ecluster.routing.allocation.disk.threshold_enabled=false",
 		"-Epath.data="+filepath.Join(n.dir, "data"), "-Epath.logs="+filepath.Join(n.dir, "logs"))
 	n.cmd.Env = append(os.Environ(), "ES_JAVA_HOME="+javaHome, "ES_PATH_CONF="+conf, "ES_TMPDIR="+tmp,
-		"ES_JAVA_OPTS=-Xms"+heap+" -Xmx"+heap, "HOME="+n.dir)
+		"ES_JAVA_OPTS="+n.javaOpts, "HOME="+n.dir)
 	log, err := os.Create(filepath.Join(n.dir, "console.log"))
 	if err != nil {
 		return err

@@ -9,11 +9,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -129,14 +131,45 @@ func UniqueName(prefix string) string {
 	return prefix + hex.EncodeToString(b)
 }
 
-// FreePort returns a loopback port that was free a moment ago.
+// FreePort returns a loopback port that was free a moment ago, picked
+// below the kernel's ephemeral range: a port of that range can be taken by
+// any outgoing connection's source port before its server binds it (with
+// three stacks side by side a replica found its port so taken: "address
+// already in use"). Below the range only another FreePort can pick it.
 func FreePort() (int, error) {
+	lo := ephemeralLow()
+	for range 100 {
+		if lo-firstFreePort < 1000 {
+			break
+		}
+		port := firstFreePort + mrand.IntN(lo-firstFreePort)
+		if ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
+			ln.Close()
+			return port, nil
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// firstFreePort is the lowest port FreePort picks: above the well-known
+// and registered ports services of the machine tend to listen on.
+const firstFreePort = 10000
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux's
+// default when it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if lo, _, ok := strings.Cut(strings.TrimSpace(string(b)), "\t"); err == nil && ok {
+		if n, err := strconv.Atoi(strings.TrimSpace(lo)); err == nil {
+			return n
+		}
+	}
+	return 32768
 }
 
 // Port is FreePort for tests; nothing listens on it.
