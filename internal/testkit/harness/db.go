@@ -88,10 +88,10 @@ func NewEmptyDatabase(t testing.TB) DB {
 }
 
 // NewDatabase is a migrated database of the test's own, dropped when it
-// ends: a copy of the migrated template (CopyMigratedDatabase).
+// ends: a copy of the migrated template (copyMigratedDatabase).
 func NewDatabase(t testing.TB) DB {
 	t.Helper()
-	return newDatabase(t, CopyMigratedDatabase)
+	return newDatabase(t, copyMigratedDatabase)
 }
 
 func newDatabase(t testing.TB, create func(context.Context, string, string) (string, error)) DB {

@@ -48,10 +48,10 @@ var templates = struct {
 	ready map[string]string // admin URL -> the template's name
 }{ready: map[string]string{}}
 
-// CopyMigratedDatabase creates name as a copy of the migrated template,
+// copyMigratedDatabase creates name as a copy of the migrated template,
 // as CreateDatabase would have left it, and returns its URL.
-func CopyMigratedDatabase(ctx context.Context, adminURL, name string) (string, error) {
-	tmpl, err := MigratedTemplate(ctx, adminURL)
+func copyMigratedDatabase(ctx context.Context, adminURL, name string) (string, error) {
+	tmpl, err := migratedTemplate(ctx, adminURL)
 	if err != nil {
 		return "", err
 	}
@@ -70,9 +70,9 @@ func CopyMigratedDatabase(ctx context.Context, adminURL, name string) (string, e
 	return u.String(), nil
 }
 
-// MigratedTemplate returns the name of the template of the checkout's
+// migratedTemplate returns the name of the template of the checkout's
 // migrations on the admin's server, building it if no test process has.
-func MigratedTemplate(ctx context.Context, adminURL string) (string, error) {
+func migratedTemplate(ctx context.Context, adminURL string) (string, error) {
 	templates.Lock()
 	defer templates.Unlock()
 	if name, ok := templates.ready[adminURL]; ok {

@@ -17,7 +17,7 @@ import (
 // the template was migrated, and nothing reads them.
 func TestTemplateCopyIsAFreshMigration(t *testing.T) {
 	ctx := context.Background()
-	_, err := MigratedTemplate(ctx, AdminDatabaseURL(t))
+	_, err := migratedTemplate(ctx, AdminDatabaseURL(t))
 	require.NoError(t, err)
 	fresh := newDatabase(t, CreateDatabase)
 	copied := NewDatabase(t)
