@@ -23,11 +23,21 @@ type DB struct {
 // CreateEmptyDatabase creates name, with no schema, on the admin's server
 // and returns its URL.
 func CreateEmptyDatabase(ctx context.Context, adminURL, name string) (string, error) {
+	return createDatabase(ctx, adminURL, name, "")
+}
+
+// createDatabase creates name as a copy of template (template1, Postgres'
+// default, when empty) and returns its URL.
+func createDatabase(ctx context.Context, adminURL, name, template string) (string, error) {
 	u, err := url.Parse(adminURL)
 	if err != nil {
 		return "", fmt.Errorf("admin database URL: %w", err)
 	}
-	if err := adminExec(ctx, adminURL, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+	create := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize()
+	if template != "" {
+		create += " TEMPLATE " + pgx.Identifier{template}.Sanitize()
+	}
+	if err := adminExec(ctx, adminURL, create); err != nil {
 		return "", err
 	}
 	u.Path = "/" + name

@@ -137,12 +137,10 @@ func UniqueName(prefix string) string {
 // three stacks side by side a replica found its port so taken: "address
 // already in use"). Below the range only another FreePort can pick it.
 func FreePort() (int, error) {
-	lo := ephemeralLow()
-	for range 100 {
-		if lo-firstFreePort < 1000 {
-			break
-		}
-		port := firstFreePort + mrand.IntN(lo-firstFreePort)
+	// Below a range that starts too low to leave room, any free port.
+	span := max(ephemeralLow()-firstFreePort, 0)
+	for i := 0; i < 100 && span >= 1000; i++ {
+		port := firstFreePort + mrand.IntN(span)
 		if ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
 			ln.Close()
 			return port, nil

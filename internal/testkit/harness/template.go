@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -55,19 +54,14 @@ func copyMigratedDatabase(ctx context.Context, adminURL, name string) (string, e
 	if err != nil {
 		return "", err
 	}
-	create := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize() + " TEMPLATE " + pgx.Identifier{tmpl}.Sanitize()
-	if err := adminExec(ctx, adminURL, create); err != nil {
+	dbURL, err := createDatabase(ctx, adminURL, name, tmpl)
+	if err != nil {
 		return "", err
 	}
-	u, err := url.Parse(adminURL)
-	if err != nil {
-		return "", fmt.Errorf("admin database URL: %w", err)
-	}
-	u.Path = "/" + name
-	if err := adminExec(ctx, u.String(), volatileRows...); err != nil {
+	if err := adminExec(ctx, dbURL, volatileRows...); err != nil {
 		return "", fmt.Errorf("a copy of %s: %w", tmpl, err)
 	}
-	return u.String(), nil
+	return dbURL, nil
 }
 
 // migratedTemplate returns the name of the template of the checkout's
