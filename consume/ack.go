@@ -35,11 +35,16 @@ func ledgerEvents(byID map[int64]outbox.Event, acked map[int64]float64, ids []in
 	return events
 }
 
-// ledgerIDs is the subset of applied of the projections that keep a ledger.
+// ledgerIDs is the subset of applied of the projections that keep a ledger,
+// less the events not above the entry the batch knows (a repair of the
+// ledger's own version): a document's entries are then written in order,
+// each newer than those before it, which the lookup of the newest
+// partition relies on (migration 00029). The event was still sent.
 func (l *Loop) ledgerIDs(byID map[int64]outbox.Event, applied []int64) []int64 {
 	ids := applied[:0:0]
 	for _, id := range applied {
-		if l.latest[byID[id].Projection] {
+		e := byID[id]
+		if l.latest[e.Projection] && above(outbox.Applied{Version: e.Version(), EventID: e.ID}, e.Applied) {
 			ids = append(ids, id)
 		}
 	}

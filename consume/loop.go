@@ -53,6 +53,9 @@ type Loop struct {
 	// the next tries queued ones first. Run's goroutine's.
 	queues      *queues
 	claimedLast bool
+	// ledgerTaken says the term's LoadQueue got past taking the ledger, and
+	// its barrier: no claim or read comes before. Run's goroutine's.
+	ledgerTaken bool
 	// unknownUntil is, for each projection whose events the loop left
 	// unread for not knowing them (unknownWaits), when the newest of them
 	// read is UnknownWait old: it neither reads them again before then
@@ -190,6 +193,12 @@ func (l *Loop) next(ctx context.Context, epoch int64, now time.Time) ([]outbox.E
 	rowsDue := l.headWanted.Load() || l.headNext || now.Sub(l.headAt) >= l.cfg.PollInterval
 	if l.queues == nil || rowsDue || !l.queues.listed {
 		l.refreshQueues(ctx)
+	}
+	if !l.ledgerTaken {
+		// The term has not taken the ledger yet (its barrier waits for the
+		// last term's ledger writes, migration 00029): nothing read before
+		// it may be judged by the ledger. The next turn tries again.
+		return nil, nil
 	}
 	usable := l.queues != nil && l.queues.ready()
 	queuedFirst := usable && (!rowsDue || l.claimedLast)
@@ -350,7 +359,7 @@ func (l *Loop) beginTerm(ctx context.Context, start TermStart) {
 	if start.Started != nil {
 		l.started = sync.OnceFunc(start.Started)
 	}
-	l.order, l.cursor, l.headNext, l.headAt, l.queues = newOrder(), nil, false, time.Time{}, nil
+	l.order, l.cursor, l.headNext, l.headAt, l.queues, l.ledgerTaken = newOrder(), nil, false, time.Time{}, nil, false
 	// The term's first claim reads queued rows first, as after a claim of
 	// rows: a takeover under load finds its events there, and the claim
 	// from the head every new term makes comes next, a few ms later.

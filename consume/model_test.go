@@ -844,14 +844,24 @@ func (m *model) documents(t *testing.T, proj string) map[string]mDoc {
 
 func (m *model) ledger(t *testing.T) map[string]outbox.Applied {
 	t.Helper()
-	rows, err := m.b.Pool.Query(context.Background(), `SELECT projection || '/' || entity_id, version, event_id, deleted FROM outbox_ledger_entries`)
+	// The entry the leader reads (outbox_ledger_entry: the newest partition
+	// holding the document) must be the newest of all partitions (the
+	// view): entries are written in order (migration 00029).
+	rows, err := m.b.Pool.Query(context.Background(), `SELECT v.projection || '/' || v.entity_id, v.version, v.event_id, v.deleted,
+		a.version, a.event_id FROM outbox_ledger_entries v
+		CROSS JOIN LATERAL outbox_ledger_entry(v.projection, v.entity_type, v.entity_id) a`)
 	require.NoError(t, err)
 	defer rows.Close()
 	out := map[string]outbox.Applied{}
 	for rows.Next() {
 		var entity string
 		var a outbox.Applied
-		require.NoError(t, rows.Scan(&entity, &a.Version, &a.EventID, &a.Deleted))
+		var readVersion, readEventID int64
+		require.NoError(t, rows.Scan(&entity, &a.Version, &a.EventID, &a.Deleted, &readVersion, &readEventID))
+		if readVersion != a.Version || readEventID != a.EventID {
+			t.Errorf("%s: the lookup reads (%d, %d) from the newest partition holding it, the newest entry is (%d, %d)",
+				entity, readVersion, readEventID, a.Version, a.EventID)
+		}
 		out[entity] = a
 	}
 	require.NoError(t, rows.Err())

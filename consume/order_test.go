@@ -72,3 +72,29 @@ func TestOrderDoesNotMakeABatchWaitForItself(t *testing.T) {
 	defer cancel()
 	require.NoError(t, o.wait(ctx, f))
 }
+
+// TestLedgerWritesOnlyEntriesAboveTheKnownOne: an applied event is written
+// to the ledger only when it orders after the entry the batch knows (a
+// repair of the ledger's own version from an older row does not), so a
+// document's entries are written in order, which the lookup of the newest
+// partition relies on (migration 00029); and never for a projection that
+// keeps no ledger.
+func TestLedgerWritesOnlyEntriesAboveTheKnownOne(t *testing.T) {
+	l := &Loop{latest: map[string]bool{"search": true}}
+	known := &outbox.Applied{Version: 5, EventID: 20}
+	newer := event(21, outbox.OpUpsert, 6)
+	newer.Applied = known
+	sameVersionLater := event(22, outbox.OpUpsert, 5)
+	sameVersionLater.Applied, sameVersionLater.Repair = known, true
+	repairOfOlderRow := event(10, outbox.OpUpsert, 5)
+	repairOfOlderRow.Applied, repairOfOlderRow.Repair = known, true
+	first := event(30, outbox.OpUpsert, 1)
+	first.EntityID = "r2"
+	chronicle := event(31, outbox.OpUpsert, 1)
+	chronicle.Projection = "chronicle"
+	byID := map[int64]outbox.Event{}
+	for _, e := range []outbox.Event{newer, sameVersionLater, repairOfOlderRow, first, chronicle} {
+		byID[e.ID] = e
+	}
+	require.Equal(t, []int64{21, 22, 30}, l.ledgerIDs(byID, []int64{21, 22, 10, 30, 31}))
+}

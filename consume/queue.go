@@ -2,6 +2,7 @@ package consume
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -268,6 +269,7 @@ func (l *Loop) checkpoint(ctx context.Context, epoch int64, force bool) {
 func (l *Loop) refreshQueues(ctx context.Context) {
 	if l.queues == nil {
 		origin, saved, err := l.store.LoadQueue(ctx)
+		l.takeLedger(ctx, err)
 		if l.queueError(ctx, err, "taking the ledger and reading the positions failed") {
 			return
 		}
@@ -291,6 +293,20 @@ func (l *Loop) refreshQueues(ctx context.Context) {
 		return
 	}
 	l.queues.know(append(names, l.names...))
+}
+
+// takeLedger notes whether the term has taken the ledger, after LoadQueue
+// returned err: a batch of statements fails whole when one of its reads
+// cannot be prepared (a grant missing), so the ledger is then taken alone.
+func (l *Loop) takeLedger(ctx context.Context, err error) {
+	if l.ledgerTaken {
+		return
+	}
+	if errors.Is(err, outbox.ErrLedgerNotTaken) {
+		err = l.store.TakeLedger(ctx)
+		l.queueError(ctx, err, "taking the ledger failed: nothing is claimed or read until it is taken")
+	}
+	l.ledgerTaken = err == nil
 }
 
 // queueError counts and logs a failed read of the queue's state as a claim

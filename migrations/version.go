@@ -15,6 +15,11 @@ import (
 // reports ready (health checks it), so it never claims on a schema its
 // statements would fail on.
 //
+// 29 (the ledger's entry read from its newest partition, and the term's
+// barrier) did not raise it: this binary's SQL runs the same on 28, where
+// the entry is the newest of all partitions, and a binary of 21 to 28 on
+// 29 gets the barrier from the trigger its term's UPDATE of log_only fires.
+//
 // It is 28: the console reads and writes outbox_console_sessions' auth
 // and groups columns, which 00028 adds (how a session signed in, and an
 // OpenID user's groups), on every signed-in request, so a binary of 28 on

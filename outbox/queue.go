@@ -61,6 +61,21 @@ const originSQL = `SELECT snapshot::text FROM outbox_queue_origin`
 
 const positionsSQL = `SELECT projection, done_prev::text, done_cur::text, done_xid, done_id FROM outbox_positions`
 
+// ErrLedgerNotTaken says LoadQueue failed before the term took the ledger:
+// the barrier that waits for the last term's ledger writes (migration
+// 00029) has not run, and nothing may be judged by the ledger yet.
+var ErrLedgerNotTaken = errors.New("the term has not taken the ledger")
+
+// TakeLedger takes the ledger alone (takeLedgerSQL, and the barrier its
+// trigger runs), for a term whose LoadQueue failed on one of its reads: the
+// claim of rows goes on without the queue's state, never without this.
+func (s *Store) TakeLedger(ctx context.Context) error {
+	if _, err := s.Pool.Exec(ctx, takeLedgerSQL); err != nil {
+		return fmt.Errorf("%w: %w", ErrLedgerNotTaken, err)
+	}
+	return nil
+}
+
 // LoadQueue takes the ledger (takeLedgerSQL) and reads the queue's origin and
 // every saved position in one round trip: a new leader's first read waits
 // for them, and three round trips on the takeover path cost what the read
@@ -73,7 +88,7 @@ func (s *Store) LoadQueue(ctx context.Context) (*Position, map[string]Position, 
 	br := s.Pool.SendBatch(ctx, batch)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
-		return nil, nil, fmt.Errorf("take the ledger: %w", err)
+		return nil, nil, fmt.Errorf("%w: %w", ErrLedgerNotTaken, err)
 	}
 	var origin *Position
 	var snap string

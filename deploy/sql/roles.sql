@@ -111,6 +111,7 @@ SELECT format('ALTER FUNCTION %s OWNER TO %I', p.oid::regprocedure, :'owner_role
                  to_regprocedure('public.outbox_ledger_slot()'),
                  to_regprocedure('public.outbox_ledger_entry(text, text, text)'),
                  to_regprocedure('public.outbox_applied_to_ledger()'),
+                 to_regprocedure('public.outbox_ledger_barrier()'),
                  to_regprocedure('public.outbox_events_slot()'),
                  to_regprocedure('public.outbox_events_stamp_xid()'),
                  to_regprocedure('public.outbox_new_row_status()'))
