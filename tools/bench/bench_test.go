@@ -215,7 +215,7 @@ func TestBenchSmoke(t *testing.T) {
 	require.Equal(t, loaded, harness.Map(rep.DatabaseHealth, func(h StepHealth) string { return h.Step }))
 	for _, h := range rep.DatabaseHealth {
 		require.Positive(t, h.Samples, h.Step)
-		require.Zero(t, h.FailedSamples, h.Step)
+		require.Zero(t, h.FailedSamples, "%s: %s", h.Step, h.FirstFailure)
 		if h.Step != "failover" {
 			// The failover step waits for its standby itself before each
 			// kill, and in the smoke run its rounds are shorter than the

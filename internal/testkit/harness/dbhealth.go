@@ -133,6 +133,8 @@ type HealthSummary struct {
 	Samples int `json:"samples"`
 	// FailedSamples could not be taken (Postgres restarting, say).
 	FailedSamples int `json:"failed_samples,omitempty"`
+	// FirstFailure is why the first failed sample failed.
+	FirstFailure string `json:"first_failure,omitempty"`
 	// The oldest horizon seen, by age(xmin), and who held it.
 	OldestSeconds float64 `json:"oldest_snapshot_seconds"`
 	OldestXIDAge  int64   `json:"oldest_snapshot_xid_age"`
@@ -173,6 +175,7 @@ func Summarize(samples []HealthSample) HealthSummary {
 		h.Samples++
 		if s.Err != nil {
 			h.FailedSamples++
+			h.FirstFailure = cmp.Or(h.FirstFailure, s.At.Format(time.RFC3339Nano)+": "+s.Err.Error())
 			continue
 		}
 		if s.Held && (oldest.Who == "" || s.Oldest.XIDAge > oldest.XIDAge) {
