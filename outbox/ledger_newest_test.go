@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/wlproj/wlproj/internal/testkit/harness"
 )
 
 // entry is outbox_ledger_entry's answer for one document of 'search',
@@ -88,11 +90,14 @@ func TestTermWaitsForTheLastTermsLedgerWrites(t *testing.T) {
 	require.NoError(t, err)
 	taken := make(chan error, 1)
 	go func() { _, _, err := b.Store.LoadQueue(ctx); taken <- err }()
-	select {
-	case err := <-taken:
-		t.Fatalf("the term took the ledger while a ledger write of the term before was in flight (err %v)", err)
-	case <-time.After(500 * time.Millisecond):
-	}
+	harness.Eventually(t, 5*time.Second, "the term's start waits for the ledger write's lock", func() bool {
+		select {
+		case err := <-taken:
+			t.Fatalf("the term took the ledger while a ledger write of the term before was in flight (err %v)", err)
+		default:
+		}
+		return b.Int(t, `SELECT count(*) FROM pg_locks WHERE relation = 'outbox_ledger'::regclass AND NOT granted`) > 0
+	})
 	require.NoError(t, late.Commit(ctx))
 	select {
 	case err := <-taken:
