@@ -95,8 +95,9 @@ func liveInBatch(fresh []outbox.Event, stale []int64, latest map[string]bool) ([
 }
 
 // process projects one claimed batch and records every outcome.
-func (l *Loop) process(ctx context.Context, epoch int64, events []outbox.Event, projected func()) BatchResult {
+func (l *Loop) process(ctx context.Context, epoch int64, f *flight) BatchResult {
 	start := time.Now()
+	events, projected := f.events, f.projected
 	fresh, stale, reused := splitStale(events, l.latest)
 	results := append(l.project(ctx, fresh), reused...)
 	if projected != nil {
@@ -130,11 +131,32 @@ func (l *Loop) process(ctx context.Context, epoch int64, events []outbox.Event, 
 	fencedAcksTotal.Add(res.Fenced)
 	elapsed := time.Since(start)
 	batchDuration.Observe(elapsed.Seconds())
-	l.log.Info().Int64("epoch", epoch).Int("events", len(events)).Int("done", res.Done).
-		Int("superseded", res.Superseded).Int("retried", res.Retried).Int("failed", res.Failed).
-		Int("fenced", res.Fenced).Int("unqueued", res.Unqueued).Float64("duration_ms", float64(elapsed.Microseconds())/1000).Msg("batch")
+	l.logBatch(epoch, f, res, start, elapsed)
 	return res
 }
+
+// logBatch logs a processed batch with where its time went: the read that
+// took it (read_ms), the wait from then to its processing (waited_ms:
+// lanes, an earlier batch of its documents, the term's preparation), and
+// how old its oldest event was when read (age_at_read_ms). A lag that is
+// already there at the read is the loop's reading or the producer's
+// commit; one that grows after it is the batch's.
+func (l *Loop) logBatch(epoch int64, f *flight, res BatchResult, start time.Time, elapsed time.Duration) {
+	oldest := f.events[0].CreatedAt
+	for _, e := range f.events[1:] {
+		if e.CreatedAt.Before(oldest) {
+			oldest = e.CreatedAt
+		}
+	}
+	l.log.Info().Int64("epoch", epoch).Int("events", len(f.events)).Int("done", res.Done).
+		Int("superseded", res.Superseded).Int("retried", res.Retried).Int("failed", res.Failed).
+		Int("fenced", res.Fenced).Int("unqueued", res.Unqueued).Float64("duration_ms", ms(elapsed)).
+		Float64("read_ms", ms(f.readEnd.Sub(f.readStart))).Float64("waited_ms", ms(start.Sub(f.readEnd))).
+		Float64("age_at_read_ms", ms(f.readEnd.Sub(oldest))).Msg("batch")
+}
+
+// ms is d in milliseconds, to the microsecond.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // decide turns each result into done, or a failure with its class, reason
 // and next step: deterministic errors and the last attempt are terminal,

@@ -153,7 +153,7 @@ func (l *Loop) handle(ctx context.Context, epoch int64, f *flight) (BatchResult,
 	if l.started != nil {
 		defer l.started()
 	}
-	return l.process(ctx, epoch, f.events, f.projected), nil
+	return l.process(ctx, epoch, f), nil
 }
 
 // claim takes the next batch, in order with the batches of this term.
@@ -168,6 +168,7 @@ func (l *Loop) claim(ctx context.Context, epoch int64) (*flight, error) {
 	})
 	if f != nil {
 		l.track(f.events)
+		f.readStart, f.readEnd = start, end
 		f.span = startBatch(ctx, epoch, f.events, start, end)
 	}
 	return f, err

@@ -3,6 +3,7 @@ package consume
 import (
 	"context"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -26,6 +27,8 @@ type flight struct {
 	// projected, if set, is called once the batch's projection writes have
 	// returned, before its acks: it frees the batch's bulk lane.
 	projected func()
+	// readStart and readEnd bound the claim or read that took the batch.
+	readStart, readEnd time.Time
 }
 
 // order keeps a term's batches of one document in claim order. The loop
