@@ -2,6 +2,7 @@ package consume
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -162,51 +163,37 @@ func TestDrainReturnsUnfinishedWithoutAnAttempt(t *testing.T) {
 		"drain puts unfinished rows back without counting an attempt")
 }
 
-func TestClaimsOneBatchAheadAndTheDrainReleasesIt(t *testing.T) {
+// TestClaimsABatchAheadForEachBulkLaneAndTheDrainReleasesThem: with every
+// bulk lane hung, the loop holds one batch read ahead per lane and claims
+// no more; the drain puts them all back without an attempt. One ahead in
+// all was not enough: two bulks sharing the engine finish together, and
+// the second lane then waited for the next read.
+func TestClaimsABatchAheadForEachBulkLaneAndTheDrainReleasesThem(t *testing.T) {
 	t.Parallel()
-	b := setupClaimed(t)
-	h, entered := hangingHandler()
-	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) SELECT 'book', g::text, 'upsert' FROM generate_series(1, 20) g`)
-	waiting := make(chan struct{}, 1)
-	stop := start(t, b, Config{BulkSize: 5, Concurrency: 1, ShutdownGrace: time.Second, PollInterval: 20 * time.Millisecond},
-		projection.Registry{"search": h}, func(l *Loop) { l.slotWait = waiting })
-	<-entered
-	// One batch in flight, the next claimed and waiting for the slot: the
-	// loop claims no more until the slot frees.
-	harness.Eventually(t, 10*time.Second, "one batch in flight, one claimed ahead", func() bool {
-		return b.Count(t, `status = 'processing'`) == 10
-	})
-	<-waiting
-	require.Equal(t, 10, b.Count(t, `status = 'pending'`), "and no more")
+	for _, lanes := range []int{1, 2} {
+		t.Run(strconv.Itoa(lanes), func(t *testing.T) {
+			t.Parallel()
+			b := setupClaimed(t)
+			h, entered := hangingHandler()
+			b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) SELECT 'book', g::text, 'upsert' FROM generate_series(1, 40) g`)
+			waiting := make(chan struct{}, 1)
+			stop := start(t, b, Config{BulkSize: 5, Concurrency: lanes, ShutdownGrace: time.Second, PollInterval: time.Minute},
+				projection.Registry{"search": h}, func(l *Loop) { l.slotWait = waiting })
+			<-entered
+			// The loop signals each time it finds every place ahead taken, and
+			// may once too early, while a batch is getting its lanes: wait for
+			// the count, then for the loop to stop at it.
+			held := 2 * lanes * 5 // lanes batches in flight, as many read ahead
+			harness.Eventually(t, 10*time.Second, "a batch in flight and one read ahead per lane", func() bool {
+				return b.Count(t, `status = 'processing'`) == held
+			})
+			<-waiting
+			require.Equal(t, 40-held, b.Count(t, `status = 'pending'`), "and no more")
 
-	stop()
-	require.Equal(t, 20, b.Count(t, `status = 'pending' AND attempts = 0`), "the waiting batch goes back too")
-}
-
-// TestClaimsABatchAheadForEachBulkLane: with two bulk lanes, two batches
-// wait claimed beside the two in flight. One ahead was not enough: two
-// bulks sharing the engine finish together, and the second lane then
-// waited for the next read.
-func TestClaimsABatchAheadForEachBulkLane(t *testing.T) {
-	t.Parallel()
-	b := setupClaimed(t)
-	h, entered := hangingHandler()
-	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op) SELECT 'book', g::text, 'upsert' FROM generate_series(1, 40) g`)
-	waiting := make(chan struct{}, 1)
-	stop := start(t, b, Config{BulkSize: 5, Concurrency: 2, ShutdownGrace: time.Second, PollInterval: time.Minute},
-		projection.Registry{"search": h}, func(l *Loop) { l.slotWait = waiting })
-	<-entered
-	// The loop signals each time it finds every place ahead taken, and may
-	// once too early, while a batch is getting its lanes: wait for the
-	// count, then for the loop to stop at it.
-	harness.Eventually(t, 10*time.Second, "two batches in flight, two claimed ahead", func() bool {
-		return b.Count(t, `status = 'processing'`) == 20
-	})
-	<-waiting
-	require.Equal(t, 20, b.Count(t, `status = 'pending'`), "and no more")
-
-	stop()
-	require.Equal(t, 40, b.Count(t, `status = 'pending' AND attempts = 0`), "the batches claimed ahead go back too")
+			stop()
+			require.Equal(t, 40, b.Count(t, `status = 'pending' AND attempts = 0`), "the batches read ahead go back too")
+		})
+	}
 }
 
 func TestLostLeadershipWritesNothing(t *testing.T) {
