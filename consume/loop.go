@@ -294,10 +294,8 @@ func (l *Loop) RunWith(ctx context.Context, epoch int64, drain <-chan struct{}, 
 
 	workCtx, cancelWork := context.WithCancel(ctx)
 	defer cancelWork()
-	p := newPipeline(l.cfg.Concurrency)
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go l.dispatchInOrder(ctx, workCtx, epoch, p, &wg, drain)
+	p := l.startDispatcher(ctx, workCtx, epoch, &wg, drain)
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	var backoff claimBackoff
@@ -457,6 +455,15 @@ func acquire(ctx context.Context, drain <-chan struct{}, lane chan struct{}) boo
 	case <-drain:
 		return false
 	}
+}
+
+// startDispatcher starts the term's dispatcher, counted in wg, and returns
+// the pipeline it serves.
+func (l *Loop) startDispatcher(ctx, workCtx context.Context, epoch int64, wg *sync.WaitGroup, drain <-chan struct{}) pipeline {
+	p := newPipeline(l.cfg.Concurrency)
+	wg.Add(1)
+	go l.dispatchInOrder(ctx, workCtx, epoch, p, wg, drain)
+	return p
 }
 
 // dispatchInOrder runs each batch handed off, in claim order, in a
