@@ -215,7 +215,7 @@ func (s *Store) ReadQueued(ctx context.Context, projection string, from Position
 		return nil, from, fmt.Errorf("read queued: %w", err)
 	}
 	defer br.Close()
-	events, cur, err := scanQueued(br, projection, withLedger)
+	events, cur, err := scanQueued(br, projection, limit, withLedger)
 	if err != nil {
 		return nil, from, err
 	}
@@ -243,55 +243,70 @@ func advance(from Position, cur string, events []Event, limit int) Position {
 	return batch
 }
 
-func scanQueued(br pgx.BatchResults, projection string, withLedger bool) ([]Event, string, error) {
+func scanQueued(br pgx.BatchResults, projection string, limit int, withLedger bool) ([]Event, string, error) {
 	rows, err := br.Query()
 	if err != nil {
 		return nil, "", fmt.Errorf("read queued: %w", err)
 	}
 	defer rows.Close()
-	var events []Event
+	events := make([]Event, 0, limit)
 	var cur string
+	row := newQueuedRow(&cur, withLedger)
 	for rows.Next() {
-		e, err := scanQueuedRow(rows, &cur, withLedger)
+		e, ok, err := row.scan(rows)
 		if err != nil {
 			return nil, "", fmt.Errorf("read queued: %w", err)
 		}
-		if e != nil {
+		if ok {
 			e.Projection = projection
-			events = append(events, *e)
+			events = append(events, e)
 		}
 	}
 	return events, cur, rows.Err()
 }
 
-// scanQueuedRow scans one row of the read; the row of an empty batch has
-// only the snapshot, and gives no event.
-func scanQueuedRow(rows pgx.Rows, cur *string, withLedger bool) (*Event, error) {
-	var e Event
-	var id, version pgtype.Int8
-	var xid8 pgtype.Uint64
-	var entityType, entityID, op, scopeKey, traceparent pgtype.Text
-	var attempts pgtype.Int4
-	var created pgtype.Timestamptz
-	var repair pgtype.Bool
-	var payload []byte
-	var applied []int64
-	dest := []any{cur, &id, &xid8, &entityType, &entityID, &op, &version, &payload, &scopeKey,
-		&attempts, &created, &repair, &traceparent}
+// queuedRow holds the scan targets of the read's rows, made once per read
+// and reused for every row: fresh targets per row were a dozen allocations
+// each, 8% of the loop's own CPU in the bench's Postgres path with the
+// collector's work behind them. The payload and the ledger entry start
+// nil on every row, so no event shares a buffer with the next.
+type queuedRow struct {
+	id, version                                     pgtype.Int8
+	xid8                                            pgtype.Uint64
+	entityType, entityID, op, scopeKey, traceparent pgtype.Text
+	attempts                                        pgtype.Int4
+	created                                         pgtype.Timestamptz
+	repair                                          pgtype.Bool
+	payload                                         []byte
+	applied                                         []int64
+	dest                                            []any
+}
+
+func newQueuedRow(cur *string, withLedger bool) *queuedRow {
+	r := &queuedRow{}
+	r.dest = []any{cur, &r.id, &r.xid8, &r.entityType, &r.entityID, &r.op, &r.version, &r.payload, &r.scopeKey,
+		&r.attempts, &r.created, &r.repair, &r.traceparent}
 	if withLedger {
-		dest = append(dest, &applied)
+		r.dest = append(r.dest, &r.applied)
 	}
-	if err := rows.Scan(dest...); err != nil {
-		return nil, err
+	return r
+}
+
+// scan scans one row of the read; the row of an empty batch has only the
+// snapshot, and gives no event (false).
+func (r *queuedRow) scan(rows pgx.Rows) (Event, bool, error) {
+	r.payload, r.applied = nil, nil
+	if err := rows.Scan(r.dest...); err != nil {
+		return Event{}, false, err
 	}
-	if !id.Valid {
-		return nil, nil
+	if !r.id.Valid {
+		return Event{}, false, nil
 	}
-	e.ID, e.XID, e.EntityType, e.EntityID, e.Op = id.Int64, xid8.Uint64, entityType.String, entityID.String, op.String
-	e.Payload, e.Attempts, e.CreatedAt, e.DueAt = payload, int(attempts.Int32), created.Time, created.Time
-	e.Repair, e.Traceparent, e.Queued = repair.Bool, traceparent.String, true
-	e.setNullable(version, scopeKey, applied)
-	return &e, nil
+	e := Event{ID: r.id.Int64, XID: r.xid8.Uint64, EntityType: r.entityType.String, EntityID: r.entityID.String,
+		Op: r.op.String, Payload: r.payload, Attempts: int(r.attempts.Int32), CreatedAt: r.created.Time,
+		DueAt: r.created.Time, Repair: r.repair.Bool, Traceparent: r.traceparent.String, Queued: true}
+	e.setNullable(r.version, r.scopeKey, r.applied)
+	return e, true, nil
 }
 
 // Checkpoint is what a leader saves of one projection's position: what it

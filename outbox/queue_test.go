@@ -94,6 +94,29 @@ func TestReadQueuedPagesInsideABatch(t *testing.T) {
 	require.Equal(t, []string{"1", "2", "3", "4", "5", "1", "2"}, got)
 }
 
+// TestReadQueuedGivesEachEventItsOwnFields: the read reuses its scan
+// targets from row to row; each event still keeps its own payload,
+// version, scope and ledger entry, and a row without one has none.
+func TestReadQueuedGivesEachEventItsOwnFields(t *testing.T) {
+	t.Parallel()
+	b, origin := queuedBundle(t)
+	b.Exec(t, `INSERT INTO outbox_ledger (projection, entity_type, entity_id, version, deleted, event_id)
+	            VALUES ('search', 'book', 'a', 7, true, 70)`)
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, payload, scope_key)
+	            VALUES ('book', 'a', 'upsert', 8, '{"n": 1}', 'lib-1'), ('book', 'b', 'upsert', NULL, '{"n": 22}', NULL)`)
+	events, _ := b.read(t, origin, 10)
+	require.Len(t, events, 2)
+	a, c := events[0], events[1]
+	require.JSONEq(t, `{"n": 1}`, string(a.Payload))
+	require.JSONEq(t, `{"n": 22}`, string(c.Payload))
+	require.Equal(t, int64(8), *a.EventVersion)
+	require.Nil(t, c.EventVersion)
+	require.Equal(t, "lib-1", *a.ScopeKey)
+	require.Nil(t, c.ScopeKey)
+	require.Equal(t, &outbox.Applied{Version: 7, EventID: 70, Deleted: true}, a.Applied)
+	require.Nil(t, c.Applied, "b has no ledger entry; a's must not carry over")
+}
+
 // TestReadQueuedSkipsAPausedProjection: a paused projection reads nothing
 // and its position stays; resumed, it reads from there.
 func TestReadQueuedSkipsAPausedProjection(t *testing.T) {
