@@ -74,6 +74,15 @@ func (l *Loop) ackDone(ctx context.Context, epoch, claim int64, byID map[int64]o
 	}
 	l.untrack(out.done)
 	l.order.record(ledgerEvents(byID, acked, ledger))
+	// Counted per projection once per ack: naming the counter per event
+	// (a Sprintf and a lookup under the metrics set's lock) was 4% of the
+	// loop's CPU in the bench's Postgres path.
+	processed := map[string]int{}
+	defer func() {
+		for p, n := range processed {
+			processedTotal(p).Add(n)
+		}
+	}()
 	for _, id := range out.done {
 		ev := byID[id]
 		secs, ok := acked[id]
@@ -82,7 +91,7 @@ func (l *Loop) ackDone(ctx context.Context, epoch, claim int64, byID map[int64]o
 			continue
 		}
 		res.Done++
-		processedTotal(ev.Projection).Inc()
+		processed[ev.Projection]++
 		eventLatency.Observe(secs)
 		cause := out.superseded[id]
 		if cause != "" {
