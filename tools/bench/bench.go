@@ -75,10 +75,13 @@ type Config struct {
 	Steps      []string
 	Out        string
 	CPUProfile string
-	Bin        string
-	Smoke      bool
-	Verbose    bool
-	Log        io.Writer
+	// LoopCPUProfile, if set, profiles the loop of steps 3 and 16, which
+	// runs in the bench's own process (-loop-cpuprofile).
+	LoopCPUProfile string
+	Bin            string
+	Smoke          bool
+	Verbose        bool
+	Log            io.Writer
 }
 
 func defaultConfig() Config {
@@ -211,6 +214,8 @@ type bench struct {
 	health *harness.HealthWatch
 	// healthPool is the health sampler's, apart from pool.
 	healthPool *pgxpool.Pool
+	// loopProfiles counts the loop's CPU profiles written so far.
+	loopProfiles int
 }
 
 // stepTimeout bounds every wait for one thing to happen: a leader, a

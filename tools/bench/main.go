@@ -188,6 +188,7 @@ func main() {
 	steps := fs.String("steps", "", "comma-separated steps to run (raw,e2e,pg,latency,failover,claim,retention,pairs,rebuild,console,sustained,verify,sqlscale,netdelay,river,projections,soak; default all)")
 	fs.StringVar(&cfg.Out, "out", envOr("BENCH_OUT", cfg.Out), "where the JSON goes (BENCH_OUT)")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", cfg.CPUProfile, "write a CPU profile of the leader during step 2 here")
+	fs.StringVar(&cfg.LoopCPUProfile, "loop-cpuprofile", "", "write CPU profiles of the in-process loop of steps 3 and 16 here, one per drain (PATH.1, PATH.2, ...)")
 	fs.StringVar(&cfg.Bin, "bin", "", "a built wlproj binary (default: go build the checkout)")
 	fs.BoolVar(&cfg.Smoke, "smoke", os.Getenv("BENCH_SMOKE") == "1", "tiny sizes, under a minute (BENCH_SMOKE=1)")
 	fs.BoolVar(&cfg.Verbose, "v", false, "copy the replicas' logs to stderr")

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"slices"
 	"time"
 
@@ -245,6 +247,11 @@ func (b *bench) daemonLoop(ctx context.Context, batch int, noLedger bool) (last 
 		return last, err
 	}
 	want := processedCounter().Get() + uint64(b.cfg.Docs)
+	stopProfile, err := b.profileLoop()
+	if err != nil {
+		return last, err
+	}
+	defer stopProfile()
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); loop.Run(runCtx, 1, nil) }()
@@ -256,6 +263,28 @@ func (b *bench) daemonLoop(ctx context.Context, batch int, noLedger bool) (last 
 	stop()
 	<-done
 	return last, err
+}
+
+// profileLoop starts a CPU profile of this process, where the loop runs,
+// when -loop-cpuprofile names a file: one file per drain, numbered in
+// turn (PATH.1, PATH.2, ...). It returns what stops it.
+func (b *bench) profileLoop() (func(), error) {
+	if b.cfg.LoopCPUProfile == "" {
+		return func() {}, nil
+	}
+	b.loopProfiles++
+	f, err := os.Create(fmt.Sprintf("%s.%d", b.cfg.LoopCPUProfile, b.loopProfiles))
+	if err != nil {
+		return nil, fmt.Errorf("loop profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("loop profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
 }
 
 // waitCounter waits until the processed counter reaches want and returns
