@@ -269,8 +269,8 @@ func (l *Loop) checkpoint(ctx context.Context, epoch int64, force bool) {
 func (l *Loop) refreshQueues(ctx context.Context) {
 	if l.queues == nil {
 		origin, saved, err := l.store.LoadQueue(ctx)
-		l.takeLedger(ctx, err)
-		if l.queueError(ctx, err, "taking the ledger and reading the positions failed") {
+		if l.queueError(ctx, l.takeLedger(ctx, err), "taking the ledger failed: nothing is claimed or read until it is taken") ||
+			l.queueError(ctx, err, "taking the ledger and reading the positions failed") {
 			return
 		}
 		// The term's first read waits for this: the projections producers
@@ -296,17 +296,23 @@ func (l *Loop) refreshQueues(ctx context.Context) {
 }
 
 // takeLedger notes whether the term has taken the ledger, after LoadQueue
-// returned err: a batch of statements fails whole when one of its reads
-// cannot be prepared (a grant missing), so the ledger is then taken alone.
-func (l *Loop) takeLedger(ctx context.Context, err error) {
+// returned loadErr: a batch of statements fails whole when one of its
+// reads cannot be prepared (a grant missing), so the ledger is then taken
+// alone. It returns that take's error, which the caller counts instead of
+// LoadQueue's: one failed turn, one claim error.
+func (l *Loop) takeLedger(ctx context.Context, loadErr error) error {
 	if l.ledgerTaken {
-		return
+		return nil
 	}
-	if errors.Is(err, outbox.ErrLedgerNotTaken) {
-		err = l.store.TakeLedger(ctx)
-		l.queueError(ctx, err, "taking the ledger failed: nothing is claimed or read until it is taken")
+	err := loadErr
+	if errors.Is(loadErr, outbox.ErrLedgerNotTaken) {
+		if err = l.store.TakeLedger(ctx); err != nil {
+			l.ledgerTaken = false
+			return err
+		}
 	}
 	l.ledgerTaken = err == nil
+	return nil
 }
 
 // queueError counts and logs a failed read of the queue's state as a claim

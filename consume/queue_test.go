@@ -186,6 +186,24 @@ func TestQueueStateErrorsAreCounted(t *testing.T) {
 	}))
 }
 
+// TestLedgerNotTakenCountsOneClaimError: a turn whose LoadQueue cannot
+// take the ledger, nor the TakeLedger after it, counts one claim error
+// (the take's), not one for each, and claims nothing.
+func TestLedgerNotTakenCountsOneClaimError(t *testing.T) {
+	b := setup(t)
+	b.Exec(t, `ALTER TABLE outbox_ledger_rotation RENAME TO outbox_ledger_rotation_gone`)
+	loop, err := NewLoop(Config{}, b.Store, projection.Registry{"search": funcHandler(func(context.Context, outbox.Event) projection.Result {
+		return projection.Result{}
+	})}, zerolog.Nop())
+	require.NoError(t, err)
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, status) VALUES ('book', 'claimed', 'upsert', 'pending')`)
+	require.EqualValues(t, 1, delta(claimErrorsTotal, func() {
+		res, _ := loop.runOnce(context.Background(), 1)
+		require.Equal(t, BatchResult{}, res, "nothing is claimed before the ledger is taken")
+	}))
+	require.Equal(t, 1, b.Count(t, `status = 'pending'`))
+}
+
 // TestDrainLeavesNoQueuedRowInFlight: a leader drained with a read of
 // queued rows it never sent saves a position that shows none of them in
 // flight (they are pending, for the next leader), and an idle leader then
