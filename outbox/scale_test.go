@@ -57,6 +57,12 @@ func TestStatementsAtScaleReadNoTableWhole(t *testing.T) {
 	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, attempts, next_retry_at)
 		SELECT 'book', 'r' || g, 'upsert', 1, 2, now() + interval '1 hour' FROM generate_series(1, 1000) g`)
 	b.insert(t, 5_000)
+	// Queued rows, as an application writes them: half of their documents
+	// have a ledger entry (in each of the three partitions), half have
+	// none, so the read's lookups both find and miss.
+	b.Exec(t, `INSERT INTO outbox_events (entity_type, entity_id, op, event_version, status)
+		SELECT 'book', CASE WHEN g % 2 = 0 THEN g::text ELSE 'new' || g END, 'upsert', $1 + g, 'queued'
+		  FROM generate_series(1, 5000) g`, n)
 	b.Exec(t, `VACUUM ANALYZE outbox_events`)
 	b.Exec(t, `VACUUM ANALYZE outbox_ledger`)
 	t.Logf("scale: %d done rows, %d ledger entries, loaded in %s", n, n/5, time.Since(start).Round(time.Second))
@@ -86,6 +92,8 @@ func TestStatementsAtScaleReadNoTableWhole(t *testing.T) {
 		return a
 	}
 
+	queued, readArgs := queuedAtScale(t, b)
+	holdHorizon(t, b)
 	pastSQL, pastArgs := outbox.ClaimStatement(outbox.CursorOf(claimed), []string{"search"})
 	for k, v := range (pgx.NamedArgs{"limit": 500, "lease_secs": 30.0, "claim": 99, "latest": []string{"search"}}) {
 		pastArgs[k] = v
@@ -100,6 +108,8 @@ func TestStatementsAtScaleReadNoTableWhole(t *testing.T) {
 			"latest": []string{"search"}})}, outbox.ClaimPlan},
 		{"claim-past-cursor", pastSQL, []any{fenced(pastArgs)}, outbox.ClaimPlan},
 		{"ack-done", outbox.AckDoneSQL, []any{fenced(pgx.NamedArgs{"ids": ids, "applied": ids, "claim": claim})}, nil},
+		{"read-queued", outbox.ReadQueuedLedgerSQL, []any{readArgs}, outbox.QueuedPlan[1:]},
+		{"ack-queued", outbox.AckQueuedSQL, []any{fenced(pgx.NamedArgs{"ids": queued, "applied": queued})}, nil},
 		{"ack-failed", outbox.AckFailedSQL, []any{failures()}, nil},
 		{"release", outbox.ReleaseSQL, []any{fenced(pgx.NamedArgs{"ids": ids})}, nil},
 		{"reclaim", outbox.ReclaimSQL, []any{fenced(pgx.NamedArgs{"max_attempts": 10, "max_processing_secs": 300.0,
@@ -120,6 +130,38 @@ func TestStatementsAtScaleReadNoTableWhole(t *testing.T) {
 		require.NotContains(t, plan, "JIT:", "%s is compiled on every run\n%s", st.name, plan)
 		requireNoSeqScan(t, b, plan, "%s reads a table whole", st.name)
 	}
+}
+
+// queuedAtScale is the read of the first 500 queued rows from the queue's
+// origin, as a new leader's first read: its arguments, and the ids it
+// returns, for the ack.
+func queuedAtScale(t *testing.T, b bundle) ([]int64, pgx.NamedArgs) {
+	t.Helper()
+	origin, err := b.Store.Origin(context.Background())
+	require.NoError(t, err)
+	require.NotNil(t, origin)
+	events, _, err := b.Store.ReadQueued(context.Background(), "search", *origin, 500, true)
+	require.NoError(t, err)
+	require.Len(t, events, 500)
+	ids := make([]int64, len(events))
+	for i, e := range events {
+		ids[i] = e.ID
+	}
+	return ids, pgx.NamedArgs{"projection": "search", "tick": true, "cur": origin.Cur, "prev": origin.Cur,
+		"xid": origin.XID, "after_id": origin.ID, "limit": 500}
+}
+
+// holdHorizon holds a snapshot open, as a long report or a stuck session
+// would, until the test ends: the statements run while the vacuum horizon
+// cannot pass it.
+func holdHorizon(t *testing.T, b bundle) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := b.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	var n int
+	require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM outbox_leader`).Scan(&n))
 }
 
 // explainAnalyze runs sql under EXPLAIN (ANALYZE, BUFFERS) after settings,
