@@ -252,7 +252,7 @@ func scanQueued(br pgx.BatchResults, projection string, limit int, withLedger bo
 		return nil, "", fmt.Errorf("read queued: %w", err)
 	}
 	defer rows.Close()
-	events := make([]Event, 0, limit)
+	var events []Event
 	var cur string
 	row := newQueuedRow(&cur, withLedger)
 	for rows.Next() {
@@ -260,10 +260,17 @@ func scanQueued(br pgx.BatchResults, projection string, limit int, withLedger bo
 		if err != nil {
 			return nil, "", fmt.Errorf("read queued: %w", err)
 		}
-		if ok {
-			e.Projection = projection
-			events = append(events, e)
+		if !ok {
+			continue
 		}
+		if events == nil {
+			// Made at the first row, an idle leader's empty reads
+			// (several a second) allocate nothing; a trickle's small
+			// batches take no room for a whole limit.
+			events = make([]Event, 0, min(limit, 64))
+		}
+		e.Projection = projection
+		events = append(events, e)
 	}
 	return events, cur, rows.Err()
 }
